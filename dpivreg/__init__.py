@@ -1,0 +1,22 @@
+"""dpivreg: instrumental-variable regression under differential privacy.
+
+The estimator is the noisy two-stage gradient descent (DP-2S-GD) of Liang, Balasubramanian
+& Lai; see :func:`dp_2s_gd` for the engine and :class:`PrivacyBudget` for the accounting.
+"""
+
+from .engine import DivergenceError, DP2SGDPath, dp_2s_gd
+from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, delta_from_rho, epsilon_from_rho
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "dp_2s_gd",
+    "DP2SGDPath",
+    "DivergenceError",
+    "PrivacyBudget",
+    "PrivacyLeakWarning",
+    "Release",
+    "epsilon_from_rho",
+    "delta_from_rho",
+    "__version__",
+]

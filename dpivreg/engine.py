@@ -1,0 +1,363 @@
+"""The numerical engine: noisy two-stage gradient descent (Algorithm DP-2S-GD), pure numpy.
+
+This module knows nothing of pandas, formulas or scaling: it takes arrays ``Z`` (n×q),
+``X`` (n×p), ``Y`` (n,) on the scale the caller chose and returns the released paths.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, check_rho, noise_std, CALIBRATIONS
+
+__all__ = ["dp_2s_gd", "DP2SGDPath", "DivergenceError"]
+
+
+class DivergenceError(ArithmeticError):
+    """An iterate of DP-2S-GD became non-finite: the step size is too large for the data's scale."""
+
+
+@dataclass(frozen=True)
+class DP2SGDPath:
+    """Everything one run of DP-2S-GD released, plus labelled non-private diagnostics.
+
+    Attributes
+    ----------
+    theta : ndarray, shape (T+1, q, p - n_exog)
+        The released first-stage path Θ⁽⁰⁾ … Θ⁽ᵀ⁾ (endogenous block only when ``n_exog > 0``).
+    beta : ndarray, shape (T+1, p)
+        The released second-stage path β⁽⁰⁾ … β⁽ᵀ⁾.
+    lambda1, lambda2 : float
+        Noise standard deviations of the two stages (0: no noise).
+    clip1, clip2 : float or None
+        Clipping thresholds γ1, γ2 (``None``: no clipping).
+    eta, alpha : float
+        Step sizes of the two stages.
+    n_exog : int
+        Number of leading columns of X that are their own instruments.
+    calibration : str
+        ``"exact"`` or ``"paper"``.
+    privacy : PrivacyBudget
+        The accountant: one record per stage with the zCDP actually spent.
+    clipped_rows : ndarray, shape (T, 2)
+        NON-PRIVATE diagnostic: number of rows whose gradient was clipped, per step and
+        stage. Computed from the raw data; never publish it.
+    """
+
+    theta: np.ndarray
+    beta: np.ndarray
+    lambda1: float
+    lambda2: float
+    clip1: float | None
+    clip2: float | None
+    eta: float
+    alpha: float
+    n_exog: int
+    calibration: str
+    privacy: PrivacyBudget
+    clipped_rows: np.ndarray = field(repr=False)
+
+    @property
+    def T(self) -> int:
+        """Number of iterations."""
+        return self.beta.shape[0] - 1
+
+    @property
+    def beta_final(self) -> np.ndarray:
+        """β⁽ᵀ⁾, the private estimate."""
+        return self.beta[-1]
+
+    @property
+    def theta_final(self) -> np.ndarray:
+        """Θ⁽ᵀ⁾, the private first-stage estimate."""
+        return self.theta[-1]
+
+
+# ----------------------------------------------------------------------------------------
+# validation
+# ----------------------------------------------------------------------------------------
+def _as_float_matrix(a, name: str, *, ndim: int) -> np.ndarray:
+    try:
+        arr = np.asarray(a)
+    except Exception as exc:  # pragma: no cover - numpy raises many types here
+        raise TypeError(f"{name} must be array-like of numbers: {exc}") from exc
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"{name} must hold numbers, got dtype {arr.dtype}. Encode categories as numeric columns first.")
+    arr = arr.astype(np.float64)
+    if ndim == 2 and arr.ndim == 1:
+        arr = arr[:, None]
+    if ndim == 1 and arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or infinite values: drop or impute those rows first.")
+    return arr
+
+
+def _check_positive(value, name: str, *, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number, got {value!r}.")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    return value
+
+
+def _check_T(T) -> int:
+    if isinstance(T, bool) or not isinstance(T, numbers.Integral):
+        raise TypeError(f"T must be an integer number of iterations >= 1, got {T!r}.")
+    if T < 1:
+        raise ValueError(f"T must be >= 1, got {T}.")
+    return int(T)
+
+
+def make_rng(seed) -> np.random.Generator:
+    """A numpy Generator from ``seed``: None (fresh OS entropy), an int >= 0, a SeedSequence or a Generator."""
+    if seed is None or isinstance(seed, (np.random.SeedSequence,)):
+        return np.random.default_rng(seed)
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        if seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed}.")
+        return np.random.default_rng(int(seed))
+    raise TypeError(
+        f"seed must be None, a non-negative int, a numpy.random.SeedSequence or a numpy.random.Generator, "
+        f"got {type(seed).__name__}."
+    )
+
+
+def _validate_data(Z, X, Y, n_exog) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    Z = _as_float_matrix(Z, "Z", ndim=2)
+    X = _as_float_matrix(X, "X", ndim=2)
+    Y = _as_float_matrix(Y, "Y", ndim=1)
+    n, q = Z.shape
+    p = X.shape[1]
+    if X.shape[0] != n or Y.shape[0] != n:
+        raise ValueError(f"Z, X and Y must have the same number of rows, got {n}, {X.shape[0]} and {Y.shape[0]}.")
+    if n < 1:
+        raise ValueError("the data has no rows.")
+    if q < p:
+        raise ValueError(
+            f"the model is not identified: q = {q} instruments (columns of Z) < p = {p} regressors (columns of X). "
+            "Add instruments or drop regressors."
+        )
+    if isinstance(n_exog, bool) or not isinstance(n_exog, numbers.Integral) or not 0 <= n_exog < p:
+        raise ValueError(f"n_exog must be an integer in [0, p) = [0, {p}), got {n_exog!r}.")
+    if n_exog and not np.array_equal(X[:, :n_exog], Z[:, :n_exog]):
+        raise ValueError(
+            f"n_exog={n_exog} says the first {n_exog} columns of X are exogenous, but they differ from the "
+            f"first {n_exog} columns of Z: put each exogenous regressor first in both X and Z."
+        )
+    return Z, X, Y, int(n_exog)
+
+
+# ----------------------------------------------------------------------------------------
+# the iteration
+# ----------------------------------------------------------------------------------------
+def _clip_factors(norms: np.ndarray, clip: float | None) -> np.ndarray | None:
+    """Per-row factors min(1, γ/‖g_i‖) of CLIP_γ(g) = g·min(1, γ/‖g‖); None when not clipping."""
+    if clip is None:
+        return None
+    with np.errstate(divide="ignore"):
+        return np.minimum(1.0, clip / norms)
+
+
+def _clipped_mean_outer(A: np.ndarray, B: np.ndarray, norm_A: np.ndarray, clip: float | None) -> tuple[np.ndarray, int]:
+    """(1/n) Σᵢ CLIP_γ(aᵢ bᵢᵀ) without forming the n outer products.
+
+    ‖aᵢ bᵢᵀ‖_F = ‖aᵢ‖·‖bᵢ‖, so clipping scales each row of B by min(1, γ/(‖aᵢ‖‖bᵢ‖)).
+    Returns the mean and the number of rows clipped.
+    """
+    n = A.shape[0]
+    norms = norm_A * np.sqrt(np.einsum("ij,ij->i", B, B))
+    factors = _clip_factors(norms, clip)
+    if factors is None:
+        return A.T @ B / n, 0
+    return A.T @ (B * factors[:, None]) / n, int(np.count_nonzero(factors < 1.0))
+
+
+def _check_finite(value: np.ndarray, what: str, step: int, name: str, size: float) -> None:
+    if not np.all(np.isfinite(value)):
+        raise DivergenceError(
+            f"the {what} iterate became non-finite at step {step}: the step size {name}={size:g} is too large "
+            f"for the data's scale. Lower {name} (e.g. to {size / 10:g}) or rescale the data."
+        )
+
+
+def dp_2s_gd(
+    Z,
+    X,
+    Y,
+    *,
+    T: int,
+    rho1: float,
+    rho2: float,
+    eta: float,
+    alpha: float,
+    clip1: float | None,
+    clip2: float | None,
+    calibration: str = "exact",
+    seed=None,
+    n_exog: int = 0,
+) -> DP2SGDPath:
+    """Noisy two-stage gradient descent (Algorithm DP-2S-GD), releasing the whole path.
+
+    Θ⁽⁰⁾ = 0, β⁽⁰⁾ = 0, and for t = 0, …, T−1::
+
+        Θ⁽ᵗ⁺¹⁾ = Θ⁽ᵗ⁾ − η [ (1/n) Σᵢ CLIP_γ1( zᵢ (zᵢᵀΘ⁽ᵗ⁾ − xᵢᵀ) ) − Ξ⁽ᵗ⁾ ],   vec Ξ⁽ᵗ⁾ ~ N(0, λ1² I)
+        β⁽ᵗ⁺¹⁾ = β⁽ᵗ⁾ − α [ (1/n) Σᵢ CLIP_γ2( x̂ᵢ (x̂ᵢᵀβ⁽ᵗ⁾ − yᵢ) ) − ν⁽ᵗ⁾ ],       ν⁽ᵗ⁾ ~ N(0, λ2² I)
+
+    with x̂ᵢ = Θ⁽ᵗ⁾ᵀzᵢ (the β step uses Θ⁽ᵗ⁾, not Θ⁽ᵗ⁺¹⁾) and CLIP_γ(g) = g·min(1, γ/‖g‖)
+    (Frobenius norm for the q×p first-stage gradient).
+
+    Parameters
+    ----------
+    Z : array_like, shape (n, q)
+        Instruments (exogenous regressors first when ``n_exog > 0``).
+    X : array_like, shape (n, p)
+        Regressors, q >= p.
+    Y : array_like, shape (n,)
+        Outcome.
+    T : int
+        Number of iterations (>= 1).
+    rho1, rho2 : float
+        zCDP budgets of the first (Θ) and second (β) stage, > 0. ``numpy.inf`` means no
+        noise in that stage: the fit is then NOT private (the accountant reports
+        ρ = inf) and a :class:`~dpivreg.PrivacyLeakWarning` is raised. A noiseless first
+        stage does not leave β private at ρ2 either: Θ⁽ᵗ⁾ would be an unreleased function of
+        the data feeding the second stage, whose sensitivity is then no longer 2γ2/n.
+    eta, alpha : float
+        Step sizes of the two stages (> 0).
+    clip1, clip2 : float or None
+        Clipping thresholds γ1, γ2 (> 0). ``None`` disables clipping, which leaves the
+        gradient's sensitivity unbounded: only allowed with the matching ρ = inf.
+    calibration : {"exact", "paper"}
+        ``"exact"`` (default): λk = (γk/n)·sqrt(2T/ρk), spending exactly ρk.
+        ``"paper"``: the Proposition's λk = (2γk/n)·sqrt(T/ρk), which spends ρk/2; the
+        accountant records ρk/2.
+    seed : None, int, numpy.random.SeedSequence or numpy.random.Generator
+        Source of the privacy noise. Same seed, same path, bit for bit; ``None`` draws
+        fresh entropy from the operating system.
+    n_exog : int, default 0
+        The first ``n_exog`` columns of X are exogenous and equal the first ``n_exog``
+        columns of Z. Their first-stage block is the identity (2SLS projects an exogenous
+        column onto itself exactly) and is not estimated: Θ holds only the endogenous
+        block (q × (p − n_exog)) and x̂ᵢ = [exogᵢ, Θᵀzᵢ].
+
+    Returns
+    -------
+    DP2SGDPath
+        The released paths ``theta`` (T+1, q, p − n_exog) and ``beta`` (T+1, p), the noise
+        scales, clipping thresholds, step sizes and the accountant ``privacy``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Invalid arguments (the message names the argument).
+    DivergenceError
+        An iterate became non-finite (step size too large).
+
+    Notes
+    -----
+    Per-sample clipping uses ‖zᵢ(zᵢᵀΘ − xᵢᵀ)‖_F = ‖zᵢ‖·‖rᵢ‖ and ‖x̂ᵢ eᵢ‖ = ‖x̂ᵢ‖·|eᵢ|, so
+    one step costs O(n·q·p) flops and O(n(p+q)) memory, with no loop over rows.
+    """
+    Z, X, Y, n_exog = _validate_data(Z, X, Y, n_exog)
+    T = _check_T(T)
+    rho1 = check_rho(rho1, "rho1")
+    rho2 = check_rho(rho2, "rho2")
+    eta = _check_positive(eta, "eta")
+    alpha = _check_positive(alpha, "alpha")
+    clip1 = _check_positive(clip1, "clip1", allow_none=True)
+    clip2 = _check_positive(clip2, "clip2", allow_none=True)
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
+    rng = make_rng(seed)
+
+    n, q = Z.shape
+    p = X.shape[1]
+    lambda1 = _stage_noise_std(clip1, n, T, rho1, calibration, "1")
+    lambda2 = _stage_noise_std(clip2, n, T, rho2, calibration, "2")
+    privacy = PrivacyBudget(
+        [
+            Release.gaussian("first stage: Θ path", "rho1", steps=T, clip=clip1, n=n, noise_std=lambda1),
+            Release.gaussian("second stage: β path", "rho2", steps=T, clip=clip2, n=n, noise_std=lambda2),
+        ],
+        target={"rho1": rho1, "rho2": rho2},
+    )
+    _warn_if_not_private(privacy)
+
+    exog = Z[:, :n_exog]
+    X_endog = X[:, n_exog:]
+    p_endog = p - n_exog
+    norm_z = np.sqrt(np.einsum("ij,ij->i", Z, Z))
+    theta = np.zeros((T + 1, q, p_endog))
+    beta = np.zeros((T + 1, p))
+    clipped_rows = np.zeros((T, 2), dtype=np.int64)
+    x_hat = np.empty((n, p))
+    x_hat[:, :n_exog] = exog
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(T):
+            # Draw both stages' noise up front so the random stream does not depend on the data.
+            xi = rng.standard_normal((q, p_endog)) * lambda1
+            nu = rng.standard_normal(p) * lambda2
+
+            fitted = Z @ theta[t]  # x̂ for the endogenous block, reused by both stages
+            grad1, clipped_rows[t, 0] = _clipped_mean_outer(Z, fitted - X_endog, norm_z, clip1)
+            theta[t + 1] = theta[t] - eta * (grad1 - xi)
+            _check_finite(theta[t + 1], "first-stage (Θ)", t + 1, "eta", eta)
+
+            x_hat[:, n_exog:] = fitted
+            residual = x_hat @ beta[t] - Y
+            norm_x_hat = np.sqrt(np.einsum("ij,ij->i", x_hat, x_hat))
+            grad2, clipped_rows[t, 1] = _clipped_mean_outer(x_hat, residual[:, None], norm_x_hat, clip2)
+            beta[t + 1] = beta[t] - alpha * (grad2[:, 0] - nu)
+            _check_finite(beta[t + 1], "second-stage (β)", t + 1, "alpha", alpha)
+
+    return DP2SGDPath(
+        theta=theta,
+        beta=beta,
+        lambda1=lambda1,
+        lambda2=lambda2,
+        clip1=clip1,
+        clip2=clip2,
+        eta=eta,
+        alpha=alpha,
+        n_exog=n_exog,
+        calibration=calibration,
+        privacy=privacy,
+        clipped_rows=clipped_rows,
+    )
+
+
+def _stage_noise_std(clip: float | None, n: int, T: int, rho: float, calibration: str, stage: str) -> float:
+    if clip is None and math.isfinite(rho):
+        raise ValueError(
+            f"clip{stage}=None (no clipping) leaves the stage-{stage} gradient's sensitivity unbounded, so no "
+            f"finite rho{stage} can be guaranteed. Pass a clipping threshold clip{stage} > 0, or rho{stage}=numpy.inf "
+            "for an explicitly non-private run."
+        )
+    return noise_std(clip, n, T, rho, calibration)
+
+
+def _warn_if_not_private(privacy: PrivacyBudget) -> None:
+    leaks = [f"{r.stage} ({r.name}): " + ("no noise" if r.noise_std == 0 else "no clipping")
+             for r in privacy.releases if not math.isfinite(r.rho)]
+    if leaks:
+        warnings.warn(
+            "this DP-2S-GD run is NOT differentially private: " + "; ".join(leaks)
+            + ". The accountant reports rho = inf and epsilon = inf. (A noiseless first stage also voids "
+            "the second stage's guarantee: the paper's remark that rho1 = inf keeps β private is wrong.)",
+            PrivacyLeakWarning,
+            stacklevel=3,
+        )
