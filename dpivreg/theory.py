@@ -1,0 +1,1351 @@
+"""The finite-sample theory of DP-2S-GD: error-bound terms, validity conditions, regimes, planning.
+
+Everything here is a pure function of public quantities (sample size, dimensions, budgets,
+iteration count). Nothing reads data, so nothing here costs privacy.
+
+The bound
+---------
+The Theorem of the paper (Section 3, eq. ``(e_beta(T) bound thm2)``) states that, with
+probability at least ``1 − c2·exp(−τ)``,
+
+    ‖β⁽ᵀ⁾ − β̂‖ ≲ κ(τ)^(T/2)                                   (optimization term)
+               + √p (√q + √τ)³ √T / (n √min(ρ1, ρ2))            (privacy term)
+               + √(pq) (τ + log(pq)) / √n                       (statistical term)
+
+provided ``T ≲ ρ1 n^(2−ε) / (p (√q + √τ)⁶)`` (eq. ``(T condition thm 1)``) and
+``n ≥ c1 max{pq(τ + log pq)², (√q + √τ)³ / √min(ρ1, ρ2)}`` (eq. ``(n condition)``).
+Here ``n`` is the sample size, ``p`` the number of regressors (all of them, exogenous and
+endogenous), ``q`` the number of instruments (all of them, the exogenous regressors
+included), ``T`` the number of iterations, ``ρ1, ρ2`` the zCDP budgets of the two stages
+and ``τ`` the confidence parameter (default 5, as in the paper's experiments).
+
+Conventions of this module
+--------------------------
+* **Constants.** The constants hidden by ``≲`` (and ``c1``) depend on β, Θ and the
+  sub-Gaussian parameters, which are unknown. They are all set to 1 ("up to constants,
+  c = 1"): the numbers returned here describe *shapes and trade-offs* (how the bound moves
+  with n, T, ρ), not calibrated error levels.
+* **The T condition** is evaluated in the limit ε → 0: ``T ≤ ρ1 n² / (p (√q + √τ)⁶)``.
+* **Infinite budgets.** ``ρ = math.inf`` means no noise in that stage. The privacy term uses
+  ``min(ρ1, ρ2)`` and is 0 only when both are infinite; the T condition involves ``ρ1`` only
+  and disappears when ``ρ1`` is infinite (the paper's last remark of Section 3). Whether a
+  noiseless first stage really leaves β⁽ᵗ⁾ ``ρ2``-private is a privacy question this module
+  does not address; it only evaluates the bound.
+* **Regimes** follow the remark after the Theorem literally: the optimization regime ends at
+  ``T = log(n / (pq(τ + log pq)²)) / log(1/κ)`` (the crossing of the optimization and
+  statistical terms), the privacy regime starts at ``T = n min(ρ1, ρ2) q (τ + log pq)² /
+  (√q + √τ)⁶`` (the crossing of the privacy and statistical terms), and a T above the T
+  condition limit is reported as "beyond the T condition". :attr:`ErrorBound.dominant`
+  reports which term is actually the largest.
+
+Definitions chosen for δ(τ), γ̄(τ), γ̲(τ) and κ(τ)
+-------------------------------------------------
+The paper defers these definitions to an appendix (eq. ``(definitions of parameters)``)
+that is not available to us. This module uses the following definitions, chosen to be
+consistent with everything the main text says about them:
+
+* ``δ(τ) = (√q + √τ) / √n`` (:func:`delta_tau`): the high-probability bound on the
+  deviation from 1 of the singular values of ``Z/√n`` for isotropic sub-Gaussian rows
+  (Vershynin 2018, *High-Dimensional Probability*, Theorem 4.6.1, with its constant set
+  to 1 and ``t = √τ``), so that the eigenvalues of ``ZᵀZ/n`` lie in
+  ``[(1 − δ)², (1 + δ)²]``. With this choice the paper's step-size condition
+  ``η < 2/(1 + δ)²`` (eq. ``(learning rates condition)``) is exactly the gradient-descent
+  stability limit ``2/λ_max``, and κ_Θ below is exactly ``(L − μ)/(L + μ)``.
+* ``γ̄ = (1 + δ)² σ_max(Θ)²`` and ``γ̲ = max(1 − δ, 0)² σ_min(Θ)²``
+  (:func:`eigenvalue_bounds`): bounds on the eigenvalues of ``Θᵀ(ZᵀZ/n)Θ`` under
+  isotropy, computed from a (released, hence public) ``q × p`` matrix Θ.
+* ``κ_β = γ̄/(γ̄ + γ̲)``, ``κ_Θ = ((1 + δ)² − (1 − δ)²₊)/((1 + δ)² + (1 − δ)²₊)`` and
+  ``κ = max(κ_β, κ_Θ)`` (:func:`contraction_rates`): the rates the paper's remark on
+  optimal step sizes (eq. ``(optimum step sizes)``) attaches to the step sizes
+  ``η* = 2/((1 + δ)² + (1 − δ)²)`` and ``α* = 2/(γ̄ + γ̲)``. Note that ``κ_β ≥ 1/2``
+  always, so under these definitions κ is never below 1/2; and ``δ ≥ 1`` gives
+  ``κ_Θ = 1`` (no contraction guaranteed).
+
+How the recommended T grows with n
+----------------------------------
+After the regime remark the paper says the optimal T is "sub-linear but super-logarithmic"
+in n. For the bound as stated (constants 1) the minimiser T* of the total solves
+``log(1/κ) √T κ^(T/2) = √p(√q+√τ)³/(n√min(ρ1, ρ2))``, which gives
+
+    T*(n) = (2 log n + log T*(n) + O(1)) / log(1/κ) = (2 log n + log log n + O(1)) / log(1/κ),
+
+so T* is sub-linear, but T*/log n → 2/log(1/κ): T* is Θ(log n), logarithmic, growing by
+about ``2 log(10)/log(1/κ)`` per decade of n (≈ 6.6 at κ = 1/2). Over practical ranges
+T*/log n does increase (it approaches its limit from below), which can look
+super-logarithmic. The statement is right for the *plateau*: the statistical term
+dominates for T between the end of the optimization regime (∝ log n) and the start of the
+privacy regime (∝ n), so any T with log n ≪ T ≪ n keeps the bound within a factor 3 of
+the statistical term.
+
+Using a κ computed from a *released* Θ (for example the last iterate of a private fit) is
+post-processing and costs no privacy; using the 2SLS Θ̂ of the raw data is not private.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "DEFAULT_TAU",
+    "T_MAX_CAP",
+    "REGIMES",
+    "optimization_term",
+    "privacy_term",
+    "statistical_term",
+    "t_condition_limit",
+    "n_condition_minimum",
+    "Condition",
+    "t_condition",
+    "n_condition",
+    "RegimeBoundaries",
+    "regime_boundaries",
+    "regime",
+    "delta_tau",
+    "eigenvalue_bounds",
+    "ContractionRates",
+    "contraction_rates",
+    "StepSizes",
+    "paper_step_sizes",
+    "optimal_step_sizes",
+    "ErrorBound",
+    "error_bound",
+    "recommended_T",
+    "Plan",
+    "plan",
+    "smallest_n",
+    "smallest_rho",
+]
+
+#: Default confidence parameter τ (the paper's experiments use τ = 5).
+DEFAULT_TAU = 5.0
+#: Largest default ``T_max`` chosen by :func:`plan`.
+T_MAX_CAP = 10**6
+
+REGIME_OPTIMIZATION = "optimization-dominated"
+REGIME_PLATEAU = "statistical plateau"
+REGIME_PRIVACY = "privacy-dominated"
+REGIME_BEYOND = "beyond the T condition"
+#: The four regime labels returned by :func:`regime`, in increasing order of T.
+REGIMES = (REGIME_OPTIMIZATION, REGIME_PLATEAU, REGIME_PRIVACY, REGIME_BEYOND)
+
+TERM_NAMES = ("optimization", "privacy", "statistical")
+
+# Relative slack of boundary comparisons (T = 2500 against a limit computed as 2499.999999999999).
+_BOUNDARY_RTOL = 1e-12
+# Largest sample size smallest_n searches before declaring a target unreachable.
+_N_SEARCH_CAP = 2**62
+# Relative resolution of the bisection in smallest_rho.
+_RHO_RTOL = 1e-12
+
+
+# ----------------------------------------------------------------------------------------
+# validation
+# ----------------------------------------------------------------------------------------
+def _real(value: object, name: str) -> float:
+    """Return ``value`` as a float, raising TypeError for non-numbers and ValueError for NaN."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}.")
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"{name} must not be NaN.")
+    return value
+
+
+def _check_n(n: float) -> float:
+    n = _real(n, "n")
+    if not (math.isfinite(n) and n >= 1):
+        raise ValueError(f"n (sample size) must be a finite number >= 1, got {n!r}.")
+    return n
+
+
+def _check_dims(p: float, q: float) -> tuple[float, float]:
+    p = _real(p, "p")
+    q = _real(q, "q")
+    if not (math.isfinite(p) and p >= 1):
+        raise ValueError(f"p (number of regressors) must be a finite number >= 1, got {p!r}.")
+    if not math.isfinite(q) or q < p:
+        raise ValueError(f"q (number of instruments) must be finite and >= p = {p:g}, got {q!r}.")
+    return p, q
+
+
+def _check_rho(rho: float, name: str) -> float:
+    rho = _real(rho, name)
+    if rho <= 0:
+        raise ValueError(f"{name} must be > 0 (a zCDP budget; math.inf for no noise), got {rho!r}.")
+    return rho
+
+
+def _check_tau(tau: float) -> float:
+    tau = _real(tau, "tau")
+    if not (math.isfinite(tau) and tau > 0):
+        raise ValueError(f"tau (confidence parameter) must be a finite number > 0, got {tau!r}.")
+    return tau
+
+
+def _check_kappa(kappa: float) -> float:
+    kappa = _real(kappa, "kappa")
+    if not 0.0 < kappa < 1.0:
+        raise ValueError(f"kappa (contraction rate) must lie strictly between 0 and 1, got {kappa!r}.")
+    return kappa
+
+
+def _check_scalar_T(T: float, name: str = "T") -> float:
+    T = _real(T, name)
+    if not (math.isfinite(T) and T >= 1):
+        raise ValueError(f"{name} (number of iterations) must be a finite number >= 1, got {T!r}.")
+    return T
+
+
+def _check_T_array(T: ArrayLike) -> tuple[np.ndarray, bool]:
+    """Return T as a float array and whether it was a scalar; every entry must be finite and >= 1."""
+    if isinstance(T, (numbers.Real, np.number)) and not isinstance(T, bool):
+        return np.asarray(_check_scalar_T(T), dtype=float), True
+    try:
+        arr = np.asarray(T, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"T must be a number or an array of numbers, got {T!r}.") from exc
+    if arr.size and not (np.all(np.isfinite(arr)) and np.all(arr >= 1)):
+        raise ValueError("T (number of iterations) must be finite and >= 1 in every entry.")
+    return arr, arr.ndim == 0
+
+
+def _check_target(target: float) -> float:
+    target = _real(target, "target")
+    if not (math.isfinite(target) and target > 0):
+        raise ValueError(f"target (error level) must be a finite number > 0, got {target!r}.")
+    return target
+
+
+def _at_most(value: float, limit: float) -> bool:
+    """``value <= limit`` up to a relative rounding slack (so exact boundaries count as inside)."""
+    return value <= limit * (1.0 + _BOUNDARY_RTOL)
+
+
+def _out(arr: np.ndarray, scalar: bool) -> float | np.ndarray:
+    return float(arr) if scalar else arr
+
+
+# ----------------------------------------------------------------------------------------
+# building blocks (unvalidated scalars; every public function funnels through these so that
+# the same float operations give the same numbers everywhere, e.g. in plan() and smallest_n())
+# ----------------------------------------------------------------------------------------
+def _c(q: float, tau: float) -> float:
+    """√q + √τ, the factor of the privacy term and of both conditions."""
+    return math.sqrt(q) + math.sqrt(tau)
+
+
+def _log_factor(p: float, q: float, tau: float) -> float:
+    """τ + log(pq), the factor of the statistical term and of the n condition."""
+    return tau + math.log(p * q)
+
+
+def _privacy_coef(n: float, p: float, q: float, rho_min: float, tau: float) -> float:
+    """The privacy term divided by √T: √p (√q+√τ)³ / (n √min(ρ1, ρ2)); 0 for rho_min = inf."""
+    if math.isinf(rho_min):
+        return 0.0
+    return math.sqrt(p) * _c(q, tau) ** 3 / (n * math.sqrt(rho_min))
+
+
+def _statistical(n: float, p: float, q: float, tau: float) -> float:
+    return math.sqrt(p * q) * _log_factor(p, q, tau) / math.sqrt(n)
+
+
+def _terms(T: np.ndarray, kappa: float, a: float, s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The three terms and their sum at iteration counts ``T`` (float array)."""
+    opt = np.power(kappa, T / 2.0)
+    priv = a * np.sqrt(T)
+    stat = np.full_like(opt, s)
+    return opt, priv, stat, opt + priv + stat
+
+
+def _total_at(T: int, kappa: float, a: float, s: float) -> float:
+    return float(_terms(np.array([float(T)]), kappa, a, s)[3][0])
+
+
+def _first_true(pred: Callable[[int], bool], lo: int, hi: int) -> int:
+    """Smallest integer in [lo, hi] where the monotone predicate ``pred`` holds (it holds at hi)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _argmin_T(kappa: float, a: float, s: float) -> int:
+    """Smallest integer T >= 1 minimising κ^(T/2) + a√T + s as evaluated in floating point.
+
+    With L = log(1/κ), the derivative has the sign of ``a − L·√T·κ^(T/2)``. The function
+    g(T) = √T κ^(T/2) increases up to T = 1/L and decreases afterwards, so the total
+    increases on [1, 1/L] (when 1/L > 1), decreases down to the root T₂ of
+    ``L·g(T) = a`` on the decreasing branch of g and increases afterwards. The integer
+    minimiser is therefore 1, ⌊T₂⌋ or ⌈T₂⌉; T₂ is found by bisection on
+    ``log L + ½ log T − ½ L T − log a``. Ties in floating point go to the smallest T.
+    With ``a = 0`` (no privacy noise) the total decreases for ever; the returned T is then the
+    first one at which it equals its limit ``s`` in floating point.
+    """
+    total = lambda T: _total_at(T, kappa, a, s)  # noqa: E731
+    if a == 0.0:
+        limit = float(np.float64(0.0) + np.float64(0.0) + np.float64(s))
+        hi = 1
+        while total(hi) > limit and hi < _N_SEARCH_CAP:
+            hi *= 2
+        return _first_true(lambda T: total(T) <= limit, max(1, hi // 2), hi)
+    L = -math.log(kappa)
+    T_peak = 1.0 / L
+    log_a = math.log(a)
+
+    def h(T: float) -> float:  # > 0 where the total decreases
+        return math.log(L) + 0.5 * math.log(T) - 0.5 * L * T - log_a
+
+    lo = max(1.0, T_peak)
+    if h(lo) <= 0.0:
+        return 1  # the total never decreases on [1, inf)
+    hi = 2.0 * lo
+    while h(hi) > 0.0:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 0.25:
+        mid = 0.5 * (lo + hi)
+        if h(mid) > 0.0:
+            lo = mid
+        else:
+            hi = mid
+    # T2 lies in (lo, hi); the integer minimiser is ⌊T2⌋ or ⌈T2⌉, both in [⌊lo⌋, ⌈hi⌉]
+    candidates = sorted({1, *range(max(1, math.floor(lo)), max(1, math.ceil(hi)) + 1)})
+    values = [total(T) for T in candidates]
+    best = min(values)
+    T_best = candidates[values.index(best)]
+    if total(1) <= best:
+        return 1
+    # smallest T reaching the same floating-point value on the decreasing stretch
+    start = min(T_best, max(1, math.floor(T_peak) + 1))
+    return _first_true(lambda T: total(T) <= best, start, T_best)
+
+
+# ----------------------------------------------------------------------------------------
+# 1. terms of the bound
+# ----------------------------------------------------------------------------------------
+def optimization_term(T: ArrayLike, kappa: float) -> float | np.ndarray:
+    """Optimization term ``κ^(T/2)`` of the Theorem (Theorem 1, eq. (e_beta(T) bound thm2)).
+
+    Up to constants, c = 1.
+
+    Parameters
+    ----------
+    T : int or array_like
+        Number(s) of iterations, each ``>= 1``.
+    kappa : float
+        Contraction rate κ(τ) in (0, 1) (see :func:`contraction_rates`).
+
+    Returns
+    -------
+    float or numpy.ndarray
+        ``κ^(T/2)``, a float for scalar ``T`` and an array of the shape of ``T`` otherwise.
+    """
+    T_arr, scalar = _check_T_array(T)
+    kappa = _check_kappa(kappa)
+    return _out(np.power(kappa, T_arr / 2.0), scalar)
+
+
+def privacy_term(
+    n: float, p: float, q: float, T: ArrayLike, rho1: float, rho2: float, tau: float = DEFAULT_TAU
+) -> float | np.ndarray:
+    """Privacy term ``√p (√q+√τ)³ √T / (n √min(ρ1, ρ2))`` (Theorem 1, eq. (e_beta(T) bound thm2)).
+
+    Up to constants, c = 1. It is 0 when both budgets are infinite (no noise).
+
+    Parameters
+    ----------
+    n : float
+        Sample size, ``>= 1``.
+    p, q : float
+        Number of regressors and of instruments (``1 <= p <= q``).
+    T : int or array_like
+        Number(s) of iterations, each ``>= 1``.
+    rho1, rho2 : float
+        zCDP budgets of the first and second stage (``> 0``; ``math.inf`` allowed).
+    tau : float, default 5
+        Confidence parameter τ > 0.
+
+    Returns
+    -------
+    float or numpy.ndarray
+        The privacy term, a float for scalar ``T`` and an array otherwise.
+    """
+    n = _check_n(n)
+    p, q = _check_dims(p, q)
+    T_arr, scalar = _check_T_array(T)
+    rho_min = min(_check_rho(rho1, "rho1"), _check_rho(rho2, "rho2"))
+    tau = _check_tau(tau)
+    return _out(_privacy_coef(n, p, q, rho_min, tau) * np.sqrt(T_arr), scalar)
+
+
+def statistical_term(n: float, p: float, q: float, tau: float = DEFAULT_TAU) -> float:
+    """Statistical term ``√(pq) (τ + log(pq)) / √n`` (Theorem 1, eq. (e_beta(T) bound thm2)).
+
+    Up to constants, c = 1. This is also the whole bound of the non-private algorithm once
+    the optimization term has decayed (Corollary 1, eq. (e_beta(T) bound ordinary)).
+
+    Parameters
+    ----------
+    n : float
+        Sample size, ``>= 1``.
+    p, q : float
+        Number of regressors and of instruments (``1 <= p <= q``).
+    tau : float, default 5
+        Confidence parameter τ > 0.
+
+    Returns
+    -------
+    float
+        The statistical term.
+    """
+    n = _check_n(n)
+    p, q = _check_dims(p, q)
+    return _statistical(n, p, q, _check_tau(tau))
+
+
+# ----------------------------------------------------------------------------------------
+# 2. validity conditions
+# ----------------------------------------------------------------------------------------
+def t_condition_limit(n: float, p: float, q: float, rho1: float, tau: float = DEFAULT_TAU) -> float:
+    """Largest T allowed by the T condition, ``ρ1 n² / (p (√q+√τ)⁶)`` (Theorem 1, eq. (T condition thm 1)).
+
+    The condition ``T ≲ ρ1 n^(2−ε) / (p (√q+√τ)⁶)`` is evaluated with ε → 0 and the
+    constant set to 1 (up to constants, c = 1).
+
+    Parameters
+    ----------
+    n : float
+        Sample size, ``>= 1``.
+    p, q : float
+        Number of regressors and of instruments (``1 <= p <= q``).
+    rho1 : float
+        zCDP budget of the first stage; ``math.inf`` removes the condition.
+    tau : float, default 5
+        Confidence parameter τ > 0.
+
+    Returns
+    -------
+    float
+        The limit; ``math.inf`` when ``rho1`` is infinite.
+    """
+    n = _check_n(n)
+    p, q = _check_dims(p, q)
+    rho1 = _check_rho(rho1, "rho1")
+    tau = _check_tau(tau)
+    if math.isinf(rho1):
+        return math.inf
+    return rho1 * n**2 / (p * _c(q, tau) ** 6)
+
+
+def n_condition_minimum(p: float, q: float, rho1: float, rho2: float, tau: float = DEFAULT_TAU) -> float:
+    """Smallest n allowed by the n condition (Theorem 1, eq. (n condition)), with c1 = 1.
+
+    ``max{pq (τ + log pq)², (√q+√τ)³ / √min(ρ1, ρ2)}``; the second entry is 0 when both
+    budgets are infinite.
+
+    Parameters
+    ----------
+    p, q : float
+        Number of regressors and of instruments (``1 <= p <= q``).
+    rho1, rho2 : float
+        zCDP budgets of the two stages (``> 0``; ``math.inf`` allowed).
+    tau : float, default 5
+        Confidence parameter τ > 0.
+
+    Returns
+    -------
+    float
+        The minimum sample size (up to constants, c = 1).
+    """
+    p, q = _check_dims(p, q)
+    rho_min = min(_check_rho(rho1, "rho1"), _check_rho(rho2, "rho2"))
+    tau = _check_tau(tau)
+    statistical_part = p * q * _log_factor(p, q, tau) ** 2
+    privacy_part = 0.0 if math.isinf(rho_min) else _c(q, tau) ** 3 / math.sqrt(rho_min)
+    return max(statistical_part, privacy_part)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A validity condition of the Theorem evaluated at given parameters.
+
+    Attributes
+    ----------
+    name : str
+        ``"T condition"`` or ``"n condition"``.
+    value : float
+        The value being checked (T or n).
+    limit : float
+        The limit it is checked against (upper limit for T, lower limit for n).
+    holds : bool
+        Whether the condition holds.
+    factor : float
+        How far the value is from holding: ``T/limit`` for the T condition and
+        ``limit/n`` for the n condition, so the condition holds when ``factor <= 1``
+        (up to a relative rounding slack of 1e-12) and a violated condition is off by
+        ``factor``.
+    """
+
+    name: str
+    value: float
+    limit: float
+    holds: bool
+    factor: float
+
+    def describe(self) -> str:
+        """Return ``"holds"`` or ``"violated by a factor 3.2"``."""
+        return "holds" if self.holds else f"violated by a factor {self.factor:.3g}"
+
+
+def t_condition(T: float, n: float, p: float, q: float, rho1: float, tau: float = DEFAULT_TAU) -> Condition:
+    """The T condition ``T ≤ ρ1 n² / (p (√q+√τ)⁶)`` at ``T`` (Theorem 1, eq. (T condition thm 1)), c = 1."""
+    T = _check_scalar_T(T)
+    limit = t_condition_limit(n, p, q, rho1, tau)
+    factor = 0.0 if math.isinf(limit) else T / limit
+    return Condition("T condition", T, limit, _at_most(T, limit), factor)
+
+
+def n_condition(n: float, p: float, q: float, rho1: float, rho2: float, tau: float = DEFAULT_TAU) -> Condition:
+    """The n condition ``n ≥ max{pq(τ+log pq)², (√q+√τ)³/√min(ρ1, ρ2)}`` at ``n``.
+
+    Theorem 1, eq. (n condition), with c1 = 1.
+    """
+    n = _check_n(n)
+    limit = n_condition_minimum(p, q, rho1, rho2, tau)
+    factor = limit / n
+    return Condition("n condition", n, limit, _at_most(limit, n), factor)
+
+
+# ----------------------------------------------------------------------------------------
+# 3. regimes
+# ----------------------------------------------------------------------------------------
+class RegimeBoundaries(NamedTuple):
+    """Boundaries in T of the regimes of the remark after the Theorem (all up to constants, c = 1).
+
+    Attributes
+    ----------
+    end_optimization : float
+        ``log(n / (pq(τ+log pq)²)) / log(1/κ)``, where the optimization term falls to the
+        statistical term (0 when the log is negative: the statistical term dominates from T = 1).
+    start_privacy : float
+        ``n min(ρ1, ρ2) q (τ+log pq)² / (√q+√τ)⁶``, where the privacy term rises to the
+        statistical term (``inf`` when both budgets are infinite).
+    t_limit : float
+        The T condition limit (:func:`t_condition_limit`).
+    """
+
+    end_optimization: float
+    start_privacy: float
+    t_limit: float
+
+
+def regime_boundaries(
+    n: float, p: float, q: float, rho1: float, rho2: float, tau: float = DEFAULT_TAU, kappa: float = 0.5
+) -> RegimeBoundaries:
+    """Boundaries of the T regimes (remark after Theorem 1 on the dominating terms), c = 1.
+
+    Parameters
+    ----------
+    n : float
+        Sample size, ``>= 1``.
+    p, q : float
+        Number of regressors and of instruments (``1 <= p <= q``).
+    rho1, rho2 : float
+        zCDP budgets of the two stages (``> 0``; ``math.inf`` allowed).
+    tau : float, default 5
+        Confidence parameter τ > 0.
+    kappa : float, default 0.5
+        Contraction rate in (0, 1).
+
+    Returns
+    -------
+    RegimeBoundaries
+        ``(end_optimization, start_privacy, t_limit)``, a named tuple.
+    """
+    n = _check_n(n)
+    p, q = _check_dims(p, q)
+    rho1 = _check_rho(rho1, "rho1")
+    rho_min = min(rho1, _check_rho(rho2, "rho2"))
+    tau = _check_tau(tau)
+    kappa = _check_kappa(kappa)
+    log_factor_sq = _log_factor(p, q, tau) ** 2
+    ratio = n / (p * q * log_factor_sq)
+    end_optimization = math.log(ratio) / -math.log(kappa) if ratio > 1.0 else 0.0
+    start_privacy = math.inf if math.isinf(rho_min) else n * rho_min * q * log_factor_sq / _c(q, tau) ** 6
+    return RegimeBoundaries(end_optimization, start_privacy, t_condition_limit(n, p, q, rho1, tau))
+
+
+def _classify(T: float, bounds: RegimeBoundaries) -> str:
+    if not _at_most(T, bounds.t_limit):
+        return REGIME_BEYOND
+    if _at_most(T, bounds.end_optimization):
+        return REGIME_OPTIMIZATION
+    if _at_most(T, bounds.start_privacy):
+        return REGIME_PLATEAU
+    return REGIME_PRIVACY
+
+
+def regime(
+    T: ArrayLike,
+    n: float,
+    p: float,
+    q: float,
+    rho1: float,
+    rho2: float,
+    tau: float = DEFAULT_TAU,
+    kappa: float = 0.5,
+) -> str | np.ndarray:
+    """Regime of the bound at ``T`` (remark after Theorem 1 on the dominating terms), c = 1.
+
+    The remark's case order is applied literally: beyond the T condition limit first, then
+    ``T <= end_optimization`` → "optimization-dominated", ``T <= start_privacy`` →
+    "statistical plateau", otherwise "privacy-dominated". When ``start_privacy <
+    end_optimization`` the plateau is empty. With both budgets infinite the privacy regime
+    never starts; with ``rho1`` infinite the T condition never binds.
+
+    Parameters
+    ----------
+    T : int or array_like
+        Number(s) of iterations, each ``>= 1``.
+    n, p, q, rho1, rho2, tau, kappa
+        As in :func:`regime_boundaries`.
+
+    Returns
+    -------
+    str or numpy.ndarray
+        One of :data:`REGIMES` for scalar ``T``; an object array of labels otherwise.
+    """
+    T_arr, scalar = _check_T_array(T)
+    bounds = regime_boundaries(n, p, q, rho1, rho2, tau, kappa)
+    if scalar:
+        return _classify(float(T_arr), bounds)
+    labels = np.empty(T_arr.shape, dtype=object)
+    for index, value in np.ndenumerate(T_arr):
+        labels[index] = _classify(float(value), bounds)
+    return labels
+
+
+# ----------------------------------------------------------------------------------------
+# 4. contraction rate and step sizes (definitions chosen here, see the module docstring)
+# ----------------------------------------------------------------------------------------
+def _check_delta(delta: float) -> float:
+    delta = _real(delta, "delta")
+    if not (math.isfinite(delta) and delta >= 0):
+        raise ValueError(f"delta must be a finite number >= 0, got {delta!r}.")
+    return delta
+
+
+def _check_gammas(gamma_bar: float, gamma_under: float) -> tuple[float, float]:
+    gamma_bar = _real(gamma_bar, "gamma_bar")
+    gamma_under = _real(gamma_under, "gamma_under")
+    if not (math.isfinite(gamma_bar) and gamma_bar > 0):
+        raise ValueError(f"gamma_bar must be a finite number > 0, got {gamma_bar!r}.")
+    if not (0 <= gamma_under <= gamma_bar):
+        raise ValueError(f"gamma_under must lie in [0, gamma_bar = {gamma_bar:g}], got {gamma_under!r}.")
+    return gamma_bar, gamma_under
+
+
+def delta_tau(n: float, q: float, tau: float = DEFAULT_TAU) -> float:
+    """δ(τ) = (√q + √τ)/√n: deviation bound of the singular values of Z/√n from 1.
+
+    Definition chosen by this module (the paper's eq. (definitions of parameters) is in an
+    unavailable appendix): Vershynin (2018), Theorem 4.6.1 for isotropic sub-Gaussian rows,
+    with its constant set to 1 and ``t = √τ``, so that with probability ``≥ 1 − 2e^(−τ)`` the
+    eigenvalues of ``ZᵀZ/n`` lie in ``[(1−δ)², (1+δ)²]``. It enters the step-size condition
+    ``η < 2/(1+δ(τ))²`` of Theorem 1, eq. (learning rates condition).
+
+    Parameters
+    ----------
+    n : float
+        Sample size, ``>= 1``.
+    q : float
+        Number of instruments, ``>= 1``.
+    tau : float, default 5
+        Confidence parameter τ > 0.
+
+    Returns
+    -------
+    float
+        δ(τ) ≥ 0 (may exceed 1 for small n, then no contraction is guaranteed).
+    """
+    n = _check_n(n)
+    q = _real(q, "q")
+    if not (math.isfinite(q) and q >= 1):
+        raise ValueError(f"q (number of instruments) must be a finite number >= 1, got {q!r}.")
+    return _c(q, _check_tau(tau)) / math.sqrt(n)
+
+
+def eigenvalue_bounds(theta: ArrayLike, delta: float) -> tuple[float, float]:
+    """(γ̄, γ̲) = ((1+δ)² σ_max(Θ)², max(1−δ, 0)² σ_min(Θ)²).
+
+    Definition chosen by this module for the γ̄(τ), γ̲(τ) of Theorem 1 (eq. (learning rates
+    condition)): bounds on the eigenvalues of ``Θᵀ(ZᵀZ/n)Θ`` when the eigenvalues of
+    ``ZᵀZ/n`` lie in ``[(1−δ)², (1+δ)²]`` (see :func:`delta_tau`). Computing them from a
+    released Θ is post-processing.
+
+    Parameters
+    ----------
+    theta : array_like, shape (q, p)
+        First-stage coefficient matrix with ``q >= p``.
+    delta : float
+        δ(τ) >= 0.
+
+    Returns
+    -------
+    tuple of float
+        ``(gamma_bar, gamma_under)``.
+    """
+    theta_arr = np.asarray(theta, dtype=float)
+    if theta_arr.ndim == 1:
+        theta_arr = theta_arr[:, None]
+    if theta_arr.ndim != 2 or theta_arr.size == 0:
+        raise ValueError(f"theta must be a non-empty q x p matrix, got shape {theta_arr.shape}.")
+    if theta_arr.shape[0] < theta_arr.shape[1]:
+        raise ValueError(f"theta must be q x p with q >= p, got shape {theta_arr.shape}.")
+    if not np.all(np.isfinite(theta_arr)):
+        raise ValueError("theta must contain only finite values.")
+    delta = _check_delta(delta)
+    singular_values = np.linalg.svd(theta_arr, compute_uv=False)
+    sigma_max, sigma_min = float(singular_values[0]), float(singular_values[-1])
+    return (1.0 + delta) ** 2 * sigma_max**2, max(1.0 - delta, 0.0) ** 2 * sigma_min**2
+
+
+class ContractionRates(NamedTuple):
+    """Contraction rates at the (approximately) optimal step sizes; all in [0, 1]."""
+
+    kappa_beta: float
+    kappa_theta: float
+    kappa: float
+
+
+def contraction_rates(delta: float, gamma_bar: float, gamma_under: float) -> ContractionRates:
+    """κ_β = γ̄/(γ̄+γ̲), κ_Θ = (L−μ)/(L+μ) with L = (1+δ)², μ = max(1−δ, 0)², κ = max.
+
+    The remark on optimal step sizes after Theorem 1 (eq. (optimum step sizes)), with the
+    definitions of δ, γ̄, γ̲ chosen by this module (see the module docstring). Results are
+    clamped to [0, 1]. ``δ = 0`` gives ``κ_Θ = 0``; ``δ >= 1`` gives ``κ_Θ = 1``: no
+    contraction is guaranteed, and the bound's optimization term does not decay. Note that
+    ``κ_β >= 1/2`` always.
+
+    Parameters
+    ----------
+    delta : float
+        δ(τ) >= 0 (:func:`delta_tau`).
+    gamma_bar, gamma_under : float
+        Eigenvalue bounds with ``0 <= gamma_under <= gamma_bar`` and ``gamma_bar > 0``
+        (:func:`eigenvalue_bounds`).
+
+    Returns
+    -------
+    ContractionRates
+        ``(kappa_beta, kappa_theta, kappa)``.
+    """
+    delta = _check_delta(delta)
+    gamma_bar, gamma_under = _check_gammas(gamma_bar, gamma_under)
+    upper, lower = (1.0 + delta) ** 2, max(1.0 - delta, 0.0) ** 2
+    kappa_theta = min(max((upper - lower) / (upper + lower), 0.0), 1.0)
+    kappa_beta = min(max(gamma_bar / (gamma_bar + gamma_under), 0.0), 1.0)
+    return ContractionRates(kappa_beta, kappa_theta, max(kappa_beta, kappa_theta))
+
+
+class StepSizes(NamedTuple):
+    """Step sizes η (first stage) and α (second stage)."""
+
+    eta: float
+    alpha: float
+
+
+def paper_step_sizes(delta: float, gamma_bar: float, gamma_under: float) -> StepSizes:
+    """η = 1/(1+δ)², α = 2/(2γ̄+γ̲): the rule of the paper's experiments (Section 5).
+
+    Both lie inside the step-size condition of Theorem 1, eq. (learning rates condition),
+    ``η < 2/(1+δ)²`` and ``α < 4/(2γ̄+γ̲)``, by a factor 2.
+
+    Parameters
+    ----------
+    delta : float
+        δ(τ) >= 0.
+    gamma_bar, gamma_under : float
+        Eigenvalue bounds (``0 <= gamma_under <= gamma_bar``, ``gamma_bar > 0``).
+
+    Returns
+    -------
+    StepSizes
+        ``(eta, alpha)``.
+    """
+    delta = _check_delta(delta)
+    gamma_bar, gamma_under = _check_gammas(gamma_bar, gamma_under)
+    return StepSizes(1.0 / (1.0 + delta) ** 2, 2.0 / (2.0 * gamma_bar + gamma_under))
+
+
+def optimal_step_sizes(delta: float, gamma_bar: float, gamma_under: float) -> StepSizes:
+    """η* = 2/((1+δ)² + (1−δ)²), α* = 2/(γ̄+γ̲) (Theorem 1 remark, eq. (optimum step sizes)).
+
+    The paper's formula is used as written (``(1−δ)²`` unclamped), which keeps η* below
+    the stability limit ``2/(1+δ)²`` for every δ ≠ 1. The corresponding rates are given by
+    :func:`contraction_rates`.
+
+    Parameters
+    ----------
+    delta : float
+        δ(τ) >= 0.
+    gamma_bar, gamma_under : float
+        Eigenvalue bounds (``0 <= gamma_under <= gamma_bar``, ``gamma_bar > 0``).
+
+    Returns
+    -------
+    StepSizes
+        ``(eta, alpha)``.
+    """
+    delta = _check_delta(delta)
+    gamma_bar, gamma_under = _check_gammas(gamma_bar, gamma_under)
+    return StepSizes(2.0 / ((1.0 + delta) ** 2 + (1.0 - delta) ** 2), 2.0 / (gamma_bar + gamma_under))
+
+
+# ----------------------------------------------------------------------------------------
+# 5. the bound at one T
+# ----------------------------------------------------------------------------------------
+def _fmt(value: float) -> str:
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.4g}"
+
+
+@dataclass(frozen=True)
+class ErrorBound:
+    """The Theorem's bound on ‖β⁽ᵀ⁾ − β̂‖ at one parameter setting (up to constants, c = 1).
+
+    Built by :func:`error_bound`. ``total`` is the sum of the three terms (Theorem 1,
+    eq. (e_beta(T) bound thm2)); ``dominant`` names the largest term; ``regime`` is the
+    remark's classification (:func:`regime`).
+    """
+
+    n: float
+    p: float
+    q: float
+    T: float
+    rho1: float
+    rho2: float
+    optimization: float
+    privacy: float
+    statistical: float
+    total: float
+    dominant: str
+    regime: str
+    t_condition: Condition
+    n_condition: Condition
+    kappa: float
+    tau: float
+
+    @property
+    def valid(self) -> bool:
+        """Whether both conditions of the Theorem hold (with constants 1)."""
+        return self.t_condition.holds and self.n_condition.holds
+
+    def to_frame(self) -> pd.DataFrame:
+        """The bound as a DataFrame indexed by term/condition name, columns ``value`` and ``note``."""
+        t_cond, n_cond = self.t_condition, self.n_condition
+        records = {
+            "optimization": (self.optimization, "κ^(T/2)"),
+            "privacy": (self.privacy, "√p(√q+√τ)³√T / (n√min(ρ1,ρ2))"),
+            "statistical": (self.statistical, "√(pq)(τ+log pq) / √n"),
+            "total": (self.total, f"dominated by the {self.dominant} term; regime: {self.regime}"),
+            "T condition": (t_cond.value, f"T ≤ {_fmt(t_cond.limit)}: {t_cond.describe()}"),
+            "n condition": (n_cond.value, f"n ≥ {_fmt(n_cond.limit)}: {n_cond.describe()}"),
+            "kappa": (self.kappa, "contraction rate κ(τ)"),
+            "tau": (self.tau, "confidence: probability ≥ 1 − c₂e^(−τ)"),
+        }
+        frame = pd.DataFrame.from_dict(records, orient="index", columns=["value", "note"])
+        frame.index.name = "quantity"
+        return frame
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(label, formatted value) pairs for a two-column summary table."""
+        t_cond, n_cond = self.t_condition, self.n_condition
+        t_relation = "≤" if t_cond.holds else ">"
+        n_relation = "≥" if n_cond.holds else "<"
+        return [
+            ("Optimization term κ^(T/2)", _fmt(self.optimization)),
+            ("Privacy term", _fmt(self.privacy)),
+            ("Statistical term", _fmt(self.statistical)),
+            ("Sum", _fmt(self.total)),
+            ("Dominating term", self.dominant),
+            ("Regime", self.regime),
+            (
+                "T condition (T ≲ ρ1 n²/(p(√q+√τ)⁶))",
+                f"{t_cond.describe()} (T = {self.T:g} {t_relation} {_fmt(t_cond.limit)})",
+            ),
+            ("n condition", f"{n_cond.describe()} (n = {self.n:g} {n_relation} {_fmt(n_cond.limit)})"),
+            ("κ (contraction rate)", _fmt(self.kappa)),
+            ("τ (confidence)", _fmt(self.tau)),
+        ]
+
+
+def error_bound(
+    n: float,
+    p: float,
+    q: float,
+    T: float,
+    rho1: float,
+    rho2: float,
+    *,
+    tau: float = DEFAULT_TAU,
+    kappa: float,
+) -> ErrorBound:
+    """Evaluate the Theorem's bound, its regime and its conditions at one T.
+
+    Theorem 1, eq. (e_beta(T) bound thm2), with the conditions eq. (T condition thm 1) and
+    eq. (n condition); up to constants, c = 1.
+
+    Parameters
+    ----------
+    n : float
+        Sample size, ``>= 1``.
+    p, q : float
+        Number of regressors and of instruments (``1 <= p <= q``).
+    T : float
+        Number of iterations, ``>= 1``.
+    rho1, rho2 : float
+        zCDP budgets of the two stages (``> 0``; ``math.inf`` allowed).
+    tau : float, default 5
+        Confidence parameter τ > 0.
+    kappa : float
+        Contraction rate in (0, 1).
+
+    Returns
+    -------
+    ErrorBound
+    """
+    n = _check_n(n)
+    p, q = _check_dims(p, q)
+    T = _check_scalar_T(T)
+    rho1, rho2 = _check_rho(rho1, "rho1"), _check_rho(rho2, "rho2")
+    tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    a = _privacy_coef(n, p, q, min(rho1, rho2), tau)
+    opt, priv, stat, total = (float(x[0]) for x in _terms(np.array([T]), kappa, a, _statistical(n, p, q, tau)))
+    values = (opt, priv, stat)
+    return ErrorBound(
+        n=n,
+        p=p,
+        q=q,
+        T=T,
+        rho1=rho1,
+        rho2=rho2,
+        optimization=opt,
+        privacy=priv,
+        statistical=stat,
+        total=total,
+        dominant=TERM_NAMES[values.index(max(values))],
+        regime=regime(T, n, p, q, rho1, rho2, tau, kappa),
+        t_condition=t_condition(T, n, p, q, rho1, tau),
+        n_condition=n_condition(n, p, q, rho1, rho2, tau),
+        kappa=kappa,
+        tau=tau,
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# 6. planning: recommended T, plan(), smallest n and ρ
+# ----------------------------------------------------------------------------------------
+def _coefficients(
+    n: float, p: float, q: float, rho1: float, rho2: float, tau: float
+) -> tuple[float, float]:
+    """(privacy coefficient a, statistical term s) of total(T) = κ^(T/2) + a√T + s (validated inputs)."""
+    return _privacy_coef(n, p, q, min(rho1, rho2), tau), _statistical(n, p, q, tau)
+
+
+def recommended_T(
+    n: float, p: float, q: float, rho1: float, rho2: float, *, tau: float = DEFAULT_TAU, kappa: float = 0.5
+) -> int:
+    """The integer T >= 1 minimising the bound of Theorem 1, eq. (e_beta(T) bound thm2), c = 1.
+
+    Computed without a table (works for any n): the minimiser solves
+    ``log(1/κ) √T κ^(T/2) = √p(√q+√τ)³/(n√min(ρ1,ρ2))`` (bisection), then the integers
+    around it and T = 1 are compared; ties in floating point go to the smallest T. With both
+    budgets infinite the bound decreases for ever (Corollary 1) and the first T at which it
+    equals the statistical term in floating point is returned. The T condition is *not*
+    imposed; check it with :func:`t_condition`.
+
+    Asymptotically ``T* = (2 log n + log log n + O(1)) / log(1/κ)``: sub-linear and
+    Θ(log n) (see "How the recommended T grows with n" in the module docstring).
+
+    Parameters
+    ----------
+    n, p, q, rho1, rho2, tau, kappa
+        As in :func:`error_bound`.
+
+    Returns
+    -------
+    int
+    """
+    n = _check_n(n)
+    p, q = _check_dims(p, q)
+    rho1, rho2 = _check_rho(rho1, "rho1"), _check_rho(rho2, "rho2")
+    tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    return _argmin_T(kappa, *_coefficients(n, p, q, rho1, rho2, tau))
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """The bound of Theorem 1 as a function of T, with the recommended number of iterations.
+
+    Built by :func:`plan`; all numbers are up to constants (c = 1).
+
+    Attributes
+    ----------
+    n, p, q, rho1, rho2, tau, kappa : float
+        The inputs.
+    table : pandas.DataFrame
+        Indexed by ``T = 1 … T_max`` (index name ``"T"``), columns ``optimization``,
+        ``privacy``, ``statistical`` and ``total``.
+    recommended_T : int
+        The T minimising the total (ties → smallest T); equal to the table's argmin when it
+        lies in the table.
+    t_condition_limit : float
+        Largest T allowed by the T condition (``inf`` when ``rho1`` is infinite).
+    regime_boundaries : RegimeBoundaries
+        Boundaries of the regimes.
+    bound : ErrorBound
+        The bound at ``recommended_T``.
+    """
+
+    n: float
+    p: float
+    q: float
+    rho1: float
+    rho2: float
+    tau: float
+    kappa: float
+    table: pd.DataFrame
+    recommended_T: int
+    t_condition_limit: float
+    regime_boundaries: RegimeBoundaries
+    bound: ErrorBound
+
+    @property
+    def T_max(self) -> int:
+        """Largest T in the table."""
+        return int(self.table.index[-1])
+
+    def summary(self) -> str:
+        """A few lines of text describing the plan."""
+        b, rb = self.bound, self.regime_boundaries
+        lines = [
+            "DP-2S-GD error-bound plan (Theorem 1, up to constants, c = 1)",
+            f"  n = {self.n:g}, p = {self.p:g}, q = {self.q:g}, rho1 = {self.rho1:g}, rho2 = {self.rho2:g}, "
+            f"tau = {self.tau:g}, kappa = {self.kappa:g}",
+            f"  recommended T     : {self.recommended_T}  (bound {_fmt(b.total)} = optimization "
+            f"{_fmt(b.optimization)} + privacy {_fmt(b.privacy)} + statistical {_fmt(b.statistical)})",
+            f"  regime at that T  : {b.regime}",
+            f"  regime boundaries : optimization-dominated up to T ≈ {_fmt(rb.end_optimization)}, "
+            f"privacy-dominated from T ≈ {_fmt(rb.start_privacy)}, T condition up to T ≈ {_fmt(rb.t_limit)}",
+            f"  T condition       : {b.t_condition.describe()} at the recommended T",
+            f"  n condition       : {b.n_condition.describe()} (n ≥ {_fmt(b.n_condition.limit)})",
+            f"  table             : T = 1 … {self.T_max}",
+        ]
+        if self.recommended_T > self.T_max:
+            lines.append("  note              : the recommended T lies beyond the table's T_max")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def plot(self, ax=None):
+        """Plot the three terms and their sum against T on log axes (the paper's Figure 1 sketch).
+
+        The recommended T is marked; the T condition limit (when inside the table) is drawn
+        as a dashed vertical line with the region beyond it shaded. Tables longer than a few
+        thousand rows are subsampled on a logarithmic grid.
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes, optional
+            Axes to draw on; a new figure is created when omitted.
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+        """
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as exc:  # pragma: no cover - exercised with matplotlib hidden
+            raise ImportError(
+                "Plan.plot needs matplotlib, which is not installed; install it with "
+                "`pip install dpivreg[plot]` (or `pip install matplotlib`)."
+            ) from exc
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6.4, 4.2))
+        table = self.table
+        if len(table) > 4000:
+            rows = np.unique(np.geomspace(1, len(table), 2000).astype(int)) - 1
+            table = table.iloc[rows]
+        T = table.index.to_numpy(dtype=float)
+        ax.plot(T, table["optimization"], label=r"optimization $\kappa^{T/2}$", color="tab:blue")
+        if np.any(table["privacy"].to_numpy() > 0):
+            ax.plot(T, table["privacy"], label=r"privacy $\propto \sqrt{T}/(n\sqrt{\rho})$", color="tab:orange")
+        ax.plot(T, table["statistical"], label=r"statistical $\propto 1/\sqrt{n}$", color="tab:green")
+        ax.plot(T, table["total"], label="total", color="black", linewidth=2)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        T_rec = self.recommended_T
+        if T_rec <= self.T_max:
+            ax.axvline(T_rec, color="gray", linestyle=":")
+            ax.plot([T_rec], [self.bound.total], "o", color="black", label=f"recommended T = {T_rec}")
+        if self.t_condition_limit <= self.T_max:
+            ax.axvline(self.t_condition_limit, color="tab:red", linestyle="--", label="T condition limit")
+            ax.axvspan(self.t_condition_limit, self.T_max, color="tab:red", alpha=0.08)
+        positive = table[["privacy", "statistical"]].to_numpy()
+        floor = positive[positive > 0].min() if np.any(positive > 0) else self.bound.statistical
+        ax.set_ylim(bottom=floor / 10.0, top=float(table["total"].max()) * 2.0)
+        ax.set_xlim(1, self.T_max)
+        ax.set_xlabel("T (iterations)")
+        ax.set_ylabel(r"bound on $\|\beta^{(T)} - \hat\beta\|$ (c = 1)")
+        ax.set_title(
+            f"n = {self.n:g}, p = {self.p:g}, q = {self.q:g}, "
+            f"ρ1 = {self.rho1:g}, ρ2 = {self.rho2:g}, κ = {self.kappa:g}"
+        )
+        ax.legend(fontsize="small")
+        return ax
+
+
+def _default_T_max(T_rec: int, t_limit: float) -> int:
+    """max(100, 4·recommended T, ⌈2·T limit⌉ when finite), capped at :data:`T_MAX_CAP`."""
+    candidates = [100, 4 * T_rec]
+    if math.isfinite(t_limit):
+        candidates.append(math.ceil(2.0 * t_limit))
+    return int(min(T_MAX_CAP, max(candidates)))
+
+
+def plan(
+    n: float,
+    p: float,
+    q: float,
+    rho1: float,
+    rho2: float,
+    *,
+    tau: float = DEFAULT_TAU,
+    kappa: float = 0.5,
+    T_max: int | None = None,
+) -> Plan:
+    """Tabulate the bound of Theorem 1 (eq. (e_beta(T) bound thm2)) over T and recommend a T.
+
+    Up to constants, c = 1.
+
+    Parameters
+    ----------
+    n : float
+        Sample size, ``>= 1``.
+    p, q : float
+        Number of regressors and of instruments (``1 <= p <= q``).
+    rho1, rho2 : float
+        zCDP budgets of the two stages (``> 0``; ``math.inf`` allowed).
+    tau : float, default 5
+        Confidence parameter τ > 0.
+    kappa : float, default 0.5
+        Contraction rate in (0, 1). Under this module's definitions κ ≥ 1/2, so 0.5 is the
+        most optimistic value.
+    T_max : int, optional
+        Largest T of the table. Default: ``max(100, 4·recommended T, ⌈2·T condition limit⌉)``
+        (the last entry only when the limit is finite), capped at ``10**6`` — enough to pass
+        both the minimum of the total and the T condition limit when the cap allows.
+
+    Returns
+    -------
+    Plan
+    """
+    n = _check_n(n)
+    p, q = _check_dims(p, q)
+    rho1, rho2 = _check_rho(rho1, "rho1"), _check_rho(rho2, "rho2")
+    tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    a, s = _coefficients(n, p, q, rho1, rho2, tau)
+    T_rec = _argmin_T(kappa, a, s)
+    bounds = regime_boundaries(n, p, q, rho1, rho2, tau, kappa)
+    if T_max is None:
+        T_max = _default_T_max(T_rec, bounds.t_limit)
+    else:
+        T_max_value = _real(T_max, "T_max")
+        if not (math.isfinite(T_max_value) and T_max_value >= 1 and T_max_value == int(T_max_value)):
+            raise ValueError(f"T_max must be an integer >= 1, got {T_max!r}.")
+        T_max = int(T_max_value)
+    T_grid = np.arange(1, T_max + 1, dtype=float)
+    opt, priv, stat, total = _terms(T_grid, kappa, a, s)
+    table = pd.DataFrame(
+        {"optimization": opt, "privacy": priv, "statistical": stat, "total": total},
+        index=pd.RangeIndex(1, T_max + 1, name="T"),
+    )
+    if T_rec <= T_max:
+        # the table's own argmin (first occurrence = smallest T) guards against last-ulp
+        # differences between scalar and vectorised evaluation
+        T_rec = int(np.argmin(total)) + 1
+    return Plan(
+        n=n,
+        p=p,
+        q=q,
+        rho1=rho1,
+        rho2=rho2,
+        tau=tau,
+        kappa=kappa,
+        table=table,
+        recommended_T=T_rec,
+        t_condition_limit=bounds.t_limit,
+        regime_boundaries=bounds,
+        bound=error_bound(n, p, q, T_rec, rho1, rho2, tau=tau, kappa=kappa),
+    )
+
+
+def _bound_at(
+    n: float, p: float, q: float, rho1: float, rho2: float, T: float | None, tau: float, kappa: float
+) -> float:
+    """Total bound at fixed T, or at the recommended T when T is None (validated inputs)."""
+    a, s = _coefficients(n, p, q, rho1, rho2, tau)
+    if T is None:
+        T = _argmin_T(kappa, a, s)
+    return _total_at(T, kappa, a, s)
+
+
+def smallest_n(
+    target: float,
+    p: float,
+    q: float,
+    rho1: float,
+    rho2: float,
+    *,
+    T: int | None = None,
+    tau: float = DEFAULT_TAU,
+    kappa: float = 0.5,
+) -> int:
+    """Smallest integer n whose bound (Theorem 1, eq. (e_beta(T) bound thm2), c = 1) is ≤ ``target``.
+
+    The bound is evaluated at the given ``T`` or, when ``T`` is None, at the recommended T
+    of each n (:func:`recommended_T`). It decreases in n, so the answer is found by
+    doubling and integer bisection. The returned n is not forced to satisfy the n or T
+    conditions; check them with :func:`error_bound`.
+
+    Parameters
+    ----------
+    target : float
+        Error level > 0.
+    p, q, rho1, rho2, tau, kappa
+        As in :func:`error_bound`.
+    T : int, optional
+        Fixed number of iterations (``>= 1``); None uses the recommended T of each n.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        When no n reaches ``target``: at fixed T the bound never falls below the
+        optimization term ``κ^(T/2)``.
+    """
+    target = _check_target(target)
+    p, q = _check_dims(p, q)
+    rho1, rho2 = _check_rho(rho1, "rho1"), _check_rho(rho2, "rho2")
+    tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    if T is not None:
+        T = _check_scalar_T(T)
+        floor = float(np.power(kappa, T / 2.0))
+        if target <= floor:
+            raise ValueError(
+                f"target = {target:g} is unreachable at T = {T:g}: the bound never falls below the "
+                f"optimization term κ^(T/2) = {floor:.4g}, whatever n. Increase T or the target."
+            )
+    reaches = lambda n: _bound_at(float(n), p, q, rho1, rho2, T, tau, kappa) <= target  # noqa: E731
+    hi = 1
+    while not reaches(hi):
+        if hi >= _N_SEARCH_CAP:
+            raise ValueError(f"target = {target:g} is not reached by any n up to {_N_SEARCH_CAP:.3g}.")
+        hi *= 2
+    return _first_true(reaches, max(1, hi // 2), hi)
+
+
+def smallest_rho(
+    target: float,
+    n: float,
+    p: float,
+    q: float,
+    *,
+    T: int | None = None,
+    split: float = 0.5,
+    tau: float = DEFAULT_TAU,
+    kappa: float = 0.5,
+) -> float:
+    """Smallest total budget ρ = ρ1 + ρ2 whose bound (Theorem 1, c = 1) is ≤ ``target``.
+
+    The budget is split as ``ρ1 = split·ρ``, ``ρ2 = (1 − split)·ρ``. The bound (eq.
+    (e_beta(T) bound thm2)) at the given ``T``, or at the recommended T of each ρ when ``T``
+    is None, decreases in ρ; the answer is found by geometric bisection to a relative
+    precision of 1e-12 and the returned ρ reaches the target. ``math.inf`` is returned when
+    only infinite budgets reach it. The T condition (which involves ρ1) is not imposed.
+
+    Parameters
+    ----------
+    target : float
+        Error level > 0.
+    n, p, q, tau, kappa
+        As in :func:`error_bound`.
+    T : int, optional
+        Fixed number of iterations (``>= 1``); None uses the recommended T of each ρ.
+    split : float, default 0.5
+        Share of the budget given to the first stage, in (0, 1).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        When even ρ = inf does not reach ``target`` (the optimization plus statistical
+        terms at T, or the statistical term alone when T is None, are above it).
+    """
+    target = _check_target(target)
+    n = _check_n(n)
+    p, q = _check_dims(p, q)
+    split = _real(split, "split")
+    if not 0.0 < split < 1.0:
+        raise ValueError(f"split (first-stage share of the budget) must lie strictly between 0 and 1, got {split!r}.")
+    tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    if T is not None:
+        T = _check_scalar_T(T)
+
+    def bound(rho: float) -> float:
+        return _bound_at(n, p, q, split * rho, (1.0 - split) * rho, T, tau, kappa)
+
+    best_possible = bound(math.inf)
+    if best_possible > target:
+        where = f"at T = {T:g}" if T is not None else "at any T"
+        raise ValueError(
+            f"target = {target:g} is unreachable for n = {n:g} even with rho = inf {where}: "
+            f"the bound without privacy noise is {best_possible:.4g}. Increase n or the target."
+        )
+    lo, hi = 1.0, 1.0
+    if bound(hi) <= target:
+        while bound(lo) <= target:
+            if lo < 1e-300:
+                return lo
+            hi, lo = lo, lo / 2.0
+    else:
+        while bound(hi) > target:
+            if hi > 1e300:
+                return math.inf
+            lo, hi = hi, hi * 2.0
+    while hi / lo - 1.0 > _RHO_RTOL:
+        mid = math.sqrt(lo * hi)
+        if bound(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
