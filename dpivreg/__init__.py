@@ -5,11 +5,15 @@ The estimator is the noisy two-stage gradient descent (DP-2S-GD) of Liang, Balas
 """
 
 from .engine import DivergenceError, DP2SGDPath, dp_2s_gd
+from .model import DPIV2SLS
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, delta_from_rho, epsilon_from_rho
+from .results import DPIVResults
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DPIV2SLS",
+    "DPIVResults",
     "dp_2s_gd",
     "DP2SGDPath",
     "DivergenceError",

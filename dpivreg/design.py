@@ -1,0 +1,1116 @@
+"""
+Design builder: turn an IV formula or arrays into validated design blocks.
+
+An instrumental-variable design has four blocks: the dependent variable, the
+exogenous regressors, the endogenous regressors and the instruments. The
+regressors are ``X = [exog, endog]`` and the first-stage regressors are
+``Z = [exog, instruments]``, in that column order, which is the order of the
+parameters of :class:`linearmodels.iv.IV2SLS`.
+
+Two entry points build an :class:`IVDesign`:
+
+* :func:`design_from_formula` parses ``dep ~ exog + [endog ~ instruments]``.
+  With ``formula_engine="formulaic"`` (the default) the blocks are exactly the
+  ones that ``linearmodels.iv.IV2SLS.from_formula`` builds (same column names,
+  order, values and rows). With ``formula_engine="patsy"`` the blocks use
+  patsy's naming and coding, as in statsmodels (``Intercept``, ``b[T.True]``).
+* :func:`design_from_arrays` wraps NumPy arrays, Series or DataFrames, naming
+  unnamed columns like ``linearmodels.iv.data.IVData`` (``dependent``,
+  ``exog.0``, ``endog``, ``instruments.1``, ...).
+
+Both paths drop the rows that have a missing value in any block (jointly, as
+linearmodels does), warn with :class:`DroppedRowsWarning` if any row was
+dropped, convert every block to float64 and validate the design (order
+condition, constant or duplicate instruments, rank, infinite values, enough
+rows). The caller's data are never modified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+import re
+from typing import Any
+import warnings
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import is_bool_dtype, is_complex_dtype, is_numeric_dtype
+
+__all__ = [
+    "FORMULA_ENGINES",
+    "DroppedRowsWarning",
+    "EncodedMissingWarning",
+    "IVDesign",
+    "design_from_arrays",
+    "design_from_formula",
+]
+
+#: Formula engines accepted by :func:`design_from_formula`.
+FORMULA_ENGINES: tuple[str, ...] = ("formulaic", "patsy")
+
+_BLOCKS: tuple[str, ...] = ("dependent", "exog", "endog", "instruments")
+_BLOCK_LABELS: dict[str, str] = {
+    "dependent": "dependent variable",
+    "exog": "exogenous regressors (exog)",
+    "endog": "endogenous regressors (endog)",
+    "instruments": "instruments",
+}
+_FORMULA_HELP = (
+    "An IV formula has the form 'dependent ~ exog + [endog ~ instruments]', "
+    "e.g. 'weeks ~ 1 + educ + [kids ~ samesex]'."
+)
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_UNKNOWN_NAME = (
+    re.compile(r"`([^`]+)` is not present in the dataset"),
+    re.compile(r"name '([^']+)' is not defined"),
+)
+
+
+class DroppedRowsWarning(UserWarning):
+    """Rows with a missing value in any design block were dropped."""
+
+
+class EncodedMissingWarning(UserWarning):
+    """
+    A variable used by the formula is missing in rows that the design keeps.
+
+    This happens when the formula turns a missing value into a number, e.g.
+    formulaic (and therefore linearmodels) codes a missing category of
+    ``C(cat)`` as the reference level.
+    """
+
+
+# ---------------------------------------------------------------------------
+# The design
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class IVDesign:
+    """
+    The four blocks of a validated instrumental-variable design.
+
+    Parameters
+    ----------
+    dependent : DataFrame
+        Dependent variable, ``nobs`` by 1, float64.
+    exog : DataFrame
+        Exogenous regressors, ``nobs`` by ``k`` (``k`` may be 0, in which case it
+        is an empty DataFrame with the same index), float64.
+    endog : DataFrame
+        Endogenous regressors, ``nobs`` by ``p`` with ``p >= 1``, float64.
+    instruments : DataFrame
+        Excluded instruments, ``nobs`` by ``q`` with ``q >= p``, float64.
+    formula : str, optional
+        The formula the design was built from, None for array input.
+    formula_engine : str, optional
+        The engine that built the design from ``formula`` ("formulaic" or
+        "patsy"), None for array input.
+    n_dropped : int, optional
+        Number of rows dropped because a block had a missing value.
+
+    Raises
+    ------
+    TypeError
+        If a block is not a DataFrame.
+    ValueError
+        If the blocks have different numbers of rows, ``dependent`` does not
+        have exactly one column or ``endog`` has no column.
+
+    Notes
+    -----
+    The designs built by :func:`design_from_formula` and
+    :func:`design_from_arrays` are fully validated. Constructing an
+    ``IVDesign`` directly only checks the shapes. Designs compare by identity
+    (``eq=False``), since DataFrames have no single truth value.
+    """
+
+    dependent: pd.DataFrame
+    exog: pd.DataFrame
+    endog: pd.DataFrame
+    instruments: pd.DataFrame
+    formula: str | None = None
+    formula_engine: str | None = None
+    n_dropped: int = 0
+
+    def __post_init__(self) -> None:
+        for name in _BLOCKS:
+            block = getattr(self, name)
+            if not isinstance(block, pd.DataFrame):
+                raise TypeError(
+                    f"IVDesign.{name} must be a pandas DataFrame, got "
+                    f"{type(block).__name__}."
+                )
+        nobs = self.dependent.shape[0]
+        for name in _BLOCKS[1:]:
+            rows = getattr(self, name).shape[0]
+            if rows != nobs:
+                raise ValueError(
+                    f"IVDesign.{name} has {rows} rows but dependent has {nobs}; "
+                    "all blocks must have the same rows."
+                )
+        if self.dependent.shape[1] != 1:
+            raise ValueError(
+                "IVDesign.dependent must have exactly one column, got "
+                f"{self.dependent.shape[1]}."
+            )
+        if self.endog.shape[1] == 0:
+            raise ValueError("IVDesign.endog must have at least one column.")
+
+    @property
+    def nobs(self) -> int:
+        """Number of observations (rows) used in estimation."""
+        return int(self.dependent.shape[0])
+
+    @property
+    def dependent_name(self) -> Hashable:
+        """Name of the dependent variable."""
+        return self.dependent.columns[0]
+
+    @property
+    def exog_names(self) -> list[Hashable]:
+        """Names of the exogenous regressors."""
+        return list(self.exog.columns)
+
+    @property
+    def endog_names(self) -> list[Hashable]:
+        """Names of the endogenous regressors."""
+        return list(self.endog.columns)
+
+    @property
+    def instrument_names(self) -> list[Hashable]:
+        """Names of the excluded instruments."""
+        return list(self.instruments.columns)
+
+    @property
+    def regressor_names(self) -> list[Hashable]:
+        """Names of ``X = [exog, endog]``, the order of the parameters."""
+        return self.exog_names + self.endog_names
+
+    @property
+    def z_names(self) -> list[Hashable]:
+        """Names of ``Z = [exog, instruments]``, the first-stage regressors."""
+        return self.exog_names + self.instrument_names
+
+    @property
+    def constant_name(self) -> Hashable | None:
+        """Name of the first exog column that is constant and nonzero, or None."""
+        values = self.exog.to_numpy(dtype=np.float64)
+        if values.shape[0] == 0:
+            return None
+        for j, name in enumerate(self.exog.columns):
+            column = values[:, j]
+            if column[0] != 0 and np.all(column == column[0]):
+                return name
+        return None
+
+    @property
+    def has_constant(self) -> bool:
+        """Whether an exog column is constant and nonzero (e.g. ``Intercept``)."""
+        return self.constant_name is not None
+
+
+# ---------------------------------------------------------------------------
+# Formula splitting
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _FormulaParts:
+    """The text of the four blocks of an IV formula (``exog`` may be empty)."""
+
+    dependent: str
+    exog: str
+    endog: str
+    instruments: str
+
+
+def _check_count(text: str, char: str, expected: int, where: str) -> None:
+    """Raise if ``text`` does not contain ``char`` exactly ``expected`` times."""
+    found = text.count(char)
+    if found != expected:
+        raise ValueError(
+            f"formula must have exactly {expected} '{char}' {where}, found "
+            f"{found}. {_FORMULA_HELP}"
+        )
+
+
+def _check_term_block(text: str, label: str) -> None:
+    """Raise if a block of the bracket is empty or starts or ends with '+'."""
+    if not text:
+        raise ValueError(
+            f"the {label} block of the formula is empty: name at least one "
+            f"variable. {_FORMULA_HELP}"
+        )
+    if text[0] == "+" or text[-1] == "+":
+        raise ValueError(
+            f"the {label} block must not start or end with '+', got {text!r}."
+        )
+
+
+def _split_formula(formula: str) -> _FormulaParts:
+    """
+    Split and check the structure of an IV formula.
+
+    Parameters
+    ----------
+    formula : str
+        Formula of the form ``dep ~ exog + [endog ~ instruments]``; exogenous
+        terms may also follow the bracket (``dep ~ 1 + [x ~ z] + w``).
+
+    Returns
+    -------
+    _FormulaParts
+        The text of the blocks, with the exogenous terms before and after the
+        bracket joined as linearmodels joins them.
+
+    Raises
+    ------
+    ValueError
+        If the formula has no bracket, several or unbalanced brackets, the
+        wrong number of '~', or an empty block.
+    """
+    text = formula.strip()
+    if not text:
+        raise ValueError(f"formula is empty. {_FORMULA_HELP}")
+    n_open, n_close = text.count("["), text.count("]")
+    if n_open != n_close:
+        raise ValueError(
+            f"formula has unbalanced brackets ({n_open} '[' and {n_close} ']'). "
+            f"{_FORMULA_HELP}"
+        )
+    if n_open == 0:
+        if "~" not in text:
+            raise ValueError(f"formula has no '~'. {_FORMULA_HELP}")
+        raise ValueError(
+            "formula has no [endog ~ instruments] block, so there is no "
+            "endogenous variable to instrument. For a model without endogenous "
+            "variables use OLS (e.g. statsmodels.formula.api.ols or "
+            f"linearmodels.OLS). {_FORMULA_HELP}"
+        )
+    if n_open > 1:
+        raise ValueError(
+            f"formula has {n_open} bracket blocks; only one [endog ~ instruments] "
+            "block is allowed. Put all endogenous variables and all instruments "
+            "in one block, e.g. '[x1 + x2 ~ z1 + z2 + z3]'."
+        )
+    lb, rb = text.index("["), text.index("]")
+    if rb < lb:
+        raise ValueError(f"formula has unbalanced brackets (']' before '['). {_FORMULA_HELP}")
+    before, inside, after = text[:lb], text[lb + 1 : rb], text[rb + 1 :]
+    _check_count(before, "~", 1, "before the bracket block")
+    _check_count(inside, "~", 1, "inside the bracket block")
+    _check_count(after, "~", 0, "after the bracket block")
+
+    dependent, left = (part.strip() for part in before.split("~"))
+    endog, instruments = (part.strip() for part in inside.split("~"))
+    right = after.strip()
+    if not dependent:
+        raise ValueError(
+            f"the dependent variable (left of the first '~') is empty. {_FORMULA_HELP}"
+        )
+    _check_term_block(endog, "endogenous (left of '~' inside [...])")
+    _check_term_block(instruments, "instruments (right of '~' inside [...])")
+    if left.endswith("+"):
+        left = left[:-1].strip()
+    if left and right and right[0] not in "+-":
+        raise ValueError(
+            "exogenous terms after the bracket block must be joined with '+', "
+            f"e.g. '... [endog ~ instruments] + {right}', got '] {right}'."
+        )
+    exog = f"{left} {right}".strip()
+    return _FormulaParts(dependent, exog, endog, instruments)
+
+
+def _block_formulas(parts: _FormulaParts) -> dict[str, str | None]:
+    """Right-hand-side formula of every block, without an implicit intercept."""
+    return {
+        "dependent": f"0 + {parts.dependent}",
+        "exog": f"0 + {parts.exog}" if parts.exog else None,
+        "endog": f"0 + {parts.endog}",
+        "instruments": f"0 + {parts.instruments}",
+    }
+
+
+def _unknown_name(exc: BaseException) -> str | None:
+    """Name that a formula engine could not find, read from its error chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for pattern in _UNKNOWN_NAME:
+            match = pattern.search(str(current))
+            if match:
+                return match.group(1)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _block_error(block: str, text: str, engine: str, exc: Exception) -> ValueError:
+    """A ValueError that says which block failed and why, for ``raise ... from``."""
+    message = _ANSI_ESCAPE.sub("", str(exc)).strip()
+    name = _unknown_name(exc)
+    label = _BLOCK_LABELS[block]
+    if name is not None:
+        return ValueError(
+            f"unknown column or name {name!r} in the {label} block {text!r}: it "
+            "is neither a column of `data` nor a variable of the formula's "
+            f"context. Check the spelling or pass it in `context`. ({engine}: "
+            f"{message})"
+        )
+    return ValueError(
+        f"could not build the {label} block {text!r} with {engine}: "
+        f"{type(exc).__name__}: {message}"
+    )
+
+
+# ---------------------------------------------------------------------------
+# Formula engines
+# ---------------------------------------------------------------------------
+
+
+def _formulaic_context(context: Mapping[str, Any]) -> Mapping[str, Any]:
+    """
+    A non-empty context for linearmodels' parser.
+
+    ``IVFormulaParser`` captures its own (wrong) stack frame when the context
+    is empty, so an empty mapping is replaced by ``{"np": numpy}``, which
+    formulaic provides anyway.
+    """
+    return context if len(context) > 0 else {"np": np}
+
+
+def _formulaic_blocks(
+    formula: str, data: pd.DataFrame, parts: _FormulaParts, context: Mapping[str, Any]
+) -> dict[str, pd.DataFrame]:
+    """
+    Materialise the blocks with linearmodels' own parser (formulaic).
+
+    Parameters
+    ----------
+    formula : str
+        The IV formula, already checked by :func:`_split_formula`.
+    data : DataFrame
+        The caller's data.
+    parts : _FormulaParts
+        The split formula, used in error messages.
+    context : Mapping
+        Variables used to evaluate the formula in addition to ``data``.
+
+    Returns
+    -------
+    dict of str to DataFrame
+        Every block with all rows of ``data`` (missing values kept).
+    """
+    from linearmodels.iv._utility import IVFormulaParser  # noqa: PLC0415
+
+    try:
+        parser = IVFormulaParser(formula, data, context=_formulaic_context(context))
+    except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
+        raise ValueError(f"could not parse formula {formula!r}: {exc}") from exc
+    texts = _block_formulas(parts)
+    blocks: dict[str, pd.DataFrame] = {}
+    for block in _BLOCKS:
+        try:
+            frame = getattr(parser, block)
+        except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
+            raise _block_error(block, texts[block] or "", "formulaic", exc) from exc
+        blocks[block] = _empty_block(data.index) if frame is None else frame
+    return blocks
+
+
+def _patsy_blocks(
+    data: pd.DataFrame, parts: _FormulaParts, context: Mapping[str, Any]
+) -> tuple[dict[str, pd.DataFrame], np.ndarray]:
+    """
+    Materialise the blocks with patsy and keep the rows complete in all blocks.
+
+    Each block is built with patsy's ``NA_action="drop"`` on a positional copy
+    of the index, so that missing values of categorical variables count as
+    missing, and the rows that survive in every block are kept.
+
+    Parameters
+    ----------
+    data : DataFrame
+        The caller's data.
+    parts : _FormulaParts
+        The split formula.
+    context : Mapping
+        Variables used to evaluate the formula in addition to ``data``.
+
+    Returns
+    -------
+    blocks : dict of str to DataFrame
+        Every block on the jointly kept rows, indexed by the labels of ``data``.
+    rows : ndarray
+        Positions in ``data`` of the rows that are kept.
+    """
+    import patsy  # noqa: PLC0415
+
+    positional = data.reset_index(drop=True)
+    env = patsy.EvalEnvironment([context, {"np": np}])
+    keep = np.ones(data.shape[0], dtype=bool)
+    raw: dict[str, pd.DataFrame] = {}
+    for block, text in _block_formulas(parts).items():
+        if text is None:
+            continue
+        try:
+            frame = patsy.dmatrix(
+                text, positional, eval_env=env, NA_action="drop", return_type="dataframe"
+            )
+        except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
+            raise _block_error(block, text, "patsy", exc) from exc
+        present = np.zeros(data.shape[0], dtype=bool)
+        present[np.asarray(frame.index, dtype=np.intp)] = True
+        keep &= present
+        raw[block] = frame
+    rows = np.flatnonzero(keep)
+    index = data.index[rows]
+    blocks = {block: _empty_block(index) for block in _BLOCKS}
+    for block, frame in raw.items():
+        values = frame.loc[rows].to_numpy(dtype=np.float64)
+        blocks[block] = pd.DataFrame(values, index=index, columns=list(frame.columns))
+    return blocks, rows
+
+
+def _formula_variables(parts: _FormulaParts, data: pd.DataFrame) -> list[Hashable]:
+    """Columns of ``data`` that the formula uses (best effort, may be empty)."""
+    from formulaic import Formula  # noqa: PLC0415
+
+    names: set[str] = set()
+    for text in _block_formulas(parts).values():
+        if text is None:
+            continue
+        try:
+            names |= {str(v) for v in Formula(text).required_variables}
+        except Exception:  # noqa: BLE001 - only used for a warning
+            continue
+    return [col for col in data.columns if col in names]
+
+
+def _encoded_missing(
+    data: pd.DataFrame, parts: _FormulaParts, kept: np.ndarray
+) -> tuple[list[Hashable], int]:
+    """
+    Columns used by the formula that are missing in rows that the design keeps.
+
+    Parameters
+    ----------
+    data : DataFrame
+        The caller's data.
+    parts : _FormulaParts
+        The split formula.
+    kept : ndarray
+        Positions in ``data`` of the rows of the design.
+
+    Returns
+    -------
+    columns : list
+        The columns of ``data`` with such missing values.
+    n_rows : int
+        The number of kept rows with a missing value in one of them.
+    """
+    columns = _formula_variables(parts, data)
+    if not columns:
+        return [], 0
+    missing = data[columns].iloc[kept].isna()
+    bad = [col for col in columns if missing[col].any()]
+    return bad, int(missing.any(axis=1).sum())
+
+
+# ---------------------------------------------------------------------------
+# Array inputs
+# ---------------------------------------------------------------------------
+
+
+def _empty_block(index: pd.Index) -> pd.DataFrame:
+    """A DataFrame with no columns on ``index``."""
+    return pd.DataFrame(index=index, columns=pd.Index([], dtype=object), dtype=np.float64)
+
+
+def _numpy_columns(ncol: int, name: str) -> list[str]:
+    """IVData's names of the columns of an array: ``name`` or ``name.i``."""
+    return [name] if ncol == 1 else [f"{name}.{i}" for i in range(ncol)]
+
+
+def _check_array_dtype(values: np.ndarray, name: str) -> None:
+    """Raise TypeError unless an array holds booleans, integers or floats."""
+    if values.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{name} has dtype {values.dtype}, which is not numeric. Pass "
+            "numbers (bool, int or float); encode text or categories first, e.g. "
+            "with pandas.get_dummies, or convert numbers stored as objects with "
+            "np.asarray(..., dtype=float)."
+        )
+
+
+def _check_column_dtype(dtype: Any, column: Hashable, name: str) -> None:
+    """Raise TypeError unless a pandas column is boolean or real numeric."""
+    if is_bool_dtype(dtype) or (is_numeric_dtype(dtype) and not is_complex_dtype(dtype)):
+        return
+    raise TypeError(
+        f"{name} column {column!r} has dtype {dtype}, which is not numeric. "
+        "design_from_arrays does not encode categories: encode it first (e.g. "
+        f"pandas.get_dummies({name}, columns=[{column!r}], drop_first=True, "
+        f"dtype=float)) or use design_from_formula with C({column}); if it holds "
+        "numbers, convert it with .astype(float)."
+    )
+
+
+def _array_frame(value: Any, name: str) -> tuple[pd.DataFrame, bool]:
+    """
+    Convert one array input to a float64 DataFrame.
+
+    Parameters
+    ----------
+    value : ndarray, Series, DataFrame, list or tuple
+        The input. 1-D input is one column.
+    name : str
+        The argument name, used for unnamed columns and in messages.
+
+    Returns
+    -------
+    frame : DataFrame
+        The values as float64, on the input's index (pandas) or a RangeIndex.
+    labelled : bool
+        Whether the input is a pandas object, whose index must match the
+        other pandas inputs.
+
+    Raises
+    ------
+    TypeError
+        If the input is not array-like or not numeric.
+    ValueError
+        If it has more than 2 dimensions or duplicate column names.
+    """
+    if isinstance(value, pd.Series):
+        label = value.name if value.name else name
+        value = value.to_frame(name=label)
+    if isinstance(value, pd.DataFrame):
+        columns = list(value.columns)
+        if len(set(columns)) != len(columns):
+            dupes = sorted({str(c) for c in columns if columns.count(c) > 1})
+            raise ValueError(
+                f"{name} has duplicate column names {dupes}; column names must be "
+                "distinct."
+            )
+        for column, dtype in value.dtypes.items():
+            _check_column_dtype(dtype, column, name)
+        values = value.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
+        return pd.DataFrame(values, index=value.index, columns=columns), True
+    if isinstance(value, (list, tuple)):
+        try:
+            value = np.asarray(value)
+        except ValueError as exc:
+            raise ValueError(f"{name} could not be converted to an array: {exc}") from exc
+    if not isinstance(value, np.ndarray):
+        raise TypeError(
+            f"{name} must be a NumPy array, pandas Series or DataFrame, got "
+            f"{type(value).__name__}."
+        )
+    if value.ndim not in (1, 2):
+        raise ValueError(f"{name} must be 1- or 2-dimensional, got {value.ndim} dimensions.")
+    _check_array_dtype(value, name)
+    values = value.reshape(-1, 1) if value.ndim == 1 else value
+    frame = pd.DataFrame(
+        values.astype(np.float64, copy=True),
+        columns=_numpy_columns(values.shape[1], name),
+    )
+    return frame, False
+
+
+def _align_arrays(
+    frames: dict[str, tuple[pd.DataFrame, bool]],
+) -> dict[str, pd.DataFrame]:
+    """
+    Check the row counts and indexes of the array inputs and share one index.
+
+    Pandas inputs must all have the same index; NumPy inputs are paired by
+    position and take that index.
+
+    Raises
+    ------
+    ValueError
+        If the inputs have different numbers of rows or pandas indexes differ.
+    """
+    nobs = frames["dependent"][0].shape[0]
+    for block, (frame, _) in frames.items():
+        if frame.shape[0] != nobs:
+            raise ValueError(
+                f"{block} has {frame.shape[0]} rows but dependent has {nobs}; all "
+                "inputs must have the same number of rows."
+            )
+    reference: tuple[str, pd.Index] | None = None
+    for block, (frame, labelled) in frames.items():
+        if not labelled:
+            continue
+        if reference is None:
+            reference = (block, frame.index)
+        elif not frame.index.equals(reference[1]):
+            raise ValueError(
+                f"the index of {block} differs from the index of {reference[0]}; "
+                "pandas inputs must share the same index (same labels in the "
+                "same order). Align them, e.g. with .loc[...] or "
+                ".reset_index(drop=True)."
+            )
+    index = reference[1] if reference is not None else pd.RangeIndex(nobs)
+    return {block: frame.set_axis(index, axis=0) for block, (frame, _) in frames.items()}
+
+
+# ---------------------------------------------------------------------------
+# Shared validation
+# ---------------------------------------------------------------------------
+
+
+def _drop_missing(
+    blocks: dict[str, pd.DataFrame], already_dropped: int = 0
+) -> tuple[dict[str, pd.DataFrame], int]:
+    """
+    Drop the rows with a missing value in any block (jointly).
+
+    Parameters
+    ----------
+    blocks : dict of str to DataFrame
+        The float64 blocks, on the same rows.
+    already_dropped : int, optional
+        Rows with missing values that the formula engine dropped before.
+
+    Returns
+    -------
+    blocks : dict of str to DataFrame
+        The blocks on the complete rows.
+    missing : ndarray
+        Boolean mask of the dropped rows among the rows of ``blocks``.
+
+    Raises
+    ------
+    ValueError
+        If the data have no rows, or no row is left.
+    """
+    nobs = blocks["dependent"].shape[0]
+    missing = np.zeros(nobs, dtype=bool)
+    for frame in blocks.values():
+        if frame.shape[1]:
+            missing |= np.isnan(frame.to_numpy(dtype=np.float64)).any(axis=1)
+    n_dropped = int(missing.sum())
+    total = nobs + already_dropped
+    if total == 0:
+        raise ValueError("the data have no rows; the design needs observations.")
+    if n_dropped == nobs:
+        raise ValueError(
+            f"no rows left: all {total} rows have a missing value in the dependent "
+            "variable, the exogenous or endogenous regressors or the instruments."
+        )
+    if n_dropped:
+        blocks = {block: frame.loc[~missing] for block, frame in blocks.items()}
+    return blocks, missing
+
+
+def _as_float_blocks(blocks: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Plain float64 DataFrames with plain column indexes."""
+    out = {}
+    for block, frame in blocks.items():
+        if frame.shape[1] == 0:
+            out[block] = _empty_block(frame.index)
+            continue
+        values = np.array(frame.to_numpy(dtype=np.float64), dtype=np.float64, copy=True)
+        out[block] = pd.DataFrame(values, index=frame.index, columns=list(frame.columns))
+    return out
+
+
+def _check_counts(blocks: dict[str, pd.DataFrame]) -> None:
+    """Check one dependent column, at least one endog, the order condition."""
+    ndep = blocks["dependent"].shape[1]
+    if ndep != 1:
+        raise ValueError(
+            f"the dependent variable must be a single column, got {ndep}: "
+            f"{list(blocks['dependent'].columns)}."
+        )
+    endog = list(blocks["endog"].columns)
+    instr = list(blocks["instruments"].columns)
+    if not endog:
+        raise ValueError(
+            "the design has no endogenous variable. For a model without "
+            "endogenous variables use OLS (e.g. statsmodels.formula.api.ols or "
+            "linearmodels.OLS)."
+        )
+    if len(instr) < len(endog):
+        raise ValueError(
+            f"the model is under-identified: {len(instr)} instrument(s) {instr} "
+            f"for {len(endog)} endogenous variable(s) {endog}. At least as many "
+            "instruments as endogenous variables are needed."
+        )
+
+
+def _check_unique_names(blocks: dict[str, pd.DataFrame]) -> None:
+    """Column names must be unique in X = [exog, endog] and Z = [exog, instruments]."""
+    exog = list(blocks["exog"].columns)
+    for other in ("endog", "instruments"):
+        seen: dict[Hashable, str] = {name: "exog" for name in exog}
+        for name in blocks[other].columns:
+            if name in seen:
+                raise ValueError(
+                    f"column {name!r} appears in both {seen[name]} and {other}; a "
+                    "variable cannot be in both blocks. Remove or rename one of them."
+                )
+            seen[name] = other
+
+
+def _check_finite(blocks: dict[str, pd.DataFrame]) -> None:
+    """Raise if a column contains an infinite value."""
+    for block, frame in blocks.items():
+        values = frame.to_numpy(dtype=np.float64)
+        if values.size == 0 or np.isfinite(values).all():
+            continue
+        bad = np.flatnonzero(~np.isfinite(values).all(axis=0))
+        names = [frame.columns[j] for j in bad]
+        raise ValueError(
+            f"{block} column(s) {names} contain infinite values (e.g. log of 0); "
+            "remove those rows or transform the variable."
+        )
+
+
+def _check_enough_rows(blocks: dict[str, pd.DataFrame]) -> None:
+    """Raise if there are fewer rows than columns of Z = [exog, instruments]."""
+    nobs = blocks["dependent"].shape[0]
+    ncol = blocks["exog"].shape[1] + blocks["instruments"].shape[1]
+    if nobs < ncol:
+        raise ValueError(
+            f"only {nobs} rows for {ncol} columns in [exog, instruments]; the "
+            "design needs at least as many rows as columns."
+        )
+
+
+def _check_instruments(blocks: dict[str, pd.DataFrame]) -> None:
+    """Raise for a constant instrument or one that duplicates another column."""
+    instruments = blocks["instruments"]
+    exog = blocks["exog"]
+    z = instruments.to_numpy(dtype=np.float64)
+    x = exog.to_numpy(dtype=np.float64)
+    for j, name in enumerate(instruments.columns):
+        column = z[:, j]
+        if np.all(column == column[0]):
+            raise ValueError(
+                f"instrument {name!r} is constant ({column[0]:g} in every row); a "
+                "constant instrument does not identify anything. Remove it (the "
+                "intercept belongs in exog, e.g. '1 + ...')."
+            )
+        for i, other in enumerate(exog.columns):
+            if np.array_equal(column, x[:, i]):
+                raise ValueError(
+                    f"instrument {name!r} has the same values as exog column "
+                    f"{other!r}; an exogenous regressor is already its own "
+                    "instrument. Remove the duplicate."
+                )
+        for i in range(j):
+            if np.array_equal(column, z[:, i]):
+                raise ValueError(
+                    f"instrument {name!r} has the same values as instrument "
+                    f"{instruments.columns[i]!r}. Remove the duplicate."
+                )
+
+
+def _first_dependent_column(values: np.ndarray) -> int:
+    """
+    Position of the first column that is collinear with the columns before it.
+
+    Full rank of a prefix of the columns is monotone, so the first deficient
+    prefix is found by bisection.
+    """
+    lo, hi = 1, values.shape[1]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if np.linalg.matrix_rank(values[:, :mid]) < mid:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo - 1
+
+
+def _check_rank(frame: pd.DataFrame, label: str) -> None:
+    """Raise if ``frame`` does not have full column rank (as linearmodels tests it)."""
+    values = frame.to_numpy(dtype=np.float64)
+    rank = int(np.linalg.matrix_rank(values))
+    if rank == values.shape[1]:
+        return
+    bad = frame.columns[_first_dependent_column(values)]
+    raise ValueError(
+        f"{label} does not have full column rank (rank {rank} < {values.shape[1]} "
+        f"columns): column {bad!r} is a linear combination of the columns before "
+        f"it in {list(frame.columns)}. Drop a collinear column (e.g. {bad!r})."
+    )
+
+
+def _validate(blocks: dict[str, pd.DataFrame]) -> None:
+    """Run every check of a design that has no missing values."""
+    _check_unique_names(blocks)
+    _check_finite(blocks)
+    _check_enough_rows(blocks)
+    _check_instruments(blocks)
+    exog = blocks["exog"]
+    _check_rank(pd.concat([exog, blocks["endog"]], axis=1), "regressors [exog, endog]")
+    _check_rank(
+        pd.concat([exog, blocks["instruments"]], axis=1), "instruments [exog, instruments]"
+    )
+
+
+def _build(
+    blocks: dict[str, pd.DataFrame],
+    *,
+    positions: np.ndarray,
+    nrows: int,
+    formula: str | None,
+    formula_engine: str | None,
+) -> tuple[IVDesign, np.ndarray]:
+    """
+    Drop missing rows, validate and assemble the design.
+
+    Parameters
+    ----------
+    blocks : dict of str to DataFrame
+        The four blocks on the same rows.
+    positions : ndarray
+        Positions of these rows in the caller's data.
+    nrows : int
+        Number of rows of the caller's data.
+    formula, formula_engine : str or None
+        Recorded in the design.
+
+    Returns
+    -------
+    design : IVDesign
+        The validated design.
+    kept : ndarray
+        Positions in the caller's data of the rows of the design.
+    """
+    _check_counts(blocks)
+    blocks, missing = _drop_missing(_as_float_blocks(blocks), nrows - positions.size)
+    _validate(blocks)
+    kept = positions[~missing]
+    design = IVDesign(
+        **blocks,
+        formula=formula,
+        formula_engine=formula_engine,
+        n_dropped=int(nrows - kept.size),
+    )
+    return design, kept
+
+
+def _warn_dropped(design: IVDesign, source: str, stacklevel: int) -> None:
+    """Warn that rows with missing values were dropped."""
+    if design.n_dropped == 0:
+        return
+    total = design.nobs + design.n_dropped
+    warnings.warn(
+        f"{source} dropped {design.n_dropped} of {total} rows "
+        f"({100 * design.n_dropped / total:.1f}%) because they have a missing "
+        "value in the dependent variable, the exogenous or endogenous regressors "
+        f"or the instruments; {design.nobs} rows remain. Drop or impute missing "
+        "values beforehand to silence this warning.",
+        DroppedRowsWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------
+
+
+def design_from_formula(
+    formula: str,
+    data: pd.DataFrame,
+    *,
+    context: Mapping[str, Any] | None = None,
+    formula_engine: str = "formulaic",
+) -> IVDesign:
+    """
+    Build a validated IV design from a formula.
+
+    Parameters
+    ----------
+    formula : str
+        ``dependent ~ exog + [endog ~ instruments]``. Exogenous terms may come
+        before or after the bracket; the bracket may hold several endogenous
+        variables and instruments. With a bracket there is no implicit
+        intercept: write ``1 + ...`` to include one. Transformations such as
+        ``np.log(x)``, ``I(x ** 2)``, interactions ``a:b`` and ``C(cat)`` (in
+        exog) are supported.
+    data : DataFrame
+        The variables used in the formula. It is not modified.
+    context : Mapping, optional
+        Variables and functions used to evaluate the formula in addition to
+        ``data``. Wrappers should pass the namespace of their caller, e.g.
+        ``formulaic.utils.context.capture_context(1)``. If None, the namespace
+        of the caller of this function is used.
+    formula_engine : {"formulaic", "patsy"}, optional
+        "formulaic" (default) builds exactly the blocks of
+        ``linearmodels.iv.IV2SLS.from_formula``. "patsy" uses patsy's naming
+        and coding (``Intercept``, ``b[T.True]``, terms in written order), as
+        statsmodels does.
+
+    Returns
+    -------
+    IVDesign
+        The float64 blocks on the rows that have no missing value.
+
+    Raises
+    ------
+    TypeError
+        If ``formula`` is not a string, ``data`` is not a DataFrame or
+        ``context`` is not a mapping.
+    ValueError
+        If ``formula_engine`` is unknown, the formula is malformed or has no
+        ``[endog ~ instruments]`` block, it names an unknown variable, or the
+        design is invalid (under-identified, constant or duplicate
+        instruments, rank deficient, infinite values, too few rows).
+
+    Warns
+    -----
+    DroppedRowsWarning
+        If rows with a missing value in any block were dropped.
+    EncodedMissingWarning
+        If a column used by the formula is missing in rows that the design
+        keeps, because the formula encoded the missing value (formulaic codes
+        a missing category as the reference level, as linearmodels does).
+
+    Notes
+    -----
+    With "patsy", ``1`` adds patsy's ``Intercept`` column and ``0 +`` or
+    ``- 1`` remove it. Each patsy block is built separately with missing rows
+    dropped by patsy (so a missing category is missing), and only the rows
+    present in all blocks are kept.
+
+    Examples
+    --------
+    >>> design = design_from_formula("weeks ~ 1 + educ + [kids ~ samesex]", df)
+    >>> design.regressor_names
+    ['Intercept', 'educ', 'kids']
+    """
+    if not isinstance(formula, str):
+        raise TypeError(f"formula must be a string, got {type(formula).__name__}.")
+    if not isinstance(data, pd.DataFrame):
+        raise TypeError(
+            f"data must be a pandas DataFrame, got {type(data).__name__}; wrap "
+            "arrays with pandas.DataFrame or use design_from_arrays."
+        )
+    if formula_engine not in FORMULA_ENGINES:
+        raise ValueError(
+            f"formula_engine must be one of {list(FORMULA_ENGINES)}, got "
+            f"{formula_engine!r}."
+        )
+    if context is None:
+        from formulaic.utils.context import capture_context  # noqa: PLC0415
+
+        context = capture_context(1)
+    elif not isinstance(context, Mapping):
+        raise TypeError(
+            f"context must be a mapping of names to objects, got {type(context).__name__}."
+        )
+    parts = _split_formula(formula)
+    nrows = int(data.shape[0])
+    if formula_engine == "formulaic":
+        blocks = _formulaic_blocks(formula, data, parts, context)
+        positions = np.arange(nrows)
+    else:
+        blocks, positions = _patsy_blocks(data, parts, context)
+    design, kept = _build(
+        blocks,
+        positions=positions,
+        nrows=nrows,
+        formula=formula,
+        formula_engine=formula_engine,
+    )
+    _warn_dropped(design, "design_from_formula", stacklevel=2)
+    _warn_encoded_missing(data, parts, kept, stacklevel=2)
+    return design
+
+
+def _warn_encoded_missing(
+    data: pd.DataFrame, parts: _FormulaParts, kept: np.ndarray, stacklevel: int
+) -> None:
+    """Warn if the design keeps rows where a variable of the formula is missing."""
+    columns, n_rows = _encoded_missing(data, parts, kept)
+    if not columns:
+        return
+    warnings.warn(
+        f"{n_rows} row(s) kept in the design have a missing value in column(s) "
+        f"{columns} of `data`: the formula turned the missing value into a number "
+        "(e.g. formulaic and linearmodels code a missing category of C(...) as the "
+        "reference level). If these rows should be dropped, drop them first, e.g. "
+        f"data.dropna(subset={columns}).",
+        EncodedMissingWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any) -> IVDesign:
+    """
+    Build a validated IV design from arrays, Series or DataFrames.
+
+    Parameters
+    ----------
+    dependent : array_like
+        Dependent variable (nobs, or nobs by 1).
+    exog : array_like or None
+        Exogenous regressors (nobs by k), None if there are none. Include a
+        column of ones for an intercept.
+    endog : array_like
+        Endogenous regressors (nobs by p, p >= 1).
+    instruments : array_like
+        Excluded instruments (nobs by q, q >= p).
+
+    Returns
+    -------
+    IVDesign
+        The float64 blocks on the rows that have no missing value. Columns of
+        NumPy arrays and unnamed Series are named like linearmodels' IVData:
+        ``dependent``, ``exog.0``, ``exog.1``, ``endog``, ``instruments``, ...
+        (a single column takes the argument name).
+
+    Raises
+    ------
+    TypeError
+        If an input is missing, not array-like, or not numeric (bool, integer
+        and float data are accepted; text and categories must be encoded
+        first).
+    ValueError
+        If the inputs have different numbers of rows or pandas indexes, or the
+        design is invalid (under-identified, constant or duplicate
+        instruments, rank deficient, infinite values, too few rows).
+
+    Warns
+    -----
+    DroppedRowsWarning
+        If rows with a missing value (NaN) in any input were dropped, jointly,
+        as ``linearmodels.iv.IV2SLS`` does.
+
+    Notes
+    -----
+    NumPy inputs are paired by position; pandas inputs must all have the same
+    index, which the design keeps.
+    """
+    inputs = {"dependent": dependent, "exog": exog, "endog": endog, "instruments": instruments}
+    frames: dict[str, tuple[pd.DataFrame, bool]] = {}
+    for block, value in inputs.items():
+        if value is None and block != "exog":
+            raise TypeError(
+                f"{block} is required (got None); only exog may be None."
+                + (" For a model without endogenous variables use OLS." if block == "endog" else "")
+            )
+        if value is not None:
+            frames[block] = _array_frame(value, block)
+    if exog is None:
+        frames["exog"] = (_empty_block(pd.RangeIndex(frames["dependent"][0].shape[0])), False)
+    aligned = _align_arrays({block: frames[block] for block in _BLOCKS})
+    nrows = int(aligned["dependent"].shape[0])
+    design, _ = _build(
+        aligned,
+        positions=np.arange(nrows),
+        nrows=nrows,
+        formula=None,
+        formula_engine=None,
+    )
+    _warn_dropped(design, "design_from_arrays", stacklevel=2)
+    return design

@@ -1,0 +1,329 @@
+"""Results of a DP-2S-GD fit and their summary (statsmodels conventions, linearmodels layout).
+
+What is private and what is not
+-------------------------------
+Private releases (their cost is in ``privacy``): ``params`` (β⁽ᵀ⁾), ``path`` (β⁽⁰…ᵀ⁾),
+``first_stage`` / ``first_stage_path`` (Θ⁽ᵀ⁾ / Θ⁽⁰…ᵀ⁾), all mapped to original units by the
+public (or, with a warning, data-derived) column scales.
+
+NON-PRIVATE (computed from the raw data without noise; for validation only, never to
+publish): ``benchmark`` (linearmodels IV2SLS on the same design), ``clipped_rows`` and
+``scale.clipped_values`` (diagnostics). The summary labels every such column.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from statsmodels.iolib.summary import Summary
+from statsmodels.iolib.table import SimpleTable
+from statsmodels.iolib.tableformatting import fmt_2cols, fmt_params
+
+from .design import IVDesign
+from .engine import DP2SGDPath
+from .preprocess import WorkingScale
+from .privacy import PrivacyBudget
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .model import DPIV2SLS
+
+__all__ = ["DPIVResults", "FitSettings"]
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """The tuning of one fit, with where each data-dependent setting came from.
+
+    Attributes
+    ----------
+    T : int
+        Iterations.
+    eta, alpha : float
+        Step sizes on the working scale.
+    eta_source, alpha_source : str
+        ``"user"`` or ``"data"`` (the paper's rule from the data's eigenvalues: a leak).
+    clip1, clip2 : float or None
+        Clipping thresholds on the working scale (None: no clipping).
+    clip_source : str
+        How the thresholds were chosen (e.g. ``"Theorem, c0 = 1"``, ``"user"``, ``"none"``).
+    calibration : str
+        ``"exact"`` or ``"paper"``.
+    tau : float
+        Confidence parameter τ of the Theorem's settings.
+    rho1, rho2 : float
+        The budgets requested.
+    """
+
+    T: int
+    eta: float
+    alpha: float
+    eta_source: str
+    alpha_source: str
+    clip1: float | None
+    clip2: float | None
+    clip_source: str
+    calibration: str
+    tau: float
+    rho1: float
+    rho2: float
+
+
+def _fmt(value: float, digits: int = 4) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, (int, np.integer)):
+        return str(value)
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.{digits}e}"
+
+
+class DPIVResults:
+    """Results of :meth:`DPIV2SLS.fit <dpivreg.DPIV2SLS.fit>`.
+
+    Attributes are pandas objects named by the design's columns, in original units.
+    See the module docstring for which of them are private releases.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: "DPIV2SLS",
+        engine_path: DP2SGDPath,
+        scale: WorkingScale,
+        settings: FitSettings,
+        delta: float,
+        leaks: tuple[str, ...],
+    ) -> None:
+        self._model = model
+        self._engine_path = engine_path
+        self._scale = scale
+        self._settings = settings
+        self._delta = delta
+        self._leaks = tuple(leaks)
+        self._datetime = _dt.datetime.now()
+
+    # ------------------------------------------------------------------ basic attributes
+    @property
+    def model(self) -> "DPIV2SLS":
+        """The model that was fitted."""
+        return self._model
+
+    @property
+    def design(self) -> IVDesign:
+        """The design (named blocks) the model was built on."""
+        return self._model.design
+
+    @property
+    def nobs(self) -> int:
+        """Number of observations (public)."""
+        return self.design.nobs
+
+    @property
+    def settings(self) -> FitSettings:
+        """Step sizes, clipping thresholds, calibration and where each came from."""
+        return self._settings
+
+    @property
+    def engine_path(self) -> DP2SGDPath:
+        """The engine's raw output on the working scale (released paths, noise scales)."""
+        return self._engine_path
+
+    @property
+    def scale(self) -> WorkingScale:
+        """Column scales, their sources and (non-private) clipping counts."""
+        return self._scale
+
+    @property
+    def privacy(self) -> PrivacyBudget:
+        """The accountant: every release and the zCDP it spent."""
+        return self._engine_path.privacy
+
+    @property
+    def delta(self) -> float:
+        """The δ at which ε is reported."""
+        return self._delta
+
+    @property
+    def epsilon(self) -> float:
+        """ε at ``delta`` by the exact Gaussian conversion (see ``privacy.epsilon`` for others)."""
+        return self.privacy.epsilon(self._delta)
+
+    @property
+    def leaks(self) -> tuple[str, ...]:
+        """Messages of every :class:`~dpivreg.PrivacyLeakWarning` raised during the fit."""
+        return self._leaks
+
+    @property
+    def is_private(self) -> bool:
+        """True when the fit spent a finite budget and nothing leaked."""
+        return self.privacy.is_private and not self._leaks
+
+    # ------------------------------------------------------------------ private releases
+    @cached_property
+    def params(self) -> pd.Series:
+        """β⁽ᵀ⁾ in original units (private release)."""
+        beta = self._scale.beta_to_original(self._engine_path.beta_final, self.design)
+        return pd.Series(beta, index=self.design.regressor_names, name="parameter")
+
+    @cached_property
+    def path(self) -> pd.DataFrame:
+        """β⁽⁰⁾ … β⁽ᵀ⁾ in original units, one row per iteration (private release)."""
+        beta = self._scale.beta_to_original(self._engine_path.beta, self.design)
+        index = pd.RangeIndex(beta.shape[0], name="iteration")
+        return pd.DataFrame(beta, index=index, columns=self.design.regressor_names)
+
+    @cached_property
+    def first_stage(self) -> pd.DataFrame:
+        """Θ⁽ᵀ⁾ in original units: instruments (exogenous first) × endogenous (private release)."""
+        theta = self._scale.theta_to_original(self._engine_path.theta_final, self.design)
+        return pd.DataFrame(theta, index=self.design.z_names, columns=self.design.endog_names)
+
+    @cached_property
+    def first_stage_path(self) -> np.ndarray:
+        """Θ⁽⁰⁾ … Θ⁽ᵀ⁾ in original units, shape (T+1, instruments, endogenous) (private release)."""
+        return self._scale.theta_to_original(self._engine_path.theta, self.design)
+
+    # ------------------------------------------------------------------ non-private
+    @cached_property
+    def benchmark(self) -> Any:
+        """NON-PRIVATE benchmark: linearmodels ``IV2SLS`` (robust covariance) on the same design.
+
+        Computed from the raw data without noise: use it to validate the private estimate,
+        never publish it.
+        """
+        from linearmodels.iv import IV2SLS
+
+        d = self.design
+        exog = d.exog if d.exog.shape[1] else None
+        return IV2SLS(d.dependent, exog, d.endog, d.instruments).fit()
+
+    @property
+    def clipped_rows(self) -> pd.DataFrame:
+        """NON-PRIVATE diagnostic: rows whose gradient was clipped, per iteration and stage."""
+        counts = self._engine_path.clipped_rows
+        return pd.DataFrame(
+            counts, index=pd.RangeIndex(1, counts.shape[0] + 1, name="iteration"),
+            columns=["first stage", "second stage"],
+        )
+
+    # ------------------------------------------------------------------ summary
+    def _top_rows(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        s, priv = self._settings, self.privacy
+        paper = s.calibration == "paper"
+
+        def budget(requested: float, spent: float) -> str:
+            return f"{_fmt(spent)} (asked {_fmt(requested)})" if paper else _fmt(spent)
+
+        left = [
+            ("Dep. Variable:", self.design.dependent_name),
+            ("Estimator:", "DP-2S-GD"),
+            ("No. Observations:", str(self.nobs)),
+            ("Iterations T:", str(s.T)),
+            ("Step size eta:", f"{_fmt(s.eta)} ({s.eta_source})"),
+            ("Step size alpha:", f"{_fmt(s.alpha)} ({s.alpha_source})"),
+            ("Clip gamma1, gamma2:", f"{_fmt(s.clip1)}, {_fmt(s.clip2)}"),
+            ("Clip rule:", s.clip_source),
+            ("Scaling:", self._scaling_label()),
+        ]
+        right = [
+            ("Calibration:", s.calibration),
+            ("rho1 (zCDP):", budget(s.rho1, priv.rho1)),
+            ("rho2 (zCDP):", budget(s.rho2, priv.rho2)),
+            ("Total rho:", _fmt(priv.rho)),
+            ("delta:", _fmt(self._delta)),
+            ("epsilon (exact Gauss.):", _fmt(priv.epsilon(self._delta))),
+            ("epsilon (CKS 2020):", _fmt(priv.epsilon(self._delta, "cks"))),
+            ("epsilon (paper formula):", _fmt(priv.epsilon(self._delta, "bun-steinke"))),
+            ("Date:", self._datetime.strftime("%a, %b %d %Y %H:%M")),
+        ]
+        return left, right
+
+    def _scaling_label(self) -> str:
+        sources = set(self._scale.source[self._scale.source != "constant"])
+        if sources == {"bounds"}:
+            return "public bounds"
+        if sources == {"data"}:
+            return "from data (LEAK)"
+        return "bounds + data (LEAK)"
+
+    def _top_table(self) -> SimpleTable:
+        left, right = self._top_rows()
+        fmt = copy.deepcopy(fmt_2cols)
+        title = "DP-2S-GD Estimation Summary"
+        table = SimpleTable([[v] for _, v in left], txt_fmt=fmt, title=title, stubs=[k for k, _ in left])
+        table.extend_right(SimpleTable([[v] for _, v in right], stubs=["  " + k for k, _ in right]))
+        return table
+
+    def _parameter_table(self) -> SimpleTable:
+        bench = self.benchmark
+        names = self.design.regressor_names
+        ref, se = bench.params[names], bench.std_errors[names]
+        diff = self.params - ref
+        rows = [
+            [_fmt(self.params[c]), _fmt(ref[c]), _fmt(se[c]), _fmt(diff[c]), _fmt(diff[c] / se[c], 3)]
+            for c in names
+        ]
+        headers = ["DP-2S-GD", "IV2SLS*", "Std. Err.*", "Diff.*", "Diff./SE*"]
+        return SimpleTable(
+            rows, headers=headers, stubs=names, txt_fmt=copy.deepcopy(fmt_params),
+            title="Parameter Estimates (private: DP-2S-GD; * = NON-PRIVATE benchmark)",
+        )
+
+    def _notes(self) -> list[str]:
+        d, sc = self.design, self._scale
+        notes = [
+            "Private release: the DP-2S-GD column (beta^(T)); its cost is the total rho above.",
+            "* NON-PRIVATE: IV2SLS estimate, its robust std. err., the difference and the difference",
+            "  in std. errs. are computed from the raw data without noise. Use them to validate; never publish them.",
+            "Private std. errors: not computed. The 2SLS std. errors above ignore the privacy noise.",
+            f"Endogenous: {', '.join(d.endog_names)}. Instruments: {', '.join(d.instrument_names)}."
+            + (f" Exogenous: {', '.join(d.exog_names)}." if d.exog_names else " No exogenous regressors."),
+        ]
+        by_source = {src: list(sc.source.index[sc.source == src]) for src in ("bounds", "data", "constant")}
+        if by_source["bounds"]:
+            notes.append(f"Scaled by public bounds: {', '.join(by_source['bounds'])}.")
+        if by_source["data"]:
+            notes.append(f"Scaled from the data (PRIVACY LEAK): {', '.join(by_source['data'])}.")
+        n_clipped = int(sc.clipped_values.sum())
+        if n_clipped:
+            notes.append(f"{n_clipped} value(s) lay outside the bounds and were clipped to them (non-private count).")
+        if self._leaks:
+            notes.append("PRIVACY LEAKS during the fit (PrivacyLeakWarning):")
+            notes.extend(f"  - {leak}" for leak in self._leaks)
+        else:
+            notes.append("No privacy leak: every data-dependent input was public or paid for in the budget.")
+        return notes
+
+    def summary(self) -> Summary:
+        """Summary of the fit as a statsmodels ``Summary`` (``as_text``, ``as_latex``, ``as_html``, ``as_csv``).
+
+        Top block: the estimator's settings and the privacy spent. Parameter table: the private
+        estimate beside the NON-PRIVATE IV2SLS benchmark. Notes: what is private, the design,
+        the scaling source and every privacy leak raised during the fit.
+        """
+        smry = Summary()
+        smry.tables.append(self._top_table())
+        smry.tables.append(self._parameter_table())
+        smry.add_extra_txt(self._notes())
+        return smry
+
+    def __str__(self) -> str:
+        return self.summary().as_text()
+
+    def __repr__(self) -> str:
+        return (
+            f"<DPIVResults: {self.design.dependent_name} on {', '.join(self.design.regressor_names)}; "
+            f"n={self.nobs}, T={self._settings.T}, rho={_fmt(self.privacy.rho)}, "
+            f"epsilon={_fmt(self.epsilon)} at delta={_fmt(self._delta)}>"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.summary().as_html()

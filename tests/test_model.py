@@ -1,0 +1,242 @@
+"""DPIV2SLS end to end: the non-private limit against linearmodels IV2SLS, scaling, leaks, results, summary."""
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from linearmodels.iv import IV2SLS
+
+from dpivreg import DPIV2SLS, PrivacyLeakWarning
+from dpivreg.__main__ import main as cli_main
+from dpivreg.datasets import LABSUP_BOUNDS, load_labsup
+from dpivreg.model import theorem_clip
+
+
+@pytest.fixture(scope="module")
+def frame():
+    """Synthetic frame: two endogenous variables, covariates of different scales, strong instruments."""
+    rng = np.random.default_rng(11)
+    n = 2000
+    z1, z2, z3 = rng.standard_normal((3, n))
+    u = rng.standard_normal(n)
+    w = rng.uniform(0, 10, n)
+    x1 = 1.0 + z1 + 0.5 * z2 + u + rng.standard_normal(n)
+    x2 = -2.0 + 0.7 * z3 - 0.4 * z1 + 0.5 * u + rng.standard_normal(n)
+    y = 3.0 + 1.5 * x1 - 0.8 * x2 + 0.2 * w + u + rng.standard_normal(n)
+    return pd.DataFrame({"y": y, "x1": x1, "x2": x2, "z1": z1, "z2": z2, "z3": z3, "w": w})
+
+
+NONPRIVATE_FORMULAS = [
+    "y ~ [x1 ~ z1 + z2]",
+    "y ~ 1 + [x1 ~ z1 + z2]",
+    "y ~ 1 + w + [x1 ~ z1 + z2]",
+    "y ~ 1 + [x1 + x2 ~ z1 + z2 + z3] + w",
+]
+
+
+@pytest.mark.parametrize("formula", NONPRIVATE_FORMULAS)
+def test_non_private_limit_equals_iv2sls(frame, formula):
+    """rho = inf, no clipping, large T: params equal IV2SLS to 1e-6 relative (also checks the back-transform)."""
+    model = DPIV2SLS.from_formula(formula, frame)
+    bounds = {c: (-30.0, 30.0) for c in ("y", "x1", "x2", "z1", "z2", "z3", "w") if c in model.design.z_names
+              + model.design.regressor_names + [model.design.dependent_name]}
+    with pytest.warns(PrivacyLeakWarning):
+        res = model.fit(rho1=math.inf, rho2=math.inf, T=80000, clip=False, bounds=bounds)
+    ref = IV2SLS.from_formula(formula, frame).fit().params
+    pd.testing.assert_index_equal(res.params.index, ref.index)
+    np.testing.assert_allclose(res.params.to_numpy(), ref.to_numpy(), rtol=1e-6)
+    np.testing.assert_allclose(res.benchmark.params.to_numpy(), ref.to_numpy(), rtol=1e-12)
+    assert res.privacy.rho == math.inf and not res.is_private
+    assert "NOT differentially private" in " ".join(res.leaks)
+
+
+def test_back_transform_of_first_stage(frame):
+    """Θ⁽ᵀ⁾ in original units equals the first-stage OLS coefficients in the non-private limit."""
+    model = DPIV2SLS.from_formula("y ~ 1 + w + [x1 ~ z1 + z2]", frame)
+    bounds = {"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8), "w": (0, 10)}
+    with pytest.warns(PrivacyLeakWarning):
+        res = model.fit(rho1=math.inf, rho2=math.inf, T=3000, clip=False, bounds=bounds)
+    Z = np.column_stack([np.ones(len(frame)), frame[["w", "z1", "z2"]].to_numpy()])
+    ols = np.linalg.lstsq(Z, frame["x1"].to_numpy(), rcond=None)[0]
+    np.testing.assert_allclose(res.first_stage["x1"].to_numpy(), ols, rtol=1e-8)
+    assert list(res.first_stage.index) == ["Intercept", "w", "z1", "z2"]
+    assert res.first_stage_path.shape == (3001, 4, 1)
+
+
+def test_private_fit_with_bounds_and_public_steps_has_no_leak(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    bounds = {"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3)
+    assert res.leaks == () and res.is_private
+    assert res.privacy.rho == pytest.approx(2.0)
+    assert res.settings.clip1 == pytest.approx(theorem_clip(len(frame), 3, 20))
+    assert "No privacy leak" in res.summary().as_text()
+
+
+def test_missing_bounds_and_data_steps_leak(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    with pytest.warns(PrivacyLeakWarning) as record:
+        res = model.fit(rho1=1, rho2=1, T=5, bounds={"y": (-40, 40)}, seed=0)
+    messages = [str(w.message) for w in record if issubclass(w.category, PrivacyLeakWarning)]
+    assert any("x1, z1, z2" in m for m in messages)
+    assert any("step size(s) eta, alpha" in m for m in messages)
+    assert list(res.scale.source[["y", "x1", "Intercept"]]) == ["bounds", "data", "constant"]
+    text = res.summary().as_text()
+    assert "PRIVACY LEAK" in text and "Scaled from the data" in text
+
+
+def test_bounds_clip_data_and_scale(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    bounds = {"y": (-5, 5), "x1": (-20, 20), "z1": (-1, 1), "z2": (-8, 8)}
+    res = model.fit(rho1=1, rho2=1, T=3, eta=1.0, alpha=0.5, bounds=bounds, seed=0)
+    assert res.scale.scales["y"] == 5 and res.scale.scales["z1"] == 1
+    assert res.scale.clipped_values["y"] == int(((frame.y < -5) | (frame.y > 5)).sum()) > 0
+    assert np.abs(res.scale.Y).max() <= 1 and np.abs(res.scale.Z).max() <= 1
+    assert "clipped to them (non-private count)" in res.summary().as_text()
+
+
+@pytest.mark.parametrize(
+    "bounds, exc, match",
+    [
+        ({"nope": (0, 1)}, ValueError, "not a column of the design"),
+        ({"y": (1, 1)}, ValueError, "lower < upper"),
+        ({"y": (2, 1)}, ValueError, "lower < upper"),
+        ({"y": (0, np.inf)}, ValueError, "finite"),
+        ({"y": (0,)}, TypeError, "pair"),
+        ({"y": ("a", "b")}, TypeError, "pair"),
+        ([("y", (0, 1))], TypeError, "dict"),
+    ],
+)
+def test_bad_bounds(frame, bounds, exc, match):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    with pytest.raises(exc, match=match):
+        model.fit(rho1=1, rho2=1, T=3, eta=1.0, alpha=0.5, bounds=bounds)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"rho1": 0}, ValueError, "rho1"),
+        ({"rho2": float("nan")}, ValueError, "rho2"),
+        ({"T": 0}, ValueError, "T must be"),
+        ({"delta": 1.0}, ValueError, "delta"),
+        ({"delta": 0}, ValueError, "delta"),
+        ({"clip": False}, ValueError, "clip=False"),
+        ({"clip": -1}, ValueError, "clip"),
+        ({"clip": (1.0, 0.0)}, ValueError, r"clip\[1\]"),
+        ({"clip": {"c": 1}}, ValueError, "c0"),
+        ({"clip": "big"}, TypeError, "clip"),
+        ({"eta": 0}, ValueError, "eta"),
+        ({"alpha": -1}, ValueError, "alpha"),
+        ({"calibration": "tight"}, ValueError, "calibration"),
+        ({"seed": "x"}, TypeError, "seed"),
+        ({"tau": 0}, ValueError, "tau"),
+    ],
+)
+def test_bad_fit_arguments(frame, kwargs, exc, match):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    args = dict(rho1=1, rho2=1, T=3, eta=1.0, alpha=0.5, bounds={"y": (-40, 40), "x1": (-20, 20),
+                                                                   "z1": (-8, 8), "z2": (-8, 8)})
+    with pytest.raises(exc, match=match):
+        model.fit(**{**args, **kwargs})
+
+
+def test_clip_options(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    args = dict(rho1=1, rho2=1, T=4, eta=1.0, alpha=0.5, bounds={"y": (-40, 40), "x1": (-20, 20),
+                                                                   "z1": (-8, 8), "z2": (-8, 8)}, seed=0)
+    assert model.fit(clip=(2.0, 3.0), **args).settings.clip2 == 3.0
+    res = model.fit(clip={"c0": 0.5}, **args)
+    assert res.settings.clip1 == pytest.approx(0.5 * (math.sqrt(3) + math.sqrt(5 + math.log(2000 * 4))) ** 2)
+    assert res.engine_path.lambda1 == pytest.approx(res.settings.clip1 / 2000 * math.sqrt(2 * 4 / 1))
+
+
+def test_results_objects(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + w + [x1 + x2 ~ z1 + z2 + z3]", frame)
+    bounds = {"y": (-40, 40), "x1": (-20, 20), "x2": (-20, 20), "z1": (-8, 8), "z2": (-8, 8), "z3": (-8, 8),
+              "w": (0, 10)}
+    res = model.fit(rho1=2, rho2=3, T=7, eta=1.0, alpha=0.3, bounds=bounds, seed=1, delta=1e-6)
+    names = ["Intercept", "w", "x1", "x2"]
+    assert list(res.params.index) == names and res.params.name == "parameter"
+    assert res.path.shape == (8, 4) and list(res.path.columns) == names and res.path.index.name == "iteration"
+    pd.testing.assert_series_equal(res.path.iloc[-1], res.params, check_names=False)
+    assert list(res.first_stage.columns) == ["x1", "x2"]
+    assert res.nobs == 2000 and res.model is model
+    assert res.privacy.rho == pytest.approx(5.0)
+    assert res.epsilon == pytest.approx(res.privacy.epsilon(1e-6))
+    assert res.clipped_rows.shape == (7, 2)
+    assert "DPIVResults" in repr(res)
+    assert str(res) == res.summary().as_text()
+    assert "<table" in res._repr_html_()
+
+
+def test_paper_calibration_reports_spent_budget(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    res = model.fit(rho1=1, rho2=1, T=5, eta=1.0, alpha=0.5, calibration="paper", seed=0,
+                    bounds={"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8)})
+    assert res.privacy.rho == pytest.approx(1.0)
+    assert "0.5 (asked 1)" in res.summary().as_text()
+
+
+def test_summary_content(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    res = model.fit(rho1=0.5, rho2=1.5, T=5, eta=1.0, alpha=0.5, seed=0, delta=1e-6,
+                    bounds={"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8)})
+    text = res.summary().as_text()
+    for fragment in ["DP-2S-GD", "rho1 (zCDP):", "0.5", "rho2 (zCDP):", "1.5", "Total rho:", "delta:",
+                     "epsilon (exact Gauss.):", f"{res.privacy.epsilon(1e-6):.4g}",
+                     f"{res.privacy.epsilon(1e-6, 'bun-steinke'):.4g}", "IV2SLS*", "NON-PRIVATE",
+                     "Endogenous: x1", "Instruments: z1, z2", "public bounds"]:
+        assert fragment in text, fragment
+    assert "tabular" in res.summary().as_latex()
+    assert "<table" in res.summary().as_html()
+
+
+def test_caller_frame_not_modified(frame):
+    before = frame.copy(deep=True)
+    DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame).fit(
+        rho1=1, rho2=1, T=3, eta=1.0, alpha=0.5, seed=0, bounds={"y": (-1, 1), "x1": (-1, 1), "z1": (-1, 1),
+                                                                  "z2": (-1, 1)})
+    pd.testing.assert_frame_equal(frame, before)
+
+
+def test_array_constructor_matches_formula(frame):
+    exog = pd.DataFrame({"const": np.ones(len(frame))}, index=frame.index)
+    by_arrays = DPIV2SLS(frame["y"], exog, frame[["x1"]], frame[["z1", "z2"]])
+    by_formula = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    kw = dict(rho1=1, rho2=1, T=6, eta=1.0, alpha=0.5, seed=9,
+              bounds={"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8)})
+    a, b = by_arrays.fit(**kw), by_formula.fit(**kw)
+    np.testing.assert_array_equal(a.params.to_numpy(), b.params.to_numpy())
+    assert list(a.params.index) == ["const", "x1"]
+
+
+def test_seed_reproducible(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    kw = dict(rho1=1, rho2=1, T=6, eta=1.0, alpha=0.5,
+              bounds={"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8)})
+    pd.testing.assert_series_equal(model.fit(seed=4, **kw).params, model.fit(seed=4, **kw).params)
+
+
+def test_labsup_demo_numbers():
+    """The demo's design on the full labsup data: benchmark equals the notes' reference values."""
+    df = load_labsup()
+    assert len(df) == 31857 and "citation" in df.attrs
+    res = DPIV2SLS.from_formula("weeks ~ 1 + [kids ~ samesex]", df).fit(
+        rho1=1, rho2=1, T=20, eta=0.5, alpha=0.5, seed=0,
+        bounds={k: LABSUP_BOUNDS[k] for k in ("weeks", "kids", "samesex")})
+    # shared/notes/linearmodels-iv-facts.md: kids -5.5112 (robust SE 3.5790), Intercept 37.842
+    assert res.benchmark.params["kids"] == pytest.approx(-5.5112, abs=1e-4)
+    assert res.benchmark.std_errors["kids"] == pytest.approx(3.5790, abs=1e-4)
+    assert res.benchmark.params["Intercept"] == pytest.approx(37.842, abs=1e-3)
+    assert res.privacy.rho == pytest.approx(2.0)
+
+
+def test_demo_command(capsys):
+    assert cli_main(["demo", "-T", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "DP-2S-GD Estimation Summary" in out and "weeks" in out and "IV2SLS*" in out
