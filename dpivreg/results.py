@@ -30,11 +30,31 @@ from .design import IVDesign
 from .engine import DP2SGDPath
 from .preprocess import WorkingScale
 from .privacy import PrivacyBudget
+from . import theory
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import DPIV2SLS
 
-__all__ = ["DPIVResults", "FitSettings"]
+__all__ = ["DPIVResults", "FitSettings", "DPIVSummary"]
+
+_LATEX_ESCAPES = str.maketrans({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                                "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                                "^": r"\textasciicircum{}"})
+
+
+class DPIVSummary(Summary):
+    """A statsmodels ``Summary`` whose ``as_latex`` typesets each table on its own.
+
+    statsmodels merges all tables into one LaTeX tabular, which fails for tables of different
+    widths (our top block, parameter table and bound block).
+    """
+
+    def as_latex(self) -> str:
+        """The tables as LaTeX ``tabular`` environments, then the notes (special characters escaped)."""
+        latex = "\n".join(table.as_latex_tabular() for table in self.tables)
+        if self.extra_txt is not None:
+            latex += "\n\n" + self.extra_txt.translate(_LATEX_ESCAPES).replace("\n", " \\newline\n ")
+        return latex
 
 
 @dataclass(frozen=True)
@@ -191,6 +211,39 @@ class DPIVResults:
         """Θ⁽⁰⁾ … Θ⁽ᵀ⁾ in original units, shape (T+1, instruments, endogenous) (private release)."""
         return self._scale.theta_to_original(self._engine_path.theta, self.design)
 
+    # ------------------------------------------------------------------ theory (free)
+    @cached_property
+    def contraction(self) -> theory.ContractionRates:
+        """Contraction rates κ_β, κ_Θ, κ from the released Θ⁽ᵀ⁾ on the working scale.
+
+        Post-processing only (no privacy cost): under the paper's isotropy assumption,
+        δ = δ(τ) = (√q+√τ)/√n and γ̄, γ̲ = (1±δ)²·σ_max/min(Θ̄)², with Θ̄ the full q×p first
+        stage (exogenous columns map to themselves). See :mod:`dpivreg.theory`.
+        """
+        d, path = self.design, self._engine_path
+        q, k = len(d.z_names), len(d.exog_names)
+        theta_full = np.concatenate([np.eye(q, k), path.theta_final], axis=1)
+        delta = theory.delta_tau(self.nobs, q, self._settings.tau)
+        gamma_bar, gamma_under = theory.eigenvalue_bounds(theta_full, delta)
+        return theory.contraction_rates(delta, gamma_bar, gamma_under)
+
+    @cached_property
+    def bound(self) -> theory.ErrorBound:
+        """The Theorem's error-bound components for this fit (up to constants, c = 1; no privacy cost).
+
+        Uses n, p = all regressors, q = all instruments, T, the budgets actually spent, τ and
+        the contraction rate κ of :attr:`contraction`.
+        """
+        d, priv = self.design, self.privacy
+        return theory.error_bound(
+            self.nobs, len(d.regressor_names), len(d.z_names), self._settings.T,
+            priv.rho1, priv.rho2, tau=self._settings.tau, kappa=self._bound_kappa(),
+        )
+
+    def _bound_kappa(self) -> float:
+        # κ = 1 (no contraction guaranteed) is outside theory's (0, 1) domain: report the closest value.
+        return float(min(max(self.contraction.kappa, 1e-12), 1.0 - 1e-12))
+
     # ------------------------------------------------------------------ non-private
     @cached_property
     def benchmark(self) -> Any:
@@ -238,7 +291,7 @@ class DPIVResults:
             ("rho1 (zCDP):", budget(s.rho1, priv.rho1)),
             ("rho2 (zCDP):", budget(s.rho2, priv.rho2)),
             ("Total rho:", _fmt(priv.rho)),
-            ("delta:", _fmt(self._delta)),
+            ("delta:", f"{self._delta:g}"),
             ("epsilon (exact Gauss.):", _fmt(priv.epsilon(self._delta))),
             ("epsilon (CKS 2020):", _fmt(priv.epsilon(self._delta, "cks"))),
             ("epsilon (paper formula):", _fmt(priv.epsilon(self._delta, "bun-steinke"))),
@@ -277,6 +330,15 @@ class DPIVResults:
             title="Parameter Estimates (private: DP-2S-GD; * = NON-PRIVATE benchmark)",
         )
 
+    def _bound_table(self) -> SimpleTable:
+        rows = self.bound.rows()
+        c = self.contraction
+        rows.append(("κ_β, κ_Θ (released Θ, isotropy)", f"{_fmt(c.kappa_beta)}, {_fmt(c.kappa_theta)}"))
+        return SimpleTable(
+            [[v] for _, v in rows], stubs=[k for k, _ in rows], txt_fmt=copy.deepcopy(fmt_2cols),
+            title="Error bound components (Theorem, up to constants)",
+        )
+
     def _notes(self) -> list[str]:
         d, sc = self.design, self._scale
         notes = [
@@ -284,6 +346,8 @@ class DPIVResults:
             "* NON-PRIVATE: IV2SLS estimate, its robust std. err., the difference and the difference",
             "  in std. errs. are computed from the raw data without noise. Use them to validate; never publish them.",
             "Private std. errors: not computed. The 2SLS std. errors above ignore the privacy noise.",
+            "Error bound: the Theorem's terms with all constants set to 1 (shapes, not calibrated errors); "
+            "kappa from the released Theta^(T): no privacy cost.",
             f"Endogenous: {', '.join(d.endog_names)}. Instruments: {', '.join(d.instrument_names)}."
             + (f" Exogenous: {', '.join(d.exog_names)}." if d.exog_names else " No exogenous regressors."),
         ]
@@ -302,16 +366,18 @@ class DPIVResults:
             notes.append("No privacy leak: every data-dependent input was public or paid for in the budget.")
         return notes
 
-    def summary(self) -> Summary:
+    def summary(self) -> DPIVSummary:
         """Summary of the fit as a statsmodels ``Summary`` (``as_text``, ``as_latex``, ``as_html``, ``as_csv``).
 
         Top block: the estimator's settings and the privacy spent. Parameter table: the private
-        estimate beside the NON-PRIVATE IV2SLS benchmark. Notes: what is private, the design,
-        the scaling source and every privacy leak raised during the fit.
+        estimate beside the NON-PRIVATE IV2SLS benchmark. Error-bound block: the Theorem's terms
+        (free post-processing). Notes: what is private, the design, the scaling source and every
+        privacy leak raised during the fit.
         """
-        smry = Summary()
+        smry = DPIVSummary()
         smry.tables.append(self._top_table())
         smry.tables.append(self._parameter_table())
+        smry.tables.append(self._bound_table())
         smry.add_extra_txt(self._notes())
         return smry
 

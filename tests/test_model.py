@@ -192,6 +192,9 @@ def test_summary_content(frame):
                      f"{res.privacy.epsilon(1e-6, 'bun-steinke'):.4g}", "IV2SLS*", "NON-PRIVATE",
                      "Endogenous: x1", "Instruments: z1, z2", "public bounds"]:
         assert fragment in text, fragment
+    from statsmodels.iolib.summary import Summary
+
+    assert isinstance(res.summary(), Summary)
     assert "tabular" in res.summary().as_latex()
     assert "<table" in res.summary().as_html()
 
@@ -240,3 +243,33 @@ def test_demo_command(capsys):
     assert cli_main(["demo", "-T", "5"]) == 0
     out = capsys.readouterr().out
     assert "DP-2S-GD Estimation Summary" in out and "weeks" in out and "IV2SLS*" in out
+
+
+def test_bound_block_is_free_post_processing(frame):
+    """The bound uses only public quantities and the released Θ⁽ᵀ⁾; computing it raises no leak warning."""
+    from dpivreg import theory
+
+    model = DPIV2SLS.from_formula("y ~ 1 + w + [x1 ~ z1 + z2]", frame)
+    res = model.fit(rho1=0.5, rho2=2.0, T=12, eta=1.0, alpha=0.3, seed=2,
+                    bounds={"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8), "w": (0, 10)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bound, text = res.bound, res.summary().as_text()
+    # hand computation: p = 3 regressors, q = 4 instruments (Intercept, w, z1, z2), δ = (√q+√τ)/√n
+    n, p, q, tau = 2000, 3, 4, 5.0
+    delta = (math.sqrt(q) + math.sqrt(tau)) / math.sqrt(n)
+    theta_full = np.column_stack([np.eye(4, 2), res.engine_path.theta_final])
+    s = np.linalg.svd(theta_full, compute_uv=False)
+    g_bar, g_under = (1 + delta) ** 2 * s[0] ** 2, (1 - delta) ** 2 * s[-1] ** 2
+    kappa_beta = g_bar / (g_bar + g_under)
+    kappa_theta = ((1 + delta) ** 2 - (1 - delta) ** 2) / ((1 + delta) ** 2 + (1 - delta) ** 2)
+    assert res.contraction.kappa == pytest.approx(max(kappa_beta, kappa_theta), rel=1e-12)
+    assert bound.optimization == pytest.approx(max(kappa_beta, kappa_theta) ** 6, rel=1e-10)
+    assert bound.privacy == pytest.approx(
+        math.sqrt(p) * (math.sqrt(q) + math.sqrt(tau)) ** 3 * math.sqrt(12) / (n * math.sqrt(0.5)), rel=1e-12)
+    assert bound.statistical == pytest.approx(math.sqrt(p * q) * (tau + math.log(p * q)) / math.sqrt(n), rel=1e-12)
+    expected = theory.error_bound(n, p, q, 12, 0.5, 2.0, tau=tau, kappa=res.contraction.kappa)
+    assert bound.total == pytest.approx(expected.total, rel=1e-12) and bound.regime == expected.regime
+    for fragment in ["Error bound components (Theorem, up to constants)", "Optimization term", "Privacy term",
+                     "Statistical term", "Dominating term", "Regime", "T condition", "n condition", "κ"]:
+        assert fragment in text, fragment
