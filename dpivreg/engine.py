@@ -15,7 +15,9 @@ import numpy as np
 
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, check_rho, noise_std, CALIBRATIONS
 
-__all__ = ["dp_2s_gd", "DP2SGDPath", "DivergenceError"]
+__all__ = ["dp_2s_gd", "DP2SGDPath", "DivergenceError", "METHODS"]
+
+METHODS = ("gd", "preconditioned")
 
 
 class DivergenceError(ArithmeticError):
@@ -42,6 +44,8 @@ class DP2SGDPath:
         Number of leading columns of X that are their own instruments.
     calibration : str
         ``"exact"`` or ``"paper"``.
+    method : str
+        ``"gd"`` or ``"preconditioned"``.
     privacy : PrivacyBudget
         The accountant: one record per stage with the zCDP actually spent.
     clipped_rows : ndarray, shape (T, 2)
@@ -59,6 +63,7 @@ class DP2SGDPath:
     alpha: float
     n_exog: int
     calibration: str
+    method: str
     privacy: PrivacyBudget
     clipped_rows: np.ndarray = field(repr=False)
 
@@ -185,6 +190,28 @@ def _clipped_mean_outer(A: np.ndarray, B: np.ndarray, norm_A: np.ndarray, clip: 
     return A.T @ (B * factors[:, None]) / n, int(np.count_nonzero(factors < 1.0))
 
 
+def _row_norms(A: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.einsum("ij,ij->i", A, A))
+
+
+def _check_second_moment(second_moment, q: int) -> np.ndarray:
+    if second_moment is None:
+        return np.eye(q)
+    S = _as_float_matrix(second_moment, "second_moment", ndim=2)
+    if S.shape != (q, q) or not np.allclose(S, S.T):
+        raise ValueError(f"second_moment must be a symmetric ({q}, {q}) matrix, got shape {S.shape}.")
+    return S
+
+
+def _inverse_sqrt_preconditioner(theta_endog: np.ndarray, S: np.ndarray, n_exog: int, ridge: float) -> np.ndarray:
+    """P^(−1/2) for P = Θ̄ᵀ S Θ̄ + ridge·I with Θ̄ = [I_exog | Θ_endog] (q × p)."""
+    q = S.shape[0]
+    theta_full = np.concatenate([np.eye(q, n_exog), theta_endog], axis=1)
+    P = theta_full.T @ S @ theta_full
+    eigenvalues, vectors = np.linalg.eigh((P + P.T) / 2.0 + ridge * np.eye(P.shape[0]))
+    return (vectors / np.sqrt(np.maximum(eigenvalues, ridge))) @ vectors.T
+
+
 def _check_finite(value: np.ndarray, what: str, step: int, name: str, size: float) -> None:
     if not np.all(np.isfinite(value)):
         raise DivergenceError(
@@ -208,6 +235,9 @@ def dp_2s_gd(
     calibration: str = "exact",
     seed=None,
     n_exog: int = 0,
+    method: str = "gd",
+    second_moment=None,
+    ridge: float | None = None,
 ) -> DP2SGDPath:
     """Noisy two-stage gradient descent (Algorithm DP-2S-GD), releasing the whole path.
 
@@ -252,6 +282,25 @@ def dp_2s_gd(
         columns of Z. Their first-stage block is the identity (2SLS projects an exogenous
         column onto itself exactly) and is not estimated: Θ holds only the endogenous
         block (q × (p − n_exog)) and x̂ᵢ = [exogᵢ, Θᵀzᵢ].
+    method : {"gd", "preconditioned"}
+        ``"gd"`` (default): the paper's Algorithm as written. ``"preconditioned"``: the second
+        stage works in the coordinates whitened by P_t = Θ̄⁽ᵗ⁾ᵀ S Θ̄⁽ᵗ⁾ + ridge·I, with
+        Θ̄⁽ᵗ⁾ = [I_exog | Θ⁽ᵗ⁾] the full first stage and S the public ``second_moment``::
+
+            β⁽ᵗ⁺¹⁾ = β⁽ᵗ⁾ − α P_t^(−1/2) [ (1/n) Σᵢ CLIP_γ2( P_t^(−1/2) x̂ᵢ (x̂ᵢᵀβ⁽ᵗ⁾ − yᵢ) ) − ν⁽ᵗ⁾ ]
+
+        i.e. a Newton-like step P_t⁻¹·gradient in which each per-sample gradient is mapped
+        by the public matrix P_t^(−1/2) *before* clipping, and the noise is added before the
+        second P_t^(−1/2). P_t is a function of the released Θ⁽ᵗ⁾ and public inputs only, so the
+        clipped mean still has sensitivity 2γ2/n and the privacy proof is unchanged. The
+        first stage is unchanged: whiten Z beforehand (E[zzᵀ] ≈ I) to precondition it.
+    second_moment : array_like, shape (q, q), optional
+        Public (or privately released) estimate of ZᵀZ/n used in P_t; identity when None
+        (right for whitened instruments). Only with ``method="preconditioned"``.
+    ridge : float, optional
+        Regularisation of P_t while Θ⁽ᵗ⁾ is still near 0 (at t = 0 the endogenous block of
+        P_t is 0). Default: q·(η·λ1)² + 1e-4, the first stage's per-step noise level plus a
+        floor, on the working scale. Only with ``method="preconditioned"``.
 
     Returns
     -------
@@ -272,6 +321,8 @@ def dp_2s_gd(
     one step costs O(n·q·p) flops and O(n(p+q)) memory, with no loop over rows.
     """
     Z, X, Y, n_exog = _validate_data(Z, X, Y, n_exog)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
     T = _check_T(T)
     rho1 = check_rho(rho1, "rho1")
     rho2 = check_rho(rho2, "rho2")
@@ -299,12 +350,23 @@ def dp_2s_gd(
     exog = Z[:, :n_exog]
     X_endog = X[:, n_exog:]
     p_endog = p - n_exog
-    norm_z = np.sqrt(np.einsum("ij,ij->i", Z, Z))
+    norm_z = _row_norms(Z)
     theta = np.zeros((T + 1, q, p_endog))
     beta = np.zeros((T + 1, p))
     clipped_rows = np.zeros((T, 2), dtype=np.int64)
     x_hat = np.empty((n, p))
     x_hat[:, :n_exog] = exog
+    preconditioner = None
+    if method == "preconditioned":
+        S = _check_second_moment(second_moment, q)
+        if ridge is None:
+            ridge = q * (eta * lambda1) ** 2 + 1e-4
+        ridge = _check_positive(ridge, "ridge")
+
+        def preconditioner(theta_t: np.ndarray) -> np.ndarray:
+            return _inverse_sqrt_preconditioner(theta_t, S, n_exog, ridge)
+    elif second_moment is not None or ridge is not None:
+        raise ValueError('second_moment and ridge only apply to method="preconditioned".')
 
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(T):
@@ -319,9 +381,14 @@ def dp_2s_gd(
 
             x_hat[:, n_exog:] = fitted
             residual = x_hat @ beta[t] - Y
-            norm_x_hat = np.sqrt(np.einsum("ij,ij->i", x_hat, x_hat))
-            grad2, clipped_rows[t, 1] = _clipped_mean_outer(x_hat, residual[:, None], norm_x_hat, clip2)
-            beta[t + 1] = beta[t] - alpha * (grad2[:, 0] - nu)
+            if preconditioner is None:
+                grad2, clipped_rows[t, 1] = _clipped_mean_outer(x_hat, residual[:, None], _row_norms(x_hat), clip2)
+                beta[t + 1] = beta[t] - alpha * (grad2[:, 0] - nu)
+            else:
+                root = preconditioner(theta[t])  # P_t^(-1/2), from the released Θ⁽ᵗ⁾ only
+                x_tilde = x_hat @ root
+                grad2, clipped_rows[t, 1] = _clipped_mean_outer(x_tilde, residual[:, None], _row_norms(x_tilde), clip2)
+                beta[t + 1] = beta[t] - alpha * (root @ (grad2[:, 0] - nu))
             _check_finite(beta[t + 1], "second-stage (β)", t + 1, "alpha", alpha)
 
     return DP2SGDPath(
@@ -335,6 +402,7 @@ def dp_2s_gd(
         alpha=alpha,
         n_exog=n_exog,
         calibration=calibration,
+        method=method,
         privacy=privacy,
         clipped_rows=clipped_rows,
     )

@@ -11,12 +11,12 @@ import numpy as np
 from formulaic.utils.context import capture_context
 
 from .design import IVDesign, design_from_arrays, design_from_formula
-from .engine import dp_2s_gd
-from .preprocess import WorkingScale, working_scale
-from .privacy import CALIBRATIONS, PrivacyLeakWarning, check_delta, check_rho
+from .engine import METHODS, dp_2s_gd, make_rng
+from .preprocess import PREPROCESS_ROUTES, WorkingScale, working_scale
+from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, check_delta, check_rho
 from .results import DPIVResults, FitSettings
 
-__all__ = ["DPIV2SLS", "theorem_clip"]
+__all__ = ["DPIV2SLS", "theorem_clip", "standardized_clip"]
 
 
 def theorem_clip(n: int, q: int, T: int, *, tau: float = 5.0, c0: float = 1.0) -> float:
@@ -134,10 +134,13 @@ class DPIV2SLS:
         rho1: float,
         rho2: float,
         T: int,
+        rho0: float | None = None,
         delta: float = 1e-5,
+        preprocess: str = "private",
+        method: str = "preconditioned",
         eta: float | None = None,
         alpha: float | None = None,
-        clip: float | tuple[float, float] | Mapping[str, float] | bool | None = None,
+        clip: float | tuple[float, float] | Mapping[str, float] | str | bool | None = None,
         calibration: str = "exact",
         bounds: Mapping[str, tuple[float, float]] | None = None,
         seed=None,
@@ -152,30 +155,50 @@ class DPIV2SLS:
             ``numpy.inf`` means no noise in that stage: the fit is then NOT private.
         T : int
             Number of iterations.
+        rho0 : float, optional
+            zCDP budget of the private preprocessing (``preprocess="private"``): one release of
+            the bounded columns' second moments, from which centring, scales and the
+            instruments' whitening are computed. Default ``0.1·(rho1 + rho2)``. The fit spends
+            rho0 + rho1 + rho2 in total; all three are reported.
         delta : float, default 1e-5
             δ at which ε is reported (the budget is zCDP; δ only affects the conversion).
+        preprocess : {"private", "bounds", "data"}
+            ``"private"`` (default): bounds, then private centring (with an intercept), scaling
+            and whitening paid for with rho0. ``"bounds"``: scale by the bounds only, no
+            budget. ``"data"``: the paper's practice, the same transformations from the exact
+            data moments (a ``PrivacyLeakWarning``); for reproduction. See
+            :mod:`dpivreg.preprocess`.
+        method : {"preconditioned", "gd"}
+            ``"preconditioned"`` (default): the second stage steps along P_t⁻¹·gradient with
+            P_t built from the released Θ⁽ᵗ⁾, per-sample gradients clipped in the P_t-whitened
+            coordinates (see :func:`dpivreg.dp_2s_gd`); post-processing of released values, so
+            the privacy proof is unchanged. ``"gd"``: the paper's plain iteration.
         eta, alpha : float, optional
-            Step sizes on the working scale. ``None`` uses the paper's experimental rule
-            η = 1/(1+δ(τ))², α = 2/(2γ̄(τ)+γ̲(τ)) with δ, γ̄, γ̲ read from the data's eigenvalues
-            (see :func:`_paper_step_sizes_from_data`): a ``PrivacyLeakWarning``. Pass public
-            values for a private fit.
-        clip : None, float, (float, float), {"c0": float} or False
-            Clipping thresholds on the working scale. ``None``: the Theorem's
-            γ1 = γ2 = c0(√q + √(τ + log(nT)))² with c0 = 1 (public). A number: both stages;
-            a pair: (γ1, γ2); ``{"c0": c}``: the Theorem's rule with c0 = c. ``False``: no
-            clipping, which leaves the sensitivity unbounded; only allowed with
-            rho1 = rho2 = inf (a non-private run).
+            Step sizes on the working scale. Defaults: with ``method="preconditioned"``,
+            η = α = min(1, 6/T) (public: the contraction (1 − 6/T)^T ≈ e⁻⁶ while the noise of
+            the last ≈ T/6 steps is averaged; 1 when both stages are noiseless); with ``method="gd"`` the paper's experimental
+            rule η = 1/(1+δ(τ))², α = 2/(2γ̄(τ)+γ̲(τ)) with δ, γ̄, γ̲ read from the data's
+            eigenvalues (a ``PrivacyLeakWarning``; see :func:`_paper_step_sizes_from_data`).
+        clip : None, "theorem", float, (float, float), {"c0": float} or False
+            Clipping thresholds on the working scale. ``None``: on standardised, whitened
+            columns (``preprocess`` "private" or "data") γ1 = 3·sqrt(q·p_endog) and
+            γ2 = 3·sqrt(p), three times the root-mean-square per-sample gradient norm of
+            isotropic instruments and unit-variance residuals; otherwise the Theorem's rule.
+            ``"theorem"``: the Theorem's γ1 = γ2 = c0(√q + √(τ + log(nT)))² with c0 = 1;
+            ``{"c0": c}``: the same with c0 = c. A number: both stages; a pair: (γ1, γ2).
+            ``False``: no clipping, which leaves the sensitivity unbounded; only allowed with
+            rho1 = rho2 = inf (a non-private run). All of these are public.
         calibration : {"exact", "paper"}
             Noise calibration (see :func:`dpivreg.dp_2s_gd`); the accountant always reports
             the budget actually spent.
         bounds : dict, optional
             Public ``{column: (lower, upper)}`` bounds by design column name. Data outside is
-            clipped to them; columns are scaled by max(|lower|, |upper|). Columns without
-            bounds (other than constants) are scaled from the data: a ``PrivacyLeakWarning``.
+            clipped to them. Columns without bounds (other than a constant) get bounds from
+            the data: a ``PrivacyLeakWarning`` naming them.
         seed : None, int, SeedSequence or Generator
-            Source of the privacy noise (``None``: fresh OS entropy).
+            Source of all privacy noise (``None``: fresh OS entropy).
         tau : float, default 5
-            Confidence parameter τ of the Theorem's settings (clipping rule).
+            Confidence parameter τ of the Theorem (clipping rule, error bound).
 
         Returns
         -------
@@ -183,26 +206,46 @@ class DPIV2SLS:
         """
         rho1 = check_rho(rho1, "rho1")
         rho2 = check_rho(rho2, "rho2")
+        rho0 = 0.1 * (rho1 + rho2) if rho0 is None else check_rho(rho0, "rho0")
         delta = check_delta(delta)
         if calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+        if preprocess not in PREPROCESS_ROUTES:
+            raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {preprocess!r}.")
+        T_checked = _check_T(T)
         tau = _check_tau(tau)
+        rng = make_rng(seed)
         leaks: list[str] = []
 
-        scale = working_scale(self._design, bounds)
+        scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng)
         if scale.leaked_columns:
             leaks.append(
-                "column scales were read from the data (no public bounds) for: "
+                "bounds were read from the data (no public bounds given) for: "
                 + ", ".join(scale.leaked_columns)
                 + ". Pass bounds={column: (lower, upper)} for each of them."
             )
+        if preprocess == "data":
+            leaks.append(
+                "centring, scaling and whitening used the exact data moments (preprocess='data'). "
+                "Use preprocess='private' to pay for them in the budget."
+            )
 
         n, q = scale.Z.shape
-        T_checked = T if isinstance(T, numbers.Integral) and not isinstance(T, bool) and T >= 1 else None
-        clip1, clip2, clip_source = _resolve_clip(clip, n=n, q=q, T=T_checked, tau=tau, rho1=rho1, rho2=rho2)
-        eta_source = "user" if eta is not None else "data"
-        alpha_source = "user" if alpha is not None else "data"
-        if eta is None or alpha is None:
+        p = scale.X.shape[1]
+        standardized = preprocess != "bounds"
+        clip1, clip2, clip_source = _resolve_clip(
+            clip, n=n, q=q, p=p, p_endog=p - scale.n_exog, T=T_checked, tau=tau, rho1=rho1, rho2=rho2,
+            standardized=standardized,
+        )
+        eta_source = "user" if eta is not None else ("data" if method == "gd" else "min(1, 6/T)")
+        alpha_source = "user" if alpha is not None else ("data" if method == "gd" else "min(1, 6/T)")
+        if method == "preconditioned":
+            default_step = 1.0 if math.isinf(rho1) and math.isinf(rho2) else min(1.0, 6.0 / T_checked)
+            eta = default_step if eta is None else eta
+            alpha = default_step if alpha is None else alpha
+        elif eta is None or alpha is None:
             data_eta, data_alpha = _paper_step_sizes_from_data(scale)
             eta = data_eta if eta is None else eta
             alpha = data_alpha if alpha is None else alpha
@@ -215,24 +258,39 @@ class DPIV2SLS:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PrivacyLeakWarning)
             path = dp_2s_gd(
-                scale.Z, scale.X, scale.Y, T=T, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha,
-                clip1=clip1, clip2=clip2, calibration=calibration, seed=seed, n_exog=scale.n_exog,
+                scale.Z, scale.X, scale.Y, T=T_checked, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha,
+                clip1=clip1, clip2=clip2, calibration=calibration, seed=rng, n_exog=scale.n_exog, method=method,
             )
         for w in caught:
             if issubclass(w.category, PrivacyLeakWarning):
                 leaks.append(str(w.message))
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if preprocess == "private" and math.isinf(rho0):
+            leaks.append("rho0 = inf: the preprocessing moments were released without noise (not private).")
         for leak in leaks:
             warnings.warn(leak, PrivacyLeakWarning, stacklevel=2)
 
+        target = {"rho1": rho1, "rho2": rho2}
+        if preprocess == "private":
+            target = {"rho0": rho0, **target}
+        privacy = PrivacyBudget([*scale.releases, *path.privacy.releases], target=target)
         settings = FitSettings(
             T=path.T, eta=path.eta, alpha=path.alpha, eta_source=eta_source, alpha_source=alpha_source,
             clip1=clip1, clip2=clip2, clip_source=clip_source, calibration=calibration, tau=tau,
-            rho1=rho1, rho2=rho2,
+            rho0=rho0 if preprocess == "private" else 0.0, rho1=rho1, rho2=rho2, preprocess=preprocess,
+            method=method,
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
-                           leaks=tuple(leaks))
+                           leaks=tuple(leaks), privacy=privacy)
+
+
+def _check_T(T) -> int:
+    if isinstance(T, bool) or not isinstance(T, numbers.Integral):
+        raise TypeError(f"T must be an integer number of iterations >= 1, got {T!r}.")
+    if T < 1:
+        raise ValueError(f"T must be >= 1, got {T}.")
+    return int(T)
 
 
 def _check_tau(tau) -> float:
@@ -241,7 +299,20 @@ def _check_tau(tau) -> float:
     return float(tau)
 
 
-def _resolve_clip(clip, *, n: int, q: int, T: int | None, tau: float, rho1: float, rho2: float):
+def standardized_clip(q: int, p: int, p_endog: int, *, c: float = 3.0) -> tuple[float, float]:
+    """Clipping thresholds for standardised, whitened columns: (c·sqrt(q·p_endog), c·sqrt(p)).
+
+    With E[zzᵀ] = I the instrument norm is about sqrt(q), and first-stage residuals of
+    unit-variance columns have norm at most about sqrt(p_endog); in the second stage the
+    P_t-whitened x̂ has norm about sqrt(p) and the residual at most about unit scale. The
+    thresholds are c = 3 times those root-mean-square products: public, and tight enough
+    that the noise is not wasted on a worst case that the Theorem's rule covers.
+    """
+    return c * math.sqrt(q * p_endog), c * math.sqrt(p)
+
+
+def _resolve_clip(clip, *, n: int, q: int, p: int, p_endog: int, T: int, tau: float, rho1: float, rho2: float,
+                  standardized: bool):
     """Turn the ``clip`` argument into (γ1, γ2, description)."""
     if clip is False:
         if math.isfinite(rho1) or math.isfinite(rho2):
@@ -251,11 +322,15 @@ def _resolve_clip(clip, *, n: int, q: int, T: int | None, tau: float, rho1: floa
             )
         return None, None, "none (NOT private)"
     if clip is True:
-        raise TypeError("clip=True is ambiguous: pass None for the Theorem's rule, a number, a pair, or False.")
-    if T is None:  # let the engine report the bad T
-        T = 1
-    if clip is None:
-        return theorem_clip(n, q, T, tau=tau), theorem_clip(n, q, T, tau=tau), "Theorem, c0 = 1"
+        raise TypeError("clip=True is ambiguous: pass None, 'theorem', a number, a pair, {'c0': value} or False.")
+    if clip is None and standardized:
+        gamma1, gamma2 = standardized_clip(q, p, p_endog)
+        return gamma1, gamma2, "3 x RMS norm (standardised)"
+    if clip is None or clip == "theorem":
+        gamma = theorem_clip(n, q, T, tau=tau)
+        return gamma, gamma, "Theorem, c0 = 1"
+    if isinstance(clip, str):
+        raise ValueError(f"clip as a string must be 'theorem', got {clip!r}.")
     if isinstance(clip, Mapping):
         if set(clip) != {"c0"}:
             raise ValueError(f'clip as a dict must be {{"c0": value}}, got keys {sorted(clip)}.')
@@ -268,7 +343,9 @@ def _resolve_clip(clip, *, n: int, q: int, T: int | None, tau: float, rho1: floa
         return _positive_clip(clip, "clip"), _positive_clip(clip, "clip"), "user"
     if isinstance(clip, (tuple, list)) and len(clip) == 2:
         return _positive_clip(clip[0], "clip[0]"), _positive_clip(clip[1], "clip[1]"), "user"
-    raise TypeError(f"clip must be None, a number, a (gamma1, gamma2) pair, {{'c0': value}} or False; got {clip!r}.")
+    raise TypeError(
+        f"clip must be None, 'theorem', a number, a (gamma1, gamma2) pair, {{'c0': value}} or False; got {clip!r}."
+    )
 
 
 def _positive_clip(value, name: str) -> float:

@@ -1,83 +1,135 @@
-"""The working scale: public bounds, clipping data to them, column scales and the exact back-transform.
+"""The working scale: bounds, (private) centring, standardisation and whitening, and the exact back-transform.
 
-DP-2S-GD's clipping thresholds and step sizes are stated for data of unit scale (the paper
-assumes E[zzᵀ] = I). dpivreg therefore runs the engine on *rescaled* columns and maps the
-estimate back, so that the estimand is unchanged:
+DP-2S-GD's step sizes and clipping thresholds are stated for isotropic data of unit scale
+(the paper assumes E[zzᵀ] = I). dpivreg runs the engine on transformed columns and maps the
+estimate back exactly, so the estimand (the 2SLS coefficient on the original data) is unchanged.
 
-* every column c is divided by a scale s_c (never shifted: a shift would change the
-  estimand of a model without an intercept);
-* s_c = max(|lo_c|, |hi_c|) from the public ``bounds`` (so the working column lies in
-  [−1, 1]); data outside the bounds is clipped to them first, as diffprivlib does;
-* a column without bounds is scaled by its largest absolute value in the data, which
-  reads the private data: the fit raises a :class:`~dpivreg.PrivacyLeakWarning` naming it;
-* constant columns (the intercept) are public design choices and are not rescaled.
+Three routes (``fit(preprocess=...)``)
+--------------------------------------
+``"bounds"``   every column is clipped to its public bounds and divided by max(|lo|, |hi|).
+               Nothing is read from the data, no budget is spent.
+``"private"``  (default) as ``"bounds"``, then one Gaussian release of the second-moment matrix
+               of the bounded columns ("Analyze Gauss", Dwork, Talwar, Thakurta & Zhang 2014),
+               paid for with ρ0. From it, by post-processing only: column means (used to centre
+               when the model has an intercept, which absorbs the shift), column scales, and the
+               instruments' covariance, used to whiten them so that E[z̃z̃ᵀ] ≈ I.
+``"data"``     the same transformations from the exact (non-private) moments: the paper's
+               practice, kept for reproduction; it raises a PrivacyLeakWarning.
 
-If x_j ↦ x_j/s_j and y ↦ y/s_y, the working-scale coefficients map back exactly as
-β_j = β̃_j·s_y/s_j, and the first stage as Θ_jk = Θ̃_jk·s_{x_k}/s_{z_j}.
+The transformation
+------------------
+With the constant column (if any) left untouched,
+    ỹ = (y − c_y)/s_y,   X̃ = (X − c_X) A_X,   Z̃ = (Z − c_Z) A_Z,
+where Z = [exog, instruments], X = [exog, endog], A_Z is block upper triangular (the whitened
+exogenous columns depend on the exogenous columns only, so X̃ and Z̃ still share them exactly)
+and A_X acts on the exogenous block like A_Z and scales the endogenous columns. If the working
+fit is ỹ ≈ X̃ b̃ and X̃_endog ≈ Z̃ Θ̃, then on the original scale
+    β = s_y A_X b̃, except the constant's coefficient, which gains (c_y − c_Xᵀβ)/v,
+    Θ = A_Z Θ̃ diag(s_endog), except the constant's row, which gains (c_endog − c_Zᵀ Θ)/v,
+with v the constant's value. This is exact: 2SLS is equivariant under these maps.
+Centring is only done when the model has a constant; without one, a shift would change the
+estimand, so only scaling and (uncentred) whitening are applied.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
 from .design import IVDesign
+from .privacy import Release, check_rho, gaussian_zcdp
 
-__all__ = ["WorkingScale", "validate_bounds", "working_scale"]
+__all__ = ["WorkingScale", "PREPROCESS_ROUTES", "validate_bounds", "working_scale", "analyze_gauss"]
 
+PREPROCESS_ROUTES = ("private", "bounds", "data")
 Bounds = Mapping[str, tuple[float, float]]
 
 
 @dataclass(frozen=True)
 class WorkingScale:
-    """Scales of every design column and the working-scale arrays fed to the engine.
+    """The affine map from the design to the engine's working arrays, and its exact inverse.
 
     Attributes
     ----------
-    scales : pandas.Series
-        s_c for every design column (dependent, exogenous, endogenous, instruments).
+    route : str
+        ``"private"``, ``"bounds"`` or ``"data"``.
+    bound_scales : pandas.Series
+        max(|lo|, |hi|) per column (from bounds, or from the data: a leak), 1 for constants.
     source : pandas.Series
-        Where each scale came from: ``"bounds"`` (public), ``"data"`` (a leak) or
-        ``"constant"`` (a constant column, not rescaled).
+        Where each column's bound came from: ``"bounds"``, ``"data"`` or ``"constant"``.
     clipped_values : pandas.Series
         NON-PRIVATE diagnostic: number of values clipped to the bounds, per column.
+    y_center, y_scale : float
+        c_y and s_y.
+    x_center, A_x : ndarray
+        c_X (p,) and A_X (p, p) over the regressors [exog, endog].
+    z_center, A_z : ndarray
+        c_Z (q,) and A_Z (q, q) over the instruments [exog, instruments].
+    constant_index : int or None
+        Position of the constant column among the exogenous columns.
+    constant_value : float
+        Its value v.
     Z, X, Y : ndarray
-        Working-scale instruments [exog, instruments], regressors [exog, endog], outcome.
+        The working arrays fed to the engine.
     n_exog : int
         Number of exogenous columns leading Z and X.
+    releases : tuple of Release
+        Privacy releases made while building the scale (the moments, on route "private").
     """
 
-    scales: pd.Series
+    route: str
+    bound_scales: pd.Series
     source: pd.Series
     clipped_values: pd.Series
-    Z: np.ndarray
-    X: np.ndarray
-    Y: np.ndarray
-    n_exog: int
+    y_center: float
+    y_scale: float
+    x_center: np.ndarray
+    A_x: np.ndarray
+    z_center: np.ndarray
+    A_z: np.ndarray
+    constant_index: int | None
+    constant_value: float
+    Z: np.ndarray = field(repr=False)
+    X: np.ndarray = field(repr=False)
+    Y: np.ndarray = field(repr=False)
+    n_exog: int = 0
+    releases: tuple[Release, ...] = ()
 
     @property
     def leaked_columns(self) -> list[str]:
-        """Columns whose scale was read from the data."""
+        """Columns whose bound (scale) was read from the data."""
         return list(self.source.index[self.source == "data"])
 
-    def beta_to_original(self, beta: np.ndarray, design: IVDesign) -> np.ndarray:
-        """Map working-scale β̃ (…, p) to original units: β_j = β̃_j·s_y/s_{x_j}."""
-        s_y = self.scales[design.dependent_name]
-        s_x = self.scales[design.regressor_names].to_numpy()
-        return np.asarray(beta) * s_y / s_x
+    def beta_to_original(self, beta_working: np.ndarray) -> np.ndarray:
+        """Map working coefficients b̃ (…, p) to the original units (see the module docstring)."""
+        beta = self.y_scale * np.asarray(beta_working) @ self.A_x.T
+        if self.constant_index is not None:
+            shift = (self.y_center - beta @ self.x_center) / self.constant_value
+            beta = beta.copy()
+            beta[..., self.constant_index] += shift
+        return beta
 
-    def theta_to_original(self, theta: np.ndarray, design: IVDesign) -> np.ndarray:
-        """Map a working-scale endogenous first stage Θ̃ (…, q, p_endog) to original units."""
-        s_z = self.scales[design.z_names].to_numpy()
-        s_endog = self.scales[design.endog_names].to_numpy()
-        return np.asarray(theta) * s_endog[None, :] / s_z[:, None]
+    def theta_to_original(self, theta_working: np.ndarray) -> np.ndarray:
+        """Map a working endogenous first stage Θ̃ (…, q, p_endog) to the original units."""
+        k = self.n_exog
+        s_endog = 1.0 / np.diag(self.A_x)[k:]
+        theta = np.einsum("ij,...jk->...ik", self.A_z, np.asarray(theta_working)) * s_endog
+        if self.constant_index is not None:
+            endog_centers = self.x_center[k:]
+            shift = (endog_centers - np.einsum("j,...jk->...k", self.z_center, theta)) / self.constant_value
+            theta = theta.copy()
+            theta[..., self.constant_index, :] += shift
+        return theta
 
 
+# ----------------------------------------------------------------------------------------
+# bounds
+# ----------------------------------------------------------------------------------------
 def validate_bounds(bounds: Bounds | None, design: IVDesign) -> dict[str, tuple[float, float]]:
     """Check ``bounds`` against the design's columns and return them as float pairs.
 
@@ -122,13 +174,121 @@ def _all_columns(design: IVDesign) -> list[str]:
     return [design.dependent_name, *design.exog_names, *design.endog_names, *design.instrument_names]
 
 
-def _is_constant(column: pd.Series) -> bool:
-    values = column.to_numpy()
-    return bool(values.size) and bool(np.all(values == values[0])) and values[0] != 0
+def _constant_name(design: IVDesign) -> str | None:
+    """The exogenous column that is constant (a design choice, public), if any."""
+    for name in design.exog_names:
+        values = design.exog[name].to_numpy()
+        if values.size and np.all(values == values[0]) and values[0] != 0:
+            return name
+    return None
 
 
-def working_scale(design: IVDesign, bounds: Bounds | None) -> WorkingScale:
-    """Clip every column to its bounds, compute its scale and build the engine's arrays.
+def _bounded_columns(design: IVDesign, bounds: dict[str, tuple[float, float]], constant: str | None):
+    """Clip each column to its bounds and divide it by max(|lo|, |hi|) (or its data maximum: a leak)."""
+    frame = pd.concat([design.dependent, design.exog, design.endog, design.instruments], axis=1)
+    scales, source, clipped, columns = {}, {}, {}, {}
+    for name in _all_columns(design):
+        values = frame[name].to_numpy(dtype=np.float64)
+        clipped[name] = 0
+        if name == constant and name not in bounds:
+            scales[name], source[name] = 1.0, "constant"
+        elif name in bounds:
+            lo, hi = bounds[name]
+            clipped[name] = int(np.count_nonzero((values < lo) | (values > hi)))
+            values = np.clip(values, lo, hi)
+            scales[name], source[name] = max(abs(lo), abs(hi)), "bounds"
+        else:
+            largest = float(np.max(np.abs(values))) if values.size else 0.0
+            scales[name], source[name] = (largest if largest > 0 else 1.0), "data"
+        columns[name] = values / scales[name]
+    return (
+        columns,
+        pd.Series(scales, name="bound scale", dtype=float),
+        pd.Series(source, name="source", dtype=object),
+        pd.Series(clipped, name="clipped values (non-private)", dtype=np.int64),
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# the private second-moment release
+# ----------------------------------------------------------------------------------------
+def analyze_gauss(W: np.ndarray, *, rho: float, rng: np.random.Generator, row_bound: float,
+                  name: str = "second moments", stage: str = "rho0") -> tuple[np.ndarray, Release, float]:
+    """Release WᵀW/n with symmetric Gaussian noise ("Analyze Gauss"), spending ``rho`` zCDP.
+
+    Every row is clipped to L2 norm ``row_bound`` = B (a no-op for data within public bounds).
+    Replacing one row changes WᵀW/n by (wwᵀ − w'w'ᵀ)/n, whose Frobenius norm is at most
+    √2·B²/n (‖wwᵀ − w'w'ᵀ‖²_F = ‖w‖⁴ + ‖w'‖⁴ − 2(wᵀw')² ≤ 2B⁴); the upper triangle, which
+    determines the matrix, has at most that L2 norm. Noise N(0, σ²) is added to each entry of
+    the upper triangle and mirrored, with σ = Δ/sqrt(2ρ). ``rho = inf`` releases the exact
+    matrix (not private).
+
+    Returns
+    -------
+    M : ndarray (d, d)
+        The released symmetric matrix.
+    release : Release
+        Its record for the accountant.
+    sigma : float
+        The noise standard deviation per entry.
+    """
+    n, d = W.shape
+    norms = np.sqrt(np.einsum("ij,ij->i", W, W))
+    with np.errstate(divide="ignore"):
+        W = W * np.minimum(1.0, row_bound / norms)[:, None]
+    M = W.T @ W / n
+    sensitivity = math.sqrt(2.0) * row_bound**2 / n
+    sigma = 0.0 if math.isinf(rho) else sensitivity / math.sqrt(2.0 * rho)
+    upper = np.triu(rng.standard_normal((d, d)) * sigma)
+    M = M + upper + np.triu(upper, 1).T
+    release = Release(name, stage, 1, row_bound, sensitivity, sigma, gaussian_zcdp(sensitivity, sigma, 1))
+    return M, release, sigma
+
+
+def _project_psd(S: np.ndarray, floor: float) -> np.ndarray:
+    """Nearest symmetric matrix with eigenvalues >= ``floor`` (clip the spectrum)."""
+    eigenvalues, vectors = np.linalg.eigh((S + S.T) / 2.0)
+    return (vectors * np.maximum(eigenvalues, floor)) @ vectors.T
+
+
+def _moments(W: np.ndarray, *, has_constant: bool, route: str, rho0: float, rng: np.random.Generator,
+             ) -> tuple[np.ndarray, np.ndarray, tuple[Release, ...]]:
+    """Means (zeros without a constant) and (co)variance of the bounded columns W (entries in [−1, 1]).
+
+    With a constant the release is of [1, W] so the means come with the second moments; the
+    covariance is then M − m mᵀ. Without one the uncentred second moment is used.
+    """
+    n, d = W.shape
+    V = np.column_stack([np.ones(n), W]) if has_constant else W
+    row_bound = math.sqrt(V.shape[1])  # every entry lies in [−1, 1]
+    rho = math.inf if route == "data" else rho0
+    M, release, sigma = analyze_gauss(V, rho=rho, rng=rng, row_bound=row_bound,
+                                      name="second moments of the bounded columns (Analyze Gauss)")
+    if has_constant:
+        means = np.clip(M[0, 1:], -1.0, 1.0)
+        second = M[1:, 1:] - np.outer(means, means)
+    else:
+        means, second = np.zeros(d), M
+    # The symmetric noise matrix has spectral norm ≈ 2σ√d: floor the spectrum there so that no
+    # direction is amplified beyond what the data can tell (and a tiny relative floor when exact).
+    floor = max(2.0 * sigma * math.sqrt(d), 1e-10 * max(float(np.max(np.diag(second))), 1e-300))
+    releases = () if route == "data" else (release,)
+    return means, _project_psd(second, floor), releases
+
+
+def _whitening(cov: np.ndarray, n_exog: int) -> np.ndarray:
+    """A with Aᵀ cov A = I, block upper triangular so that the first ``n_exog`` outputs use only
+    the first ``n_exog`` inputs: A = L⁻ᵀ from the Cholesky factor cov = L Lᵀ."""
+    L = np.linalg.cholesky(cov)
+    return np.linalg.solve(L.T, np.eye(cov.shape[0]))
+
+
+# ----------------------------------------------------------------------------------------
+# the working scale
+# ----------------------------------------------------------------------------------------
+def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "bounds", rho0: float = math.inf,
+                  rng: np.random.Generator | None = None) -> WorkingScale:
+    """Build the working arrays for the engine and the exact back-transform.
 
     Parameters
     ----------
@@ -136,42 +296,73 @@ def working_scale(design: IVDesign, bounds: Bounds | None) -> WorkingScale:
         The model's design.
     bounds : dict, optional
         Public (lower, upper) bounds by design column name.
-
-    Returns
-    -------
-    WorkingScale
+    route : {"bounds", "private", "data"}
+        See the module docstring.
+    rho0 : float
+        zCDP budget of the moment release (route "private").
+    rng : numpy.random.Generator
+        Source of the release's noise (route "private").
     """
+    if route not in PREPROCESS_ROUTES:
+        raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {route!r}.")
     bounds = validate_bounds(bounds, design)
-    frame = pd.concat([design.dependent, design.exog, design.endog, design.instruments], axis=1)
-    scales, source, clipped = {}, {}, {}
-    columns = {}
-    for name in _all_columns(design):
-        values = frame[name].to_numpy(dtype=np.float64)
-        if name in bounds:
-            lo, hi = bounds[name]
-            clipped[name] = int(np.count_nonzero((values < lo) | (values > hi)))
-            values = np.clip(values, lo, hi)
-            scales[name], source[name] = max(abs(lo), abs(hi)), "bounds"
-        elif _is_constant(frame[name]) and name in design.exog_names:
-            clipped[name] = 0
-            scales[name], source[name] = 1.0, "constant"
-        else:
-            clipped[name] = 0
-            largest = float(np.max(np.abs(values))) if values.size else 0.0
-            scales[name], source[name] = (largest if largest > 0 else 1.0), "data"
-        columns[name] = values / scales[name]
+    constant = _constant_name(design)
+    columns, bound_scales, source, clipped = _bounded_columns(design, bounds, constant)
+    exog, endog, instr = design.exog_names, design.endog_names, design.instrument_names
+    dep = design.dependent_name
+    k, p_endog = len(exog), len(endog)
+    z_names, x_names = design.z_names, design.regressor_names
+    const_idx = exog.index(constant) if constant is not None else None
+    constant_value = float(design.exog[constant].iloc[0]) if constant is not None else 1.0
 
-    def stack(names: list[str]) -> np.ndarray:
-        if not names:
-            return np.empty((design.nobs, 0))
-        return np.column_stack([columns[c] for c in names])
+    # Non-constant columns in the order [exog (non-constant), instruments, endog, dependent].
+    free = [c for c in exog if c != constant] + list(instr) + list(endog) + [dep]
+    W = np.column_stack([columns[c] for c in free])
+    if route == "bounds":
+        means, scales = np.zeros(len(free)), np.ones(len(free))
+        releases: tuple[Release, ...] = ()
+        z_cov = None
+    else:
+        rho0 = check_rho(rho0, "rho0") if route == "private" else math.inf
+        means, cov, releases = _moments(W, has_constant=constant is not None, route=route, rho0=rho0,
+                                        rng=rng if rng is not None else np.random.default_rng())
+        scales = np.sqrt(np.diag(cov))
+        standard = cov / np.outer(scales, scales)
+        n_z_free = len(exog) - (constant is not None) + len(instr)
+        z_cov = standard[:n_z_free, :n_z_free]
+    index = {c: i for i, c in enumerate(free)}
 
+    def center(c: str) -> float:
+        return 0.0 if c == constant else float(means[index[c]]) * bound_scales[c]
+
+    def scale(c: str) -> float:  # original units per working unit before whitening
+        return 1.0 if c == constant else float(scales[index[c]]) * bound_scales[c]
+
+    # A_Z: diag(1/scale) then whitening of the non-constant instruments (exogenous first).
+    q = len(z_names)
+    A_z = np.zeros((q, q))
+    z_free = [i for i, c in enumerate(z_names) if c != constant]
+    D = np.diag([1.0 / scale(z_names[i]) for i in z_free])
+    n_exog_free = k - (constant is not None)
+    white = np.eye(len(z_free)) if z_cov is None else _whitening(z_cov, n_exog_free)
+    A_z[np.ix_(z_free, z_free)] = D @ white
+    if constant is not None:
+        A_z[const_idx, const_idx] = 1.0
+    A_x = np.zeros((k + p_endog, k + p_endog))
+    A_x[:k, :k] = A_z[:k, :k]
+    A_x[k:, k:] = np.diag([1.0 / scale(c) for c in endog])
+
+    z_center = np.array([center(c) for c in z_names])
+    x_center = np.array([center(c) for c in x_names])
+    raw = {c: columns[c] * bound_scales[c] for c in _all_columns(design)}  # clipped, original units
+    Z_orig = np.column_stack([raw[c] for c in z_names])
+    X_orig = np.column_stack([raw[c] for c in x_names])
+    Z = (Z_orig - z_center) @ A_z
+    X = (X_orig - x_center) @ A_x
+    X[:, :k] = Z[:, :k]  # identical by construction; remove rounding differences
+    Y = (raw[dep] - center(dep)) / scale(dep)
     return WorkingScale(
-        scales=pd.Series(scales, name="scale", dtype=float),
-        source=pd.Series(source, name="source", dtype=object),
-        clipped_values=pd.Series(clipped, name="clipped values (non-private)", dtype=np.int64),
-        Z=stack(design.z_names),
-        X=stack(design.regressor_names),
-        Y=columns[design.dependent_name],
-        n_exog=len(design.exog_names),
+        route=route, bound_scales=bound_scales, source=source, clipped_values=clipped,
+        y_center=center(dep), y_scale=scale(dep), x_center=x_center, A_x=A_x, z_center=z_center, A_z=A_z,
+        constant_index=const_idx, constant_value=constant_value, Z=Z, X=X, Y=Y, n_exog=k, releases=releases,
     )

@@ -354,6 +354,11 @@ class PrivacyBudget:
         return float(sum(r.rho for r in self._releases))
 
     @property
+    def rho0(self) -> float:
+        """zCDP spent by the private preprocessing (moments for centring, scaling, whitening)."""
+        return self.rho_of("rho0")
+
+    @property
     def rho1(self) -> float:
         """zCDP spent by the first stage (the Θ path)."""
         return self.rho_of("rho1")

@@ -77,8 +77,12 @@ class FitSettings:
         ``"exact"`` or ``"paper"``.
     tau : float
         Confidence parameter τ of the Theorem's settings.
-    rho1, rho2 : float
-        The budgets requested.
+    rho0, rho1, rho2 : float
+        The budgets requested (rho0 = 0 unless ``preprocess="private"``).
+    preprocess : str
+        ``"private"``, ``"bounds"`` or ``"data"``.
+    method : str
+        ``"preconditioned"`` or ``"gd"``.
     """
 
     T: int
@@ -91,8 +95,11 @@ class FitSettings:
     clip_source: str
     calibration: str
     tau: float
+    rho0: float
     rho1: float
     rho2: float
+    preprocess: str
+    method: str
 
 
 def _fmt(value: float, digits: int = 4) -> str:
@@ -121,6 +128,7 @@ class DPIVResults:
         settings: FitSettings,
         delta: float,
         leaks: tuple[str, ...],
+        privacy: PrivacyBudget,
     ) -> None:
         self._model = model
         self._engine_path = engine_path
@@ -128,6 +136,7 @@ class DPIVResults:
         self._settings = settings
         self._delta = delta
         self._leaks = tuple(leaks)
+        self._privacy = privacy
         self._datetime = _dt.datetime.now()
 
     # ------------------------------------------------------------------ basic attributes
@@ -163,8 +172,8 @@ class DPIVResults:
 
     @property
     def privacy(self) -> PrivacyBudget:
-        """The accountant: every release and the zCDP it spent."""
-        return self._engine_path.privacy
+        """The accountant: every release of the fit (preprocessing and both stages) and the zCDP it spent."""
+        return self._privacy
 
     @property
     def delta(self) -> float:
@@ -190,40 +199,44 @@ class DPIVResults:
     @cached_property
     def params(self) -> pd.Series:
         """β⁽ᵀ⁾ in original units (private release)."""
-        beta = self._scale.beta_to_original(self._engine_path.beta_final, self.design)
+        beta = self._scale.beta_to_original(self._engine_path.beta_final)
         return pd.Series(beta, index=self.design.regressor_names, name="parameter")
 
     @cached_property
     def path(self) -> pd.DataFrame:
         """β⁽⁰⁾ … β⁽ᵀ⁾ in original units, one row per iteration (private release)."""
-        beta = self._scale.beta_to_original(self._engine_path.beta, self.design)
+        beta = self._scale.beta_to_original(self._engine_path.beta)
         index = pd.RangeIndex(beta.shape[0], name="iteration")
         return pd.DataFrame(beta, index=index, columns=self.design.regressor_names)
 
     @cached_property
     def first_stage(self) -> pd.DataFrame:
         """Θ⁽ᵀ⁾ in original units: instruments (exogenous first) × endogenous (private release)."""
-        theta = self._scale.theta_to_original(self._engine_path.theta_final, self.design)
+        theta = self._scale.theta_to_original(self._engine_path.theta_final)
         return pd.DataFrame(theta, index=self.design.z_names, columns=self.design.endog_names)
 
     @cached_property
     def first_stage_path(self) -> np.ndarray:
         """Θ⁽⁰⁾ … Θ⁽ᵀ⁾ in original units, shape (T+1, instruments, endogenous) (private release)."""
-        return self._scale.theta_to_original(self._engine_path.theta, self.design)
+        return self._scale.theta_to_original(self._engine_path.theta)
 
     # ------------------------------------------------------------------ theory (free)
     @cached_property
     def contraction(self) -> theory.ContractionRates:
-        """Contraction rates κ_β, κ_Θ, κ from the released Θ⁽ᵀ⁾ on the working scale.
+        """Contraction rates κ_β, κ_Θ, κ on the working scale (post-processing: no privacy cost).
 
-        Post-processing only (no privacy cost): under the paper's isotropy assumption,
-        δ = δ(τ) = (√q+√τ)/√n and γ̄, γ̲ = (1±δ)²·σ_max/min(Θ̄)², with Θ̄ the full q×p first
-        stage (exogenous columns map to themselves). See :mod:`dpivreg.theory`.
+        Under the paper's isotropy assumption δ = δ(τ) = (√q+√τ)/√n. With ``method="gd"``,
+        γ̄, γ̲ = (1±δ)²·σ_max/min(Θ̄)² from the released Θ⁽ᵀ⁾ (Θ̄ the full q×p first stage,
+        exogenous columns mapping to themselves) and the paper's remark gives κ. With
+        ``method="preconditioned"`` the contraction of the whitened iteration is reported
+        (:func:`dpivreg.theory.preconditioned_contraction_rates`). See :mod:`dpivreg.theory`.
         """
         d, path = self.design, self._engine_path
         q, k = len(d.z_names), len(d.exog_names)
-        theta_full = np.concatenate([np.eye(q, k), path.theta_final], axis=1)
         delta = theory.delta_tau(self.nobs, q, self._settings.tau)
+        if self._settings.method == "preconditioned":
+            return theory.preconditioned_contraction_rates(delta, self._settings.eta, self._settings.alpha)
+        theta_full = np.concatenate([np.eye(q, k), path.theta_final], axis=1)
         gamma_bar, gamma_under = theory.eigenvalue_bounds(theta_full, delta)
         return theory.contraction_rates(delta, gamma_bar, gamma_under)
 
@@ -280,24 +293,30 @@ class DPIVResults:
             ("Estimator:", "DP-2S-GD"),
             ("No. Observations:", str(self.nobs)),
             ("Iterations T:", str(s.T)),
+            ("Method:", s.method),
+            ("Preprocessing:", self._preprocess_label()),
             ("Step size eta:", f"{_fmt(s.eta)} ({s.eta_source})"),
             ("Step size alpha:", f"{_fmt(s.alpha)} ({s.alpha_source})"),
             ("Clip gamma1, gamma2:", f"{_fmt(s.clip1)}, {_fmt(s.clip2)}"),
             ("Clip rule:", s.clip_source),
-            ("Scaling:", self._scaling_label()),
+            ("Bounds:", self._scaling_label()),
         ]
         right = [
             ("Calibration:", s.calibration),
+            ("rho0 (zCDP, preprocessing):", _fmt(priv.rho0)),
             ("rho1 (zCDP):", budget(s.rho1, priv.rho1)),
             ("rho2 (zCDP):", budget(s.rho2, priv.rho2)),
-            ("Total rho:", _fmt(priv.rho)),
+            ("Total rho (spent):", _fmt(priv.rho)),
             ("delta:", f"{self._delta:g}"),
             ("epsilon (exact Gauss.):", _fmt(priv.epsilon(self._delta))),
             ("epsilon (CKS 2020):", _fmt(priv.epsilon(self._delta, "cks"))),
             ("epsilon (paper formula):", _fmt(priv.epsilon(self._delta, "bun-steinke"))),
-            ("Date:", self._datetime.strftime("%a, %b %d %Y %H:%M")),
         ]
         return left, right
+
+    def _preprocess_label(self) -> str:
+        return {"private": "private moments", "bounds": "bounds only", "data": "data moments (LEAK)"}[
+            self._settings.preprocess]
 
     def _scaling_label(self) -> str:
         sources = set(self._scale.source[self._scale.source != "constant"])
@@ -305,10 +324,14 @@ class DPIVResults:
             return "public bounds"
         if sources == {"data"}:
             return "from data (LEAK)"
-        return "bounds + data (LEAK)"
+        if not sources:
+            return "none needed"
+        return "public + data (LEAK)"
 
     def _top_table(self) -> SimpleTable:
         left, right = self._top_rows()
+        rows = max(len(left), len(right))
+        left, right = left + [("", "")] * (rows - len(left)), right + [("", "")] * (rows - len(right))
         fmt = copy.deepcopy(fmt_2cols)
         title = "DP-2S-GD Estimation Summary"
         table = SimpleTable([[v] for _, v in left], txt_fmt=fmt, title=title, stubs=[k for k, _ in left])
@@ -347,7 +370,10 @@ class DPIVResults:
             "  in std. errs. are computed from the raw data without noise. Use them to validate; never publish them.",
             "Private std. errors: not computed. The 2SLS std. errors above ignore the privacy noise.",
             "Error bound: the Theorem's terms with all constants set to 1 (shapes, not calibrated errors); "
-            "kappa from the released Theta^(T): no privacy cost.",
+            "no privacy cost. " + ("kappa from the released Theta^(T) (method 'gd')."
+                                  if self._settings.method == "gd" else
+                                  "The Theorem is proved for method 'gd'; kappa here is the preconditioned "
+                                  "iteration's contraction."),
             f"Endogenous: {', '.join(d.endog_names)}. Instruments: {', '.join(d.instrument_names)}."
             + (f" Exogenous: {', '.join(d.exog_names)}." if d.exog_names else " No exogenous regressors."),
         ]

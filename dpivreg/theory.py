@@ -758,6 +758,22 @@ def contraction_rates(delta: float, gamma_bar: float, gamma_under: float) -> Con
     return ContractionRates(kappa_beta, kappa_theta, max(kappa_beta, kappa_theta))
 
 
+def preconditioned_contraction_rates(delta: float, eta: float, alpha: float) -> ContractionRates:
+    """Contraction of the preconditioned iteration (``method="preconditioned"``), in the κ^(T/2) form.
+
+    Not from the paper, whose Theorem is proved for the plain iteration: with whitened
+    instruments the first stage contracts per step by max |1 − η·λ| over the eigenvalues
+    λ ∈ [(1−δ)², (1+δ)²] of ZᵀZ/n, and the second stage, stepping along P_t⁻¹·gradient with
+    P_t ≈ the second-stage Hessian, by |1 − α|. Since the optimization term is κ^(T/2), each
+    per-step factor enters squared: κ_Θ = max|1 − ηλ|², κ_β = (1 − α)², κ = max (clamped to [0, 1]).
+    """
+    delta = _check_delta(delta)
+    upper, lower = (1.0 + delta) ** 2, max(1.0 - delta, 0.0) ** 2
+    kappa_theta = min(max(abs(1.0 - eta * upper), abs(1.0 - eta * lower)) ** 2, 1.0)
+    kappa_beta = min((1.0 - alpha) ** 2, 1.0)
+    return ContractionRates(kappa_beta, kappa_theta, max(kappa_beta, kappa_theta))
+
+
 class StepSizes(NamedTuple):
     """Step sizes η (first stage) and α (second stage)."""
 

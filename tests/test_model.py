@@ -36,14 +36,20 @@ NONPRIVATE_FORMULAS = [
 ]
 
 
+def _wide_bounds(model):
+    d = model.design
+    return {c: (-30.0, 30.0) for c in [d.dependent_name, *d.regressor_names, *d.instrument_names] if c != "Intercept"}
+
+
 @pytest.mark.parametrize("formula", NONPRIVATE_FORMULAS)
-def test_non_private_limit_equals_iv2sls(frame, formula):
-    """rho = inf, no clipping, large T: params equal IV2SLS to 1e-6 relative (also checks the back-transform)."""
+@pytest.mark.parametrize("preprocess, method", [("private", "preconditioned"), ("data", "preconditioned"),
+                                                ("data", "gd")])
+def test_non_private_limit_equals_iv2sls(frame, formula, preprocess, method):
+    """rho = inf, no clipping: params equal IV2SLS to 1e-6 relative (also checks the back-transform)."""
     model = DPIV2SLS.from_formula(formula, frame)
-    bounds = {c: (-30.0, 30.0) for c in ("y", "x1", "x2", "z1", "z2", "z3", "w") if c in model.design.z_names
-              + model.design.regressor_names + [model.design.dependent_name]}
     with pytest.warns(PrivacyLeakWarning):
-        res = model.fit(rho1=math.inf, rho2=math.inf, T=80000, clip=False, bounds=bounds)
+        res = model.fit(rho1=math.inf, rho2=math.inf, T=300, clip=False, bounds=_wide_bounds(model),
+                        preprocess=preprocess, method=method)
     ref = IV2SLS.from_formula(formula, frame).fit().params
     pd.testing.assert_index_equal(res.params.index, ref.index)
     np.testing.assert_allclose(res.params.to_numpy(), ref.to_numpy(), rtol=1e-6)
@@ -52,17 +58,68 @@ def test_non_private_limit_equals_iv2sls(frame, formula):
     assert "NOT differentially private" in " ".join(res.leaks)
 
 
+def test_non_private_limit_paper_iteration_on_bounds(frame):
+    """The paper's plain iteration on the bounds-only scale also reaches IV2SLS, slowly (no whitening)."""
+    formula = "y ~ 1 + [x1 + x2 ~ z1 + z2 + z3] + w"
+    model = DPIV2SLS.from_formula(formula, frame)
+    with pytest.warns(PrivacyLeakWarning):
+        res = model.fit(rho1=math.inf, rho2=math.inf, T=80000, clip=False, bounds=_wide_bounds(model),
+                        preprocess="bounds", method="gd")
+    ref = IV2SLS.from_formula(formula, frame).fit().params
+    np.testing.assert_allclose(res.params.to_numpy(), ref.to_numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("formula", NONPRIVATE_FORMULAS)
+def test_private_transform_is_undone_exactly(frame, formula):
+    """Centring, scaling and whitening from NOISY private moments are still an exact affine reparametrisation:
+    closed-form 2SLS on the working arrays, mapped back, equals IV2SLS on the original data to 1e-9."""
+    model = DPIV2SLS.from_formula(formula, frame)
+    res = model.fit(rho1=1.0, rho2=1.0, rho0=0.01, T=2, bounds=_wide_bounds(model), seed=8)
+    sc = res.scale
+    assert sc.releases and sc.releases[0].noise_std > 0
+    theta_w = np.linalg.lstsq(sc.Z, sc.X, rcond=None)[0]
+    x_hat = sc.Z @ theta_w
+    beta_w = np.linalg.solve(x_hat.T @ x_hat, x_hat.T @ sc.Y)
+    ref = IV2SLS.from_formula(formula, frame).fit().params.to_numpy()
+    np.testing.assert_allclose(sc.beta_to_original(beta_w), ref, rtol=1e-9)
+    d = model.design
+    Z = np.column_stack([d.exog.to_numpy(), d.instruments.to_numpy()])
+    ols = np.linalg.lstsq(Z, d.endog.to_numpy(), rcond=None)[0]
+    np.testing.assert_allclose(sc.theta_to_original(theta_w[:, sc.n_exog:]), ols, rtol=1e-9, atol=1e-12)
+    # With rho0 = 0.01 and bounds ±30 on roughly standard normal columns the release is mostly noise;
+    # with a large rho0 the working instruments are whitened (up to the release's noise).
+    sharp = model.fit(rho1=1.0, rho2=1.0, rho0=1e6, T=2, bounds=_wide_bounds(model), seed=8).scale
+    np.testing.assert_allclose(sharp.Z.T @ sharp.Z / len(frame), np.eye(sc.Z.shape[1]), atol=0.05)
+
+
 def test_back_transform_of_first_stage(frame):
     """Θ⁽ᵀ⁾ in original units equals the first-stage OLS coefficients in the non-private limit."""
     model = DPIV2SLS.from_formula("y ~ 1 + w + [x1 ~ z1 + z2]", frame)
     bounds = {"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8), "w": (0, 10)}
     with pytest.warns(PrivacyLeakWarning):
-        res = model.fit(rho1=math.inf, rho2=math.inf, T=3000, clip=False, bounds=bounds)
+        res = model.fit(rho1=math.inf, rho2=math.inf, T=300, clip=False, bounds=bounds)
     Z = np.column_stack([np.ones(len(frame)), frame[["w", "z1", "z2"]].to_numpy()])
     ols = np.linalg.lstsq(Z, frame["x1"].to_numpy(), rcond=None)[0]
     np.testing.assert_allclose(res.first_stage["x1"].to_numpy(), ols, rtol=1e-8)
     assert list(res.first_stage.index) == ["Intercept", "w", "z1", "z2"]
-    assert res.first_stage_path.shape == (3001, 4, 1)
+    assert res.first_stage_path.shape == (301, 4, 1)
+
+
+def test_data_route_leaks(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    with pytest.warns(PrivacyLeakWarning, match="exact data moments"):
+        res = model.fit(rho1=1, rho2=1, T=5, bounds=_wide_bounds(model), seed=0, preprocess="data")
+    assert res.privacy.rho0 == 0 and "data moments (LEAK)" in res.summary().as_text()
+
+
+def test_default_fit_with_bounds_has_no_leak(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + w + [x1 ~ z1 + z2]", frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = model.fit(rho1=0.4, rho2=0.6, rho0=0.25, T=20, bounds={**_wide_bounds(model), "w": (0, 10)}, seed=1)
+    assert res.privacy.rho == pytest.approx(0.25 + 0.4 + 0.6, rel=1e-12)
+    assert (res.privacy.rho0, res.privacy.rho1, res.privacy.rho2) == pytest.approx((0.25, 0.4, 0.6), rel=1e-12)
+    assert res.privacy.target == {"rho0": 0.25, "rho1": 0.4, "rho2": 0.6}
 
 
 def test_private_fit_with_bounds_and_public_steps_has_no_leak(frame):
@@ -72,15 +129,24 @@ def test_private_fit_with_bounds_and_public_steps_has_no_leak(frame):
         warnings.simplefilter("error")
         res = model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3)
     assert res.leaks == () and res.is_private
-    assert res.privacy.rho == pytest.approx(2.0)
-    assert res.settings.clip1 == pytest.approx(theorem_clip(len(frame), 3, 20))
+    assert res.privacy.rho == pytest.approx(2.2)  # rho0 = 0.1·(rho1 + rho2) by default
+    assert [r.stage for r in res.privacy.releases] == ["rho0", "rho1", "rho2"]
+    assert res.settings.clip1 == pytest.approx(3 * math.sqrt(3 * 1))  # standardised rule, q = 3, p_endog = 1
     assert "No privacy leak" in res.summary().as_text()
 
 
-def test_missing_bounds_and_data_steps_leak(frame):
+def test_missing_bounds_raise_exactly_one_leak_on_the_default_path(frame):
     model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
     with pytest.warns(PrivacyLeakWarning) as record:
         res = model.fit(rho1=1, rho2=1, T=5, bounds={"y": (-40, 40)}, seed=0)
+    messages = [str(w.message) for w in record if issubclass(w.category, PrivacyLeakWarning)]
+    assert len(messages) == 1 and "x1, z1, z2" in messages[0]
+
+
+def test_paper_step_sizes_leak(frame):
+    model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
+    with pytest.warns(PrivacyLeakWarning) as record:
+        res = model.fit(rho1=1, rho2=1, T=5, bounds={"y": (-40, 40)}, seed=0, method="gd")
     messages = [str(w.message) for w in record if issubclass(w.category, PrivacyLeakWarning)]
     assert any("x1, z1, z2" in m for m in messages)
     assert any("step size(s) eta, alpha" in m for m in messages)
@@ -92,10 +158,11 @@ def test_missing_bounds_and_data_steps_leak(frame):
 def test_bounds_clip_data_and_scale(frame):
     model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
     bounds = {"y": (-5, 5), "x1": (-20, 20), "z1": (-1, 1), "z2": (-8, 8)}
-    res = model.fit(rho1=1, rho2=1, T=3, eta=1.0, alpha=0.5, bounds=bounds, seed=0)
-    assert res.scale.scales["y"] == 5 and res.scale.scales["z1"] == 1
+    res = model.fit(rho1=1, rho2=1, T=3, eta=1.0, alpha=0.5, bounds=bounds, seed=0, preprocess="bounds")
+    assert res.scale.bound_scales["y"] == 5 and res.scale.bound_scales["z1"] == 1
     assert res.scale.clipped_values["y"] == int(((frame.y < -5) | (frame.y > 5)).sum()) > 0
     assert np.abs(res.scale.Y).max() <= 1 and np.abs(res.scale.Z).max() <= 1
+    assert res.privacy.rho0 == 0 and res.privacy.rho == pytest.approx(2.0)
     assert "clipped to them (non-private count)" in res.summary().as_text()
 
 
@@ -129,7 +196,11 @@ def test_bad_bounds(frame, bounds, exc, match):
         ({"clip": -1}, ValueError, "clip"),
         ({"clip": (1.0, 0.0)}, ValueError, r"clip\[1\]"),
         ({"clip": {"c": 1}}, ValueError, "c0"),
-        ({"clip": "big"}, TypeError, "clip"),
+        ({"clip": "big"}, ValueError, "theorem"),
+        ({"clip": [1.0]}, TypeError, "clip"),
+        ({"rho0": -1}, ValueError, "rho0"),
+        ({"preprocess": "none"}, ValueError, "preprocess"),
+        ({"method": "newton"}, ValueError, "method"),
         ({"eta": 0}, ValueError, "eta"),
         ({"alpha": -1}, ValueError, "alpha"),
         ({"calibration": "tight"}, ValueError, "calibration"),
@@ -166,7 +237,7 @@ def test_results_objects(frame):
     pd.testing.assert_series_equal(res.path.iloc[-1], res.params, check_names=False)
     assert list(res.first_stage.columns) == ["x1", "x2"]
     assert res.nobs == 2000 and res.model is model
-    assert res.privacy.rho == pytest.approx(5.0)
+    assert res.privacy.rho == pytest.approx(5.5)
     assert res.epsilon == pytest.approx(res.privacy.epsilon(1e-6))
     assert res.clipped_rows.shape == (7, 2)
     assert "DPIVResults" in repr(res)
@@ -176,7 +247,7 @@ def test_results_objects(frame):
 
 def test_paper_calibration_reports_spent_budget(frame):
     model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
-    res = model.fit(rho1=1, rho2=1, T=5, eta=1.0, alpha=0.5, calibration="paper", seed=0,
+    res = model.fit(rho1=1, rho2=1, T=5, eta=1.0, alpha=0.5, calibration="paper", seed=0, preprocess="bounds",
                     bounds={"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8)})
     assert res.privacy.rho == pytest.approx(1.0)
     assert "0.5 (asked 1)" in res.summary().as_text()
@@ -187,7 +258,8 @@ def test_summary_content(frame):
     res = model.fit(rho1=0.5, rho2=1.5, T=5, eta=1.0, alpha=0.5, seed=0, delta=1e-6,
                     bounds={"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8)})
     text = res.summary().as_text()
-    for fragment in ["DP-2S-GD", "rho1 (zCDP):", "0.5", "rho2 (zCDP):", "1.5", "Total rho:", "delta:",
+    for fragment in ["DP-2S-GD", "rho0 (zCDP, preprocessing):", "0.2", "rho1 (zCDP):", "0.5", "rho2 (zCDP):",
+                     "1.5", "Total rho (spent):", "2.2", "delta:", "private moments", "preconditioned",
                      "epsilon (exact Gauss.):", f"{res.privacy.epsilon(1e-6):.4g}",
                      f"{res.privacy.epsilon(1e-6, 'bun-steinke'):.4g}", "IV2SLS*", "NON-PRIVATE",
                      "Endogenous: x1", "Instruments: z1, z2", "public bounds"]:
@@ -230,13 +302,15 @@ def test_labsup_demo_numbers():
     df = load_labsup()
     assert len(df) == 31857 and "citation" in df.attrs
     res = DPIV2SLS.from_formula("weeks ~ 1 + [kids ~ samesex]", df).fit(
-        rho1=1, rho2=1, T=20, eta=0.5, alpha=0.5, seed=0,
+        rho1=1, rho2=1, T=20, seed=0,
         bounds={k: LABSUP_BOUNDS[k] for k in ("weeks", "kids", "samesex")})
     # shared/notes/linearmodels-iv-facts.md: kids -5.5112 (robust SE 3.5790), Intercept 37.842
     assert res.benchmark.params["kids"] == pytest.approx(-5.5112, abs=1e-4)
     assert res.benchmark.std_errors["kids"] == pytest.approx(3.5790, abs=1e-4)
     assert res.benchmark.params["Intercept"] == pytest.approx(37.842, abs=1e-3)
-    assert res.privacy.rho == pytest.approx(2.0)
+    assert res.privacy.rho == pytest.approx(2.2)
+    # the private pipeline lands within a fraction of a 2SLS standard error (seeded)
+    assert abs(res.params["kids"] - res.benchmark.params["kids"]) < 0.5 * res.benchmark.std_errors["kids"]
 
 
 def test_demo_command(capsys):
@@ -250,8 +324,8 @@ def test_bound_block_is_free_post_processing(frame):
     from dpivreg import theory
 
     model = DPIV2SLS.from_formula("y ~ 1 + w + [x1 ~ z1 + z2]", frame)
-    res = model.fit(rho1=0.5, rho2=2.0, T=12, eta=1.0, alpha=0.3, seed=2,
-                    bounds={"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8), "w": (0, 10)})
+    bounds = {"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8), "w": (0, 10)}
+    res = model.fit(rho1=0.5, rho2=2.0, T=12, eta=1.0, alpha=0.3, seed=2, bounds=bounds, method="gd")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         bound, text = res.bound, res.summary().as_text()
@@ -270,6 +344,10 @@ def test_bound_block_is_free_post_processing(frame):
     assert bound.statistical == pytest.approx(math.sqrt(p * q) * (tau + math.log(p * q)) / math.sqrt(n), rel=1e-12)
     expected = theory.error_bound(n, p, q, 12, 0.5, 2.0, tau=tau, kappa=res.contraction.kappa)
     assert bound.total == pytest.approx(expected.total, rel=1e-12) and bound.regime == expected.regime
+    pre = model.fit(rho1=0.5, rho2=2.0, T=12, eta=0.5, alpha=0.3, seed=2, bounds=bounds)
+    upper, lower = (1 + delta) ** 2, (1 - delta) ** 2
+    expected_theta = max(abs(1 - 0.5 * upper), abs(1 - 0.5 * lower)) ** 2
+    assert pre.contraction.kappa == pytest.approx(max(0.7**2, expected_theta), rel=1e-12)
     for fragment in ["Error bound components (Theorem, up to constants)", "Optimization term", "Privacy term",
                      "Statistical term", "Dominating term", "Regime", "T condition", "n condition", "κ"]:
         assert fragment in text, fragment
