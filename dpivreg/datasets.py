@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
 import pandas as pd
 
-__all__ = ["load_labsup", "LABSUP_DESCRIPTION", "LABSUP_CITATION", "LABSUP_BOUNDS"]
+__all__ = ["load_labsup", "simulate_iv", "SimulatedIV", "LABSUP_DESCRIPTION", "LABSUP_CITATION", "LABSUP_BOUNDS"]
 
 LABSUP_CITATION = (
     "Angrist, J. D. and W. N. Evans (1998). Children and Their Parents' Labor Supply: Evidence from "
@@ -52,3 +55,81 @@ def load_labsup() -> pd.DataFrame:
     df.attrs["description"] = LABSUP_DESCRIPTION
     df.attrs["citation"] = LABSUP_CITATION
     return df
+
+
+class SimulatedIV(NamedTuple):
+    """A draw of the paper's synthetic IV design (section 5.1) with its true parameters.
+
+    Attributes
+    ----------
+    data : pandas.DataFrame
+        Columns ``y``, ``x1`` … ``xp``, ``z1`` … ``zq``.
+    beta : ndarray (p,)
+        True structural coefficients.
+    theta : ndarray (q, p)
+        True first-stage coefficients Θ = 5·I + E.
+    Phi : ndarray (r, p)
+        Confounder loadings of x.
+    phi : ndarray (r,)
+        Confounder loadings of y.
+    formula : str
+        ``"y ~ [x1 + … + xp ~ z1 + … + zq]"`` (no intercept, as in the paper).
+    bounds : dict
+        Bounds at ±4 standard deviations of each column, computed from the *true* parameters
+        (public knowledge in a simulation, not read from the data). Values beyond them are
+        clipped by a fit (probability ≈ 6e-5 per value).
+    """
+
+    data: pd.DataFrame
+    beta: np.ndarray
+    theta: np.ndarray
+    Phi: np.ndarray
+    phi: np.ndarray
+    formula: str
+    bounds: dict
+
+
+def simulate_iv(n: int, p: int, q: int, r: int | None = None, *, seed) -> SimulatedIV:
+    """Simulate the synthetic design of the paper's section 5.1.
+
+    β ~ N(0, I_p), Θ = 5·I_{q×p} + E with E_ij ~ N(0, 1), Φ_ij ~ N(0, 1), φ ~ N(0, I_r); then for
+    each row z ~ N(0, I_q), u ~ N(0, I_r), x = Θᵀz + Φᵀu + ε_x, y = βᵀx + φᵀu + ε_y with standard
+    normal ε. The confounder u makes x endogenous; z is a valid instrument.
+
+    Parameters
+    ----------
+    n, p, q : int
+        Rows, regressors, instruments (q >= p >= 1).
+    r : int, optional
+        Confounder dimension (default p, as in the paper's p = q = r).
+    seed : int, SeedSequence or Generator
+        Randomness for the parameters and the data.
+    """
+    for name, value in (("n", n), ("p", p), ("q", q)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    if q < p:
+        raise ValueError(f"q must be >= p for identification, got q = {q} < p = {p}.")
+    r = p if r is None else r
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
+        raise ValueError(f"r must be a positive integer, got {r!r}.")
+    rng = np.random.default_rng(seed)
+    beta = rng.standard_normal(p)
+    theta = 5.0 * np.eye(q, p) + rng.standard_normal((q, p))
+    Phi = rng.standard_normal((r, p))
+    phi = rng.standard_normal(r)
+    Z = rng.standard_normal((n, q))
+    U = rng.standard_normal((n, r))
+    X = Z @ theta + U @ Phi + rng.standard_normal((n, p))
+    Y = X @ beta + U @ phi + rng.standard_normal(n)
+    x_names = [f"x{j + 1}" for j in range(p)]
+    z_names = [f"z{j + 1}" for j in range(q)]
+    data = pd.DataFrame(np.column_stack([Y, X, Z]), columns=["y", *x_names, *z_names])
+    # Population standard deviations from the true parameters.
+    x_cov = theta.T @ theta + Phi.T @ Phi + np.eye(p)
+    y_var = beta @ x_cov @ beta + 2 * beta @ Phi.T @ phi + phi @ phi + 1.0
+    bounds = {"y": (-4 * np.sqrt(y_var), 4 * np.sqrt(y_var))}
+    bounds.update({c: (-4 * np.sqrt(x_cov[j, j]), 4 * np.sqrt(x_cov[j, j])) for j, c in enumerate(x_names)})
+    bounds.update({c: (-4.0, 4.0) for c in z_names})
+    formula = f"y ~ [{' + '.join(x_names)} ~ {' + '.join(z_names)}]"
+    return SimulatedIV(data, beta, theta, Phi, phi, formula, {k: (float(a), float(b)) for k, (a, b) in bounds.items()})

@@ -180,14 +180,35 @@ def _clipped_mean_outer(A: np.ndarray, B: np.ndarray, norm_A: np.ndarray, clip: 
     """(1/n) Σᵢ CLIP_γ(aᵢ bᵢᵀ) without forming the n outer products.
 
     ‖aᵢ bᵢᵀ‖_F = ‖aᵢ‖·‖bᵢ‖, so clipping scales each row of B by min(1, γ/(‖aᵢ‖‖bᵢ‖)).
-    Returns the mean and the number of rows clipped.
+    Rows whose gradient norm overflows float64 are clipped through their unit vectors,
+    γ·(aᵢ/‖aᵢ‖)(bᵢ/‖bᵢ‖)ᵀ, instead of silently vanishing. Returns the mean and the number of
+    rows clipped.
     """
     n = A.shape[0]
-    norms = norm_A * np.sqrt(np.einsum("ij,ij->i", B, B))
-    factors = _clip_factors(norms, clip)
-    if factors is None:
+    if clip is None:
         return A.T @ B / n, 0
-    return A.T @ (B * factors[:, None]) / n, int(np.count_nonzero(factors < 1.0))
+    norm_B = _row_norms(B)
+    norms = norm_A * norm_B
+    factors = _clip_factors(norms, clip)
+    scaled = B * factors[:, None]
+    huge = ~np.isfinite(norms)
+    if huge.any():
+        norm_A_huge, norm_B_huge = _safe_row_norms(A[huge]), _safe_row_norms(B[huge])
+        live = (norm_A_huge > 0) & (norm_B_huge > 0)  # a zero factor makes the gradient zero
+        rows = np.zeros_like(B[huge])
+        rows[live] = clip * (B[huge][live] / norm_B_huge[live, None]) / norm_A_huge[live, None]
+        scaled[huge] = rows
+        factors[huge] = np.where(live, 0.0, 1.0)  # counted as clipped
+    return A.T @ scaled / n, int(np.count_nonzero(factors < 1.0))
+
+
+def _safe_row_norms(A: np.ndarray) -> np.ndarray:
+    """Row norms that do not overflow: max|aᵢⱼ|·‖aᵢ/max|aᵢⱼ|‖."""
+    largest = np.max(np.abs(A), axis=1)
+    norms = np.zeros_like(largest)
+    nonzero = largest > 0
+    norms[nonzero] = largest[nonzero] * _row_norms(A[nonzero] / largest[nonzero, None])
+    return norms
 
 
 def _row_norms(A: np.ndarray) -> np.ndarray:
@@ -212,10 +233,16 @@ def _inverse_sqrt_preconditioner(theta_endog: np.ndarray, S: np.ndarray, n_exog:
     return (vectors / np.sqrt(np.maximum(eigenvalues, ridge))) @ vectors.T
 
 
+def _first_stage_exploding(theta_path: np.ndarray) -> bool:
+    """True when ‖Θ‖ grew by more than 1.5× in each of the last three steps (a too-large eta)."""
+    norms = np.linalg.norm(theta_path[-4:].reshape(min(4, len(theta_path)), -1), axis=1)
+    return len(norms) == 4 and bool(np.all(norms[1:] > 1.5 * norms[:-1]))
+
+
 def _check_finite(value: np.ndarray, what: str, step: int, name: str, size: float) -> None:
     if not np.all(np.isfinite(value)):
         raise DivergenceError(
-            f"the {what} iterate became non-finite at step {step}: the step size {name}={size:g} is too large "
+            f"the {what} became non-finite at step {step}: the step size {name}={size:g} is too large "
             f"for the data's scale. Lower {name} (e.g. to {size / 10:g}) or rescale the data."
         )
 
@@ -345,6 +372,7 @@ def dp_2s_gd(
         ],
         target={"rho1": rho1, "rho2": rho2},
     )
+    _check_spent(privacy, rho1, rho2, calibration)
     _warn_if_not_private(privacy)
 
     exog = Z[:, :n_exog]
@@ -377,7 +405,7 @@ def dp_2s_gd(
             fitted = Z @ theta[t]  # x̂ for the endogenous block, reused by both stages
             grad1, clipped_rows[t, 0] = _clipped_mean_outer(Z, fitted - X_endog, norm_z, clip1)
             theta[t + 1] = theta[t] - eta * (grad1 - xi)
-            _check_finite(theta[t + 1], "first-stage (Θ)", t + 1, "eta", eta)
+            _check_finite(theta[t + 1], "first-stage (Θ) iterate", t + 1, "eta", eta)
 
             x_hat[:, n_exog:] = fitted
             residual = x_hat @ beta[t] - Y
@@ -389,7 +417,10 @@ def dp_2s_gd(
                 x_tilde = x_hat @ root
                 grad2, clipped_rows[t, 1] = _clipped_mean_outer(x_tilde, residual[:, None], _row_norms(x_tilde), clip2)
                 beta[t + 1] = beta[t] - alpha * (root @ (grad2[:, 0] - nu))
-            _check_finite(beta[t + 1], "second-stage (β)", t + 1, "alpha", alpha)
+            if not np.all(np.isfinite(beta[t + 1])) and _first_stage_exploding(theta[: t + 2]):
+                _check_finite(beta[t + 1], "second-stage (β) iterate, driven by an exploding first stage (Θ),",
+                              t + 1, "eta", eta)
+            _check_finite(beta[t + 1], "second-stage (β) iterate", t + 1, "alpha", alpha)
 
     return DP2SGDPath(
         theta=theta,
@@ -416,6 +447,18 @@ def _stage_noise_std(clip: float | None, n: int, T: int, rho: float, calibration
             "for an explicitly non-private run."
         )
     return noise_std(clip, n, T, rho, calibration)
+
+
+def _check_spent(privacy: PrivacyBudget, rho1: float, rho2: float, calibration: str) -> None:
+    """Guard against calibration bugs: the accountant (computed from the noise actually used) must spend
+    exactly what was asked (``"exact"``) or half of it (``"paper"``)."""
+    share = 1.0 if calibration == "exact" else 0.5
+    for spent, asked, name in ((privacy.rho1, rho1, "rho1"), (privacy.rho2, rho2, "rho2")):
+        if math.isfinite(asked) and not math.isclose(spent, share * asked, rel_tol=1e-9):
+            raise RuntimeError(
+                f"internal error: the {name} noise spends {spent!r} zCDP but {share * asked!r} was intended. "
+                "Please report this bug."
+            )
 
 
 def _warn_if_not_private(privacy: PrivacyBudget) -> None:

@@ -179,15 +179,17 @@ class DPIV2SLS:
             the last ≈ T/6 steps is averaged; 1 when both stages are noiseless); with ``method="gd"`` the paper's experimental
             rule η = 1/(1+δ(τ))², α = 2/(2γ̄(τ)+γ̲(τ)) with δ, γ̄, γ̲ read from the data's
             eigenvalues (a ``PrivacyLeakWarning``; see :func:`_paper_step_sizes_from_data`).
-        clip : None, "theorem", float, (float, float), {"c0": float} or False
-            Clipping thresholds on the working scale. ``None``: on standardised, whitened
-            columns (``preprocess`` "private" or "data") γ1 = 3·sqrt(q·p_endog) and
-            γ2 = 3·sqrt(p), three times the root-mean-square per-sample gradient norm of
-            isotropic instruments and unit-variance residuals; otherwise the Theorem's rule.
-            ``"theorem"``: the Theorem's γ1 = γ2 = c0(√q + √(τ + log(nT)))² with c0 = 1;
-            ``{"c0": c}``: the same with c0 = c. A number: both stages; a pair: (γ1, γ2).
-            ``False``: no clipping, which leaves the sensitivity unbounded; only allowed with
-            rho1 = rho2 = inf (a non-private run). All of these are public.
+        clip : None, "theorem", "rms", float, (float, float), {"c0": float} or False
+            Clipping thresholds on the working scale (all choices are public). ``None`` or
+            ``"theorem"``: the Theorem's γ1 = γ2 = c0(√q + √(τ + log(nT)))² with c0 = 1, which
+            under the paper's assumptions (isotropic sub-Gaussian rows, as the working scale
+            approximates) clips no row with high probability, so it adds no bias;
+            ``{"c0": c}``: the same with c0 = c. ``"rms"``: γ1 = 3·sqrt(q·p_endog),
+            γ2 = 3·sqrt(p), three times the root-mean-square gradient norm of standardised,
+            whitened data: less noise, but biased when the data have heavy tails or
+            high-leverage rows (see the docs' pipeline benchmark). A number: both stages; a
+            pair: (γ1, γ2). ``False``: no clipping, which leaves the sensitivity unbounded; only
+            allowed with rho1 = rho2 = inf (a non-private run).
         calibration : {"exact", "paper"}
             Noise calibration (see :func:`dpivreg.dp_2s_gd`); the accountant always reports
             the budget actually spent.
@@ -234,10 +236,8 @@ class DPIV2SLS:
 
         n, q = scale.Z.shape
         p = scale.X.shape[1]
-        standardized = preprocess != "bounds"
         clip1, clip2, clip_source = _resolve_clip(
             clip, n=n, q=q, p=p, p_endog=p - scale.n_exog, T=T_checked, tau=tau, rho1=rho1, rho2=rho2,
-            standardized=standardized,
         )
         eta_source = "user" if eta is not None else ("data" if method == "gd" else "min(1, 6/T)")
         alpha_source = "user" if alpha is not None else ("data" if method == "gd" else "min(1, 6/T)")
@@ -311,8 +311,7 @@ def standardized_clip(q: int, p: int, p_endog: int, *, c: float = 3.0) -> tuple[
     return c * math.sqrt(q * p_endog), c * math.sqrt(p)
 
 
-def _resolve_clip(clip, *, n: int, q: int, p: int, p_endog: int, T: int, tau: float, rho1: float, rho2: float,
-                  standardized: bool):
+def _resolve_clip(clip, *, n: int, q: int, p: int, p_endog: int, T: int, tau: float, rho1: float, rho2: float):
     """Turn the ``clip`` argument into (γ1, γ2, description)."""
     if clip is False:
         if math.isfinite(rho1) or math.isfinite(rho2):
@@ -322,15 +321,15 @@ def _resolve_clip(clip, *, n: int, q: int, p: int, p_endog: int, T: int, tau: fl
             )
         return None, None, "none (NOT private)"
     if clip is True:
-        raise TypeError("clip=True is ambiguous: pass None, 'theorem', a number, a pair, {'c0': value} or False.")
-    if clip is None and standardized:
+        raise TypeError("clip=True is ambiguous: pass None, 'theorem', 'rms', a number, a pair, {'c0': value} or False.")
+    if isinstance(clip, str) and clip == "rms":
         gamma1, gamma2 = standardized_clip(q, p, p_endog)
-        return gamma1, gamma2, "3 x RMS norm (standardised)"
-    if clip is None or clip == "theorem":
+        return gamma1, gamma2, "3 x RMS norm"
+    if clip is None or (isinstance(clip, str) and clip == "theorem"):
         gamma = theorem_clip(n, q, T, tau=tau)
         return gamma, gamma, "Theorem, c0 = 1"
     if isinstance(clip, str):
-        raise ValueError(f"clip as a string must be 'theorem', got {clip!r}.")
+        raise ValueError(f"clip as a string must be 'theorem' or 'rms', got {clip!r}.")
     if isinstance(clip, Mapping):
         if set(clip) != {"c0"}:
             raise ValueError(f'clip as a dict must be {{"c0": value}}, got keys {sorted(clip)}.')
@@ -344,7 +343,8 @@ def _resolve_clip(clip, *, n: int, q: int, p: int, p_endog: int, T: int, tau: fl
     if isinstance(clip, (tuple, list)) and len(clip) == 2:
         return _positive_clip(clip[0], "clip[0]"), _positive_clip(clip[1], "clip[1]"), "user"
     raise TypeError(
-        f"clip must be None, 'theorem', a number, a (gamma1, gamma2) pair, {{'c0': value}} or False; got {clip!r}."
+        f"clip must be None, 'theorem', 'rms', a number, a (gamma1, gamma2) pair, {{'c0': value}} or False; "
+        f"got {clip!r}."
     )
 
 

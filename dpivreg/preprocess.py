@@ -252,8 +252,9 @@ def _project_psd(S: np.ndarray, floor: float) -> np.ndarray:
 
 
 def _moments(W: np.ndarray, *, has_constant: bool, route: str, rho0: float, rng: np.random.Generator,
-             ) -> tuple[np.ndarray, np.ndarray, tuple[Release, ...]]:
-    """Means (zeros without a constant) and (co)variance of the bounded columns W (entries in [−1, 1]).
+             n_instruments: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[Release, ...]]:
+    """Means (zeros without a constant), scales and the instruments' correlation matrix of the
+    bounded columns W (entries in [−1, 1]; the first ``n_instruments`` columns are the instruments).
 
     With a constant the release is of [1, W] so the means come with the second moments; the
     covariance is then M − m mᵀ. Without one the uncentred second moment is used.
@@ -269,11 +270,17 @@ def _moments(W: np.ndarray, *, has_constant: bool, route: str, rho0: float, rng:
         second = M[1:, 1:] - np.outer(means, means)
     else:
         means, second = np.zeros(d), M
-    # The symmetric noise matrix has spectral norm ≈ 2σ√d: floor the spectrum there so that no
-    # direction is amplified beyond what the data can tell (and a tiny relative floor when exact).
-    floor = max(2.0 * sigma * math.sqrt(d), 1e-10 * max(float(np.max(np.diag(second))), 1e-300))
+    # Floor what the release cannot resolve, so that no direction is amplified by noise: each variance
+    # at 2σ (two noise standard deviations of one entry), the instruments' block at 2σ·sqrt(q), the
+    # spectral norm of its symmetric noise (a tiny relative floor when exact). Only the pieces used
+    # are projected.
+    tiny = 1e-10 * max(float(np.max(np.diag(second))), 1e-300)
+    scales = np.sqrt(np.maximum(np.diag(second), max(2.0 * sigma, tiny)))
+    z_cov = _project_psd(second[:n_instruments, :n_instruments], max(2.0 * sigma * math.sqrt(n_instruments), tiny))
+    z_scales = scales[:n_instruments]
+    z_corr = z_cov / np.outer(z_scales, z_scales)
     releases = () if route == "data" else (release,)
-    return means, _project_psd(second, floor), releases
+    return means, scales, z_corr, releases
 
 
 def _whitening(cov: np.ndarray, n_exog: int) -> np.ndarray:
@@ -324,12 +331,10 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         z_cov = None
     else:
         rho0 = check_rho(rho0, "rho0") if route == "private" else math.inf
-        means, cov, releases = _moments(W, has_constant=constant is not None, route=route, rho0=rho0,
-                                        rng=rng if rng is not None else np.random.default_rng())
-        scales = np.sqrt(np.diag(cov))
-        standard = cov / np.outer(scales, scales)
         n_z_free = len(exog) - (constant is not None) + len(instr)
-        z_cov = standard[:n_z_free, :n_z_free]
+        means, scales, z_cov, releases = _moments(W, has_constant=constant is not None, route=route, rho0=rho0,
+                                                  rng=rng if rng is not None else np.random.default_rng(),
+                                                  n_instruments=n_z_free)
     index = {c: i for i, c in enumerate(free)}
 
     def center(c: str) -> float:

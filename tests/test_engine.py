@@ -277,6 +277,29 @@ def test_bad_data(iv_data):
 
 
 def test_divergence_is_reported(iv_data):
+    """eta far above 2/λ_max(ZᵀZ/n) makes the first stage explode: the error names the step to lower."""
     Z, X, Y = iv_data
-    with pytest.raises(DivergenceError, match="Lower eta"):
-        dp_2s_gd(Z * 1e100, X, Y, T=50, rho1=1.0, rho2=1.0, eta=10.0, alpha=0.05, clip1=1e300, clip2=1.0, seed=0)
+    with pytest.warns(PrivacyLeakWarning), pytest.raises(DivergenceError, match="Lower eta"):
+        dp_2s_gd(Z, X, Y, T=2000, rho1=math.inf, rho2=math.inf, eta=10.0, alpha=0.05, clip1=None, clip2=None)
+    with pytest.warns(PrivacyLeakWarning), pytest.raises(DivergenceError, match="Lower alpha"):
+        dp_2s_gd(Z, X, Y, T=2000, rho1=math.inf, rho2=math.inf, eta=0.5, alpha=50.0, clip1=None, clip2=None)
+
+
+def test_overflowing_gradient_rows_are_clipped_not_dropped():
+    """A residual of 1e200 overflows ‖z‖·‖r‖; the row must still contribute its clipped gradient of norm γ."""
+    A = np.array([[1.0, 0.0], [0.0, 1.0]])
+    B = np.array([[1e200], [1e150]])
+    mean, n_clipped = _clipped_mean_outer(A, B, np.linalg.norm(A, axis=1), 2.0)
+    np.testing.assert_allclose(mean, [[1.0], [1.0]])  # each row clipped to norm 2, mean over n = 2
+    assert n_clipped == 2
+
+
+def test_engine_checks_the_budget_it_spends(iv_data, monkeypatch):
+    """A calibration bug (noise halved) is caught by the engine's own budget check."""
+    import dpivreg.engine as engine
+
+    original = engine.noise_std
+    monkeypatch.setattr(engine, "noise_std", lambda *a, **k: original(*a, **k) / 2)
+    Z, X, Y = iv_data
+    with pytest.raises(RuntimeError, match="internal error"):
+        dp_2s_gd(Z, X, Y, **GOOD)

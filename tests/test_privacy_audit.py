@@ -396,6 +396,9 @@ def test_audit_catches_broken_mechanisms(bug, monkeypatch):
     """
     name, broken = BROKEN[bug]
     monkeypatch.setattr(f"dpivreg.engine.{name}", broken)
+    # The engine's own budget check would stop the halved-noise bug before any release; switch it off
+    # so that the audit itself is shown to catch it.
+    monkeypatch.setattr("dpivreg.engine._check_spent", lambda *args, **kwargs: None)
     a = run_audit("exact", seed=303)
     assert a.mu_lb > a.mu_requested, f"{bug} not caught: mu_lb={a.mu_lb:.3f} <= {a.mu_requested:.3f}"
     if bug == "halved_noise":
