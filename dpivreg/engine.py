@@ -67,6 +67,8 @@ class DP2SGDPath:
     privacy: PrivacyBudget
     clipped_rows: np.ndarray = field(repr=False)
 
+    ridge: float | None = None
+
     @property
     def T(self) -> int:
         """Number of iterations."""
@@ -211,6 +213,12 @@ def _safe_row_norms(A: np.ndarray) -> np.ndarray:
     return norms
 
 
+def default_ridge(q: int, eta: float, lambda1: float) -> float:
+    """Regularisation of the second-stage preconditioner: the first stage's per-step noise level
+    q·(η·λ1)² plus a floor of 1e-4, on the working scale."""
+    return q * (eta * lambda1) ** 2 + 1e-4
+
+
 def _row_norms(A: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", A, A))
 
@@ -225,12 +233,14 @@ def _check_second_moment(second_moment, q: int) -> np.ndarray:
 
 
 def _inverse_sqrt_preconditioner(theta_endog: np.ndarray, S: np.ndarray, n_exog: int, ridge: float) -> np.ndarray:
-    """P^(−1/2) for P = Θ̄ᵀ S Θ̄ + ridge·I with Θ̄ = [I_exog | Θ_endog] (q × p)."""
+    """P^(−1/2) for P = Θ̄ᵀ S Θ̄ + ridge·I with Θ̄ = [I_exog | Θ_endog] (q × p); also for a stack of Θ (…, q, pe)."""
     q = S.shape[0]
-    theta_full = np.concatenate([np.eye(q, n_exog), theta_endog], axis=1)
-    P = theta_full.T @ S @ theta_full
-    eigenvalues, vectors = np.linalg.eigh((P + P.T) / 2.0 + ridge * np.eye(P.shape[0]))
-    return (vectors / np.sqrt(np.maximum(eigenvalues, ridge))) @ vectors.T
+    exog_block = np.broadcast_to(np.eye(q, n_exog), theta_endog.shape[:-1] + (n_exog,))
+    theta_full = np.concatenate([exog_block, theta_endog], axis=-1)
+    P = np.swapaxes(theta_full, -1, -2) @ S @ theta_full
+    P = (P + np.swapaxes(P, -1, -2)) / 2.0 + ridge * np.eye(P.shape[-1])
+    eigenvalues, vectors = np.linalg.eigh(P)
+    return (vectors / np.sqrt(np.maximum(eigenvalues, ridge))[..., None, :]) @ np.swapaxes(vectors, -1, -2)
 
 
 def _first_stage_exploding(theta_path: np.ndarray) -> bool:
@@ -388,7 +398,7 @@ def dp_2s_gd(
     if method == "preconditioned":
         S = _check_second_moment(second_moment, q)
         if ridge is None:
-            ridge = q * (eta * lambda1) ** 2 + 1e-4
+            ridge = default_ridge(q, eta, lambda1)
         ridge = _check_positive(ridge, "ridge")
 
         def preconditioner(theta_t: np.ndarray) -> np.ndarray:
@@ -435,6 +445,7 @@ def dp_2s_gd(
         calibration=calibration,
         method=method,
         privacy=privacy,
+        ridge=ridge if method == "preconditioned" else None,
         clipped_rows=clipped_rows,
     )
 

@@ -12,6 +12,7 @@ from formulaic.utils.context import capture_context
 
 from .design import IVDesign, design_from_arrays, design_from_formula
 from .engine import METHODS, dp_2s_gd, make_rng
+from .inference import private_inference
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, working_scale
 from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, check_delta, check_rho
 from .results import DPIVResults, FitSettings
@@ -145,6 +146,8 @@ class DPIV2SLS:
         bounds: Mapping[str, tuple[float, float]] | None = None,
         seed=None,
         tau: float = 5.0,
+        inference: bool = True,
+        rho_inf: float | None = None,
     ) -> DPIVResults:
         """Fit by DP-2S-GD and return the private estimate beside the non-private 2SLS benchmark.
 
@@ -201,6 +204,14 @@ class DPIV2SLS:
             Source of all privacy noise (``None``: fresh OS entropy).
         tau : float, default 5
             Confidence parameter τ of the Theorem (clipping rule, error bound).
+        inference : bool, default True
+            Compute private standard errors, p-values and confidence intervals (see
+            :mod:`dpivreg.inference`): one more release, the residual variance, paid for with
+            ``rho_inf``; the privacy-noise variance is post-processing. ``False`` spends nothing
+            and leaves ``bse``, ``conf_int`` … unavailable. Needs whitened instruments, so it is
+            unavailable with ``preprocess="bounds"``.
+        rho_inf : float, optional
+            zCDP budget of the inference release. Default ``0.05·(rho1 + rho2)``.
 
         Returns
         -------
@@ -209,6 +220,9 @@ class DPIV2SLS:
         rho1 = check_rho(rho1, "rho1")
         rho2 = check_rho(rho2, "rho2")
         rho0 = 0.1 * (rho1 + rho2) if rho0 is None else check_rho(rho0, "rho0")
+        rho_inf = 0.05 * (rho1 + rho2) if rho_inf is None else check_rho(rho_inf, "rho_inf")
+        if not isinstance(inference, bool):
+            raise TypeError(f"inference must be True or False, got {inference!r}.")
         delta = check_delta(delta)
         if calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
@@ -271,18 +285,30 @@ class DPIV2SLS:
         for leak in leaks:
             warnings.warn(leak, PrivacyLeakWarning, stacklevel=2)
 
+        inference_result, inference_note = None, "not requested (inference=False)"
+        if inference and preprocess == "bounds":
+            inference_note = "unavailable with preprocess='bounds' (needs privately whitened instruments)"
+        elif inference:
+            inference_result = private_inference(
+                path, scale, rho=math.inf if preprocess == "data" else rho_inf, tau=tau, rng=rng)
+            inference_note = ""
+        inference_releases = [inference_result.release] if inference_result and inference_result.release else []
+
         target = {"rho1": rho1, "rho2": rho2}
         if preprocess == "private":
             target = {"rho0": rho0, **target}
-        privacy = PrivacyBudget([*scale.releases, *path.privacy.releases], target=target)
+        if inference_releases:
+            target["rho_inf"] = rho_inf
+        privacy = PrivacyBudget([*scale.releases, *path.privacy.releases, *inference_releases], target=target)
         settings = FitSettings(
             T=path.T, eta=path.eta, alpha=path.alpha, eta_source=eta_source, alpha_source=alpha_source,
             clip1=clip1, clip2=clip2, clip_source=clip_source, calibration=calibration, tau=tau,
             rho0=rho0 if preprocess == "private" else 0.0, rho1=rho1, rho2=rho2, preprocess=preprocess,
-            method=method,
+            method=method, rho_inf=rho_inf if inference_releases else 0.0,
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
-                           leaks=tuple(leaks), privacy=privacy)
+                           leaks=tuple(leaks), privacy=privacy, inference=inference_result,
+                           inference_note=inference_note)
 
 
 def _check_T(T) -> int:

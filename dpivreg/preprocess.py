@@ -80,6 +80,11 @@ class WorkingScale:
         Number of exogenous columns leading Z and X.
     releases : tuple of Release
         Privacy releases made while building the scale (the moments, on route "private").
+    z_names : tuple of str
+        The instruments' names, in the order of the columns of Z.
+    moment_noise_std : float
+        Noise standard deviation σ of each entry of the moment release (0 when exact or absent),
+        on the bounded scale; public (a function of n, ρ0 and the number of columns).
     """
 
     route: str
@@ -99,6 +104,8 @@ class WorkingScale:
     Y: np.ndarray = field(repr=False)
     n_exog: int = 0
     releases: tuple[Release, ...] = ()
+    moment_noise_std: float = 0.0
+    z_names: tuple[str, ...] = ()
 
     @property
     def leaked_columns(self) -> list[str]:
@@ -113,6 +120,43 @@ class WorkingScale:
             beta = beta.copy()
             beta[..., self.constant_index] += shift
         return beta
+
+    def instrument_moment_draws(self, rng: np.random.Generator, replications: int) -> np.ndarray:
+        """Plausible true values of Z̃ᵀZ̃/n given the noisy moment release, shape (replications, q, q).
+
+        The working instruments were whitened with the *released* moments, so Z̃ᵀZ̃/n = I only up to the
+        release's noise. With E (symmetric, N(0, σ²) entries) the noise of the second moments and e that
+        of the means (bounded scale), the true moments of the centred columns are Σ̂ − E + m̂eᵀ + e m̂ᵀ
+        and their mean is −e, so Z̃ᵀZ̃/n ≈ I − Aᵀ(E − m̂eᵀ − e m̂ᵀ)A with A the bounded→working map of
+        the non-constant instruments, and the constant's cross terms are −Aᵀe. Draws of (E, e) from
+        their known distribution give draws of Z̃ᵀZ̃/n (post-processing: σ is public). Exact (all I)
+        when σ = 0.
+        """
+        q = self.A_z.shape[0]
+        draws = np.broadcast_to(np.eye(q), (replications, q, q)).copy()
+        sigma = self.moment_noise_std
+        if sigma == 0.0:
+            return draws
+        free = [i for i in range(q) if i != self.constant_index]
+        bound = self.bound_scales.reindex(list(self.z_names)).to_numpy()[free]
+        A = bound[:, None] * self.A_z[np.ix_(free, free)]  # bounded scale → working scale
+        upper = np.triu(rng.standard_normal((replications, len(free), len(free))) * sigma)
+        E = upper + np.swapaxes(np.triu(upper, 1), 1, 2)
+        if self.constant_index is not None:
+            e = rng.standard_normal((replications, len(free))) * sigma
+            m = self.z_center[free] / bound
+            E = E - m[None, :, None] * e[:, None, :] - e[:, :, None] * m[None, None, :]
+            cross = -np.einsum("ij,ri->rj", A, e)
+            draws[:, self.constant_index, free] = cross
+            draws[:, free, self.constant_index] = cross
+        draws[np.ix_(range(replications), free, free)] -= np.swapaxes(A, 0, 1)[None] @ E @ A[None]
+        return draws
+
+    def beta_jacobian(self) -> np.ndarray:
+        """J with β = J β̃ + constant: the (affine) back-transform's linear part, (p, p)."""
+        p = self.A_x.shape[0]
+        origin = self.beta_to_original(np.zeros(p))
+        return self.beta_to_original(np.eye(p)).T - origin[:, None]
 
     def theta_to_original(self, theta_working: np.ndarray) -> np.ndarray:
         """Map a working endogenous first stage Θ̃ (…, q, p_endog) to the original units."""
@@ -252,7 +296,7 @@ def _project_psd(S: np.ndarray, floor: float) -> np.ndarray:
 
 
 def _moments(W: np.ndarray, *, has_constant: bool, route: str, rho0: float, rng: np.random.Generator,
-             n_instruments: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[Release, ...]]:
+             n_instruments: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[Release, ...], float]:
     """Means (zeros without a constant), scales and the instruments' correlation matrix of the
     bounded columns W (entries in [−1, 1]; the first ``n_instruments`` columns are the instruments).
 
@@ -280,7 +324,7 @@ def _moments(W: np.ndarray, *, has_constant: bool, route: str, rho0: float, rng:
     z_scales = scales[:n_instruments]
     z_corr = z_cov / np.outer(z_scales, z_scales)
     releases = () if route == "data" else (release,)
-    return means, scales, z_corr, releases
+    return means, scales, z_corr, releases, (sigma if route != "data" else 0.0)
 
 
 def _whitening(cov: np.ndarray, n_exog: int) -> np.ndarray:
@@ -329,10 +373,11 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         means, scales = np.zeros(len(free)), np.ones(len(free))
         releases: tuple[Release, ...] = ()
         z_cov = None
+        moment_sigma = 0.0
     else:
         rho0 = check_rho(rho0, "rho0") if route == "private" else math.inf
         n_z_free = len(exog) - (constant is not None) + len(instr)
-        means, scales, z_cov, releases = _moments(W, has_constant=constant is not None, route=route, rho0=rho0,
+        means, scales, z_cov, releases, moment_sigma = _moments(W, has_constant=constant is not None, route=route, rho0=rho0,
                                                   rng=rng if rng is not None else np.random.default_rng(),
                                                   n_instruments=n_z_free)
     index = {c: i for i, c in enumerate(free)}
@@ -370,4 +415,5 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         route=route, bound_scales=bound_scales, source=source, clipped_values=clipped,
         y_center=center(dep), y_scale=scale(dep), x_center=x_center, A_x=A_x, z_center=z_center, A_z=A_z,
         constant_index=const_idx, constant_value=constant_value, Z=Z, X=X, Y=Y, n_exog=k, releases=releases,
+        moment_noise_std=moment_sigma, z_names=tuple(z_names),
     )

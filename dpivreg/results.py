@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 from statsmodels.iolib.summary import Summary
 from statsmodels.iolib.table import SimpleTable
 from statsmodels.iolib.tableformatting import fmt_2cols, fmt_params
@@ -29,13 +30,18 @@ from statsmodels.iolib.tableformatting import fmt_2cols, fmt_params
 from .design import IVDesign
 from .engine import DP2SGDPath
 from .preprocess import WorkingScale
+from .inference import PrivateInference
 from .privacy import PrivacyBudget
 from . import theory
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import DPIV2SLS
 
-__all__ = ["DPIVResults", "FitSettings", "DPIVSummary"]
+__all__ = ["DPIVResults", "FitSettings", "DPIVSummary", "InferenceUnavailableError"]
+
+
+class InferenceUnavailableError(ValueError):
+    """Private standard errors were not computed for this fit (the message says why and what to do)."""
 
 _LATEX_ESCAPES = str.maketrans({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                                 "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
@@ -83,6 +89,8 @@ class FitSettings:
         ``"private"``, ``"bounds"`` or ``"data"``.
     method : str
         ``"preconditioned"`` or ``"gd"``.
+    rho_inf : float
+        Budget of the inference release (0 when none was made).
     """
 
     T: int
@@ -100,6 +108,7 @@ class FitSettings:
     rho2: float
     preprocess: str
     method: str
+    rho_inf: float = 0.0
 
 
 def _fmt(value: float, digits: int = 4) -> str:
@@ -129,6 +138,8 @@ class DPIVResults:
         delta: float,
         leaks: tuple[str, ...],
         privacy: PrivacyBudget,
+        inference: PrivateInference | None = None,
+        inference_note: str = "",
     ) -> None:
         self._model = model
         self._engine_path = engine_path
@@ -137,6 +148,8 @@ class DPIVResults:
         self._delta = delta
         self._leaks = tuple(leaks)
         self._privacy = privacy
+        self._inference = inference
+        self._inference_note = inference_note
         self._datetime = _dt.datetime.now()
 
     # ------------------------------------------------------------------ basic attributes
@@ -219,6 +232,46 @@ class DPIVResults:
     def first_stage_path(self) -> np.ndarray:
         """Θ⁽⁰⁾ … Θ⁽ᵀ⁾ in original units, shape (T+1, instruments, endogenous) (private release)."""
         return self._scale.theta_to_original(self._engine_path.theta)
+
+    # ------------------------------------------------------------------ private inference
+    @property
+    def inference(self) -> PrivateInference:
+        """The private covariance and its pieces (sampling, privacy noise); see :mod:`dpivreg.inference`."""
+        if self._inference is None:
+            raise InferenceUnavailableError(
+                f"private standard errors are {self._inference_note}. Refit with inference=True and "
+                "preprocess='private' (the default). The IV2SLS standard errors in .benchmark are NOT a "
+                "substitute: they are non-private and ignore the privacy noise."
+            )
+        return self._inference
+
+    def cov_params(self) -> pd.DataFrame:
+        """Covariance of the private estimate (sampling + privacy noise), original units (private)."""
+        names = self.design.regressor_names
+        return pd.DataFrame(self.inference.cov, index=names, columns=names)
+
+    @cached_property
+    def bse(self) -> pd.Series:
+        """Private standard errors: sqrt of the diagonal of :meth:`cov_params`."""
+        return pd.Series(np.sqrt(np.diag(self.inference.cov)), index=self.design.regressor_names, name="std_error")
+
+    @property
+    def tvalues(self) -> pd.Series:
+        """z statistics params / bse (normal approximation)."""
+        return (self.params / self.bse).rename("zstat")
+
+    @property
+    def pvalues(self) -> pd.Series:
+        """Two-sided p-values of H0: coefficient = 0 under the normal approximation."""
+        return pd.Series(2.0 * stats.norm.sf(np.abs(self.tvalues.to_numpy())), index=self.design.regressor_names,
+                         name="pvalue")
+
+    def conf_int(self, alpha: float = 0.05) -> pd.DataFrame:
+        """Private (1 − alpha) confidence intervals, columns ``lower`` and ``upper``."""
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
+            raise ValueError(f"alpha must lie in (0, 1), e.g. 0.05 for 95% intervals; got {alpha!r}.")
+        half = stats.norm.ppf(1.0 - alpha / 2.0) * self.bse
+        return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
 
     # ------------------------------------------------------------------ theory (free)
     @cached_property
@@ -306,6 +359,7 @@ class DPIVResults:
             ("rho0 (zCDP, preprocessing):", _fmt(priv.rho0)),
             ("rho1 (zCDP):", budget(s.rho1, priv.rho1)),
             ("rho2 (zCDP):", budget(s.rho2, priv.rho2)),
+            ("rho_inf (zCDP, inference):", _fmt(priv.rho_of("rho_inf"))),
             ("Total rho (spent):", _fmt(priv.rho)),
             ("delta:", f"{self._delta:g}"),
             ("epsilon (exact Gauss.):", _fmt(priv.epsilon(self._delta))),
@@ -343,11 +397,16 @@ class DPIVResults:
         names = self.design.regressor_names
         ref, se = bench.params[names], bench.std_errors[names]
         diff = self.params - ref
-        rows = [
-            [_fmt(self.params[c]), _fmt(ref[c]), _fmt(se[c]), _fmt(diff[c]), _fmt(diff[c] / se[c], 3)]
-            for c in names
-        ]
-        headers = ["DP-2S-GD", "IV2SLS*", "Std. Err.*", "Diff.*", "Diff./SE*"]
+        if self._inference is not None:
+            bse, z, pv, ci = self.bse, self.tvalues, self.pvalues, self.conf_int()
+            private = {c: [_fmt(self.params[c]), _fmt(bse[c]), _fmt(z[c], 3), f"{pv[c]:.4f}",
+                           _fmt(ci.loc[c, "lower"]), _fmt(ci.loc[c, "upper"])] for c in names}
+            private_headers = ["DP-2S-GD", "Std. Err.", "z", "P>|z|", "Lower CI", "Upper CI"]
+        else:
+            private = {c: [_fmt(self.params[c])] for c in names}
+            private_headers = ["DP-2S-GD"]
+        rows = [private[c] + [_fmt(ref[c]), _fmt(se[c]), _fmt(diff[c] / se[c], 3)] for c in names]
+        headers = private_headers + ["IV2SLS*", "Std. Err.*", "Diff./SE*"]
         return SimpleTable(
             rows, headers=headers, stubs=names, txt_fmt=copy.deepcopy(fmt_params),
             title="Parameter Estimates (private: DP-2S-GD; * = NON-PRIVATE benchmark)",
@@ -362,13 +421,26 @@ class DPIVResults:
             title="Error bound components (Theorem, up to constants)",
         )
 
+    def _inference_text(self) -> str:
+        if self._inference is None:
+            return (f"Private std. errors: {self._inference_note}. The IV2SLS std. errors ignore the privacy "
+                    "noise and are not private.")
+        inf = self._inference
+        share = np.diag(inf.cov_noise) / np.diag(inf.cov)
+        return (
+            "Private std. errors (normal approx., 95% CI): homoskedastic 2SLS sampling variance from a private "
+            f"residual variance (rho_inf) + privacy-noise variance by parametric bootstrap of the iteration "
+            f"({inf.replications} paths; noise share of the variance {np.min(share):.0%}-{np.max(share):.0%}). "
+            "Assumes homoskedastic errors, negligible gradient clipping and a converged iteration."
+        )
+
     def _notes(self) -> list[str]:
         d, sc = self.design, self._scale
         notes = [
-            "Private release: the DP-2S-GD column (beta^(T)); its cost is the total rho above.",
-            "* NON-PRIVATE: IV2SLS estimate, its robust std. err., the difference and the difference",
-            "  in std. errs. are computed from the raw data without noise. Use them to validate; never publish them.",
-            "Private std. errors: not computed. The 2SLS std. errors above ignore the privacy noise.",
+            "Private release: the DP-2S-GD columns (beta^(T) and its inference); their cost is the total rho above.",
+            "* NON-PRIVATE: the IV2SLS estimate, its robust std. err. and the difference in its std. errs. are",
+            "  computed from the raw data without noise. Use them to validate; never publish them.",
+            self._inference_text(),
             "Error bound: the Theorem's terms with all constants set to 1 (shapes, not calibrated errors); "
             "no privacy cost. " + ("kappa from the released Theta^(T) (method 'gd')."
                                   if self._settings.method == "gd" else

@@ -117,9 +117,14 @@ def test_default_fit_with_bounds_has_no_leak(frame):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         res = model.fit(rho1=0.4, rho2=0.6, rho0=0.25, T=20, bounds={**_wide_bounds(model), "w": (0, 10)}, seed=1)
-    assert res.privacy.rho == pytest.approx(0.25 + 0.4 + 0.6, rel=1e-12)
-    assert (res.privacy.rho0, res.privacy.rho1, res.privacy.rho2) == pytest.approx((0.25, 0.4, 0.6), rel=1e-12)
-    assert res.privacy.target == {"rho0": 0.25, "rho1": 0.4, "rho2": 0.6}
+    # rho_inf defaults to 0.05·(rho1 + rho2) = 0.05 (the inference release)
+    assert res.privacy.rho == pytest.approx(0.25 + 0.4 + 0.6 + 0.05, rel=1e-12)
+    assert (res.privacy.rho0, res.privacy.rho1, res.privacy.rho2, res.privacy.rho_of("rho_inf")) == pytest.approx(
+        (0.25, 0.4, 0.6, 0.05), rel=1e-12)
+    assert res.privacy.target == pytest.approx({"rho0": 0.25, "rho1": 0.4, "rho2": 0.6, "rho_inf": 0.05})
+    no_inference = model.fit(rho1=0.4, rho2=0.6, rho0=0.25, T=20, bounds={**_wide_bounds(model), "w": (0, 10)},
+                             seed=1, inference=False)
+    assert no_inference.privacy.rho == pytest.approx(1.25, rel=1e-12)
 
 
 def test_private_fit_with_bounds_and_public_steps_has_no_leak(frame):
@@ -129,8 +134,8 @@ def test_private_fit_with_bounds_and_public_steps_has_no_leak(frame):
         warnings.simplefilter("error")
         res = model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3)
     assert res.leaks == () and res.is_private
-    assert res.privacy.rho == pytest.approx(2.2)  # rho0 = 0.1·(rho1 + rho2) by default
-    assert [r.stage for r in res.privacy.releases] == ["rho0", "rho1", "rho2"]
+    assert res.privacy.rho == pytest.approx(2.3)  # rho0 = 0.1·(rho1 + rho2), rho_inf = 0.05·(rho1 + rho2)
+    assert [r.stage for r in res.privacy.releases] == ["rho0", "rho1", "rho2", "rho_inf"]
     assert res.settings.clip1 == pytest.approx(theorem_clip(len(frame), 3, 20))
     assert model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3, clip="rms").settings.clip1 == \
         pytest.approx(3 * math.sqrt(3 * 1))  # q = 3, p_endog = 1
@@ -239,7 +244,7 @@ def test_results_objects(frame):
     pd.testing.assert_series_equal(res.path.iloc[-1], res.params, check_names=False)
     assert list(res.first_stage.columns) == ["x1", "x2"]
     assert res.nobs == 2000 and res.model is model
-    assert res.privacy.rho == pytest.approx(5.5)
+    assert res.privacy.rho == pytest.approx(5.75)
     assert res.epsilon == pytest.approx(res.privacy.epsilon(1e-6))
     assert res.clipped_rows.shape == (7, 2)
     assert "DPIVResults" in repr(res)
@@ -261,7 +266,8 @@ def test_summary_content(frame):
                     bounds={"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8)})
     text = res.summary().as_text()
     for fragment in ["DP-2S-GD", "rho0 (zCDP, preprocessing):", "0.2", "rho1 (zCDP):", "0.5", "rho2 (zCDP):",
-                     "1.5", "Total rho (spent):", "2.2", "delta:", "private moments", "preconditioned",
+                     "1.5", "rho_inf (zCDP, inference):", "0.1", "Total rho (spent):", "2.3", "delta:",
+                     "private moments", "preconditioned", "Std. Err.", "P>|z|", "Lower CI",
                      "epsilon (exact Gauss.):", f"{res.privacy.epsilon(1e-6):.4g}",
                      f"{res.privacy.epsilon(1e-6, 'bun-steinke'):.4g}", "IV2SLS*", "NON-PRIVATE",
                      "Endogenous: x1", "Instruments: z1, z2", "public bounds"]:
@@ -310,7 +316,7 @@ def test_labsup_demo_numbers():
     assert res.benchmark.params["kids"] == pytest.approx(-5.5112, abs=1e-4)
     assert res.benchmark.std_errors["kids"] == pytest.approx(3.5790, abs=1e-4)
     assert res.benchmark.params["Intercept"] == pytest.approx(37.842, abs=1e-3)
-    assert res.privacy.rho == pytest.approx(2.2)
+    assert res.privacy.rho == pytest.approx(2.3)
 
 
 def test_labsup_default_pipeline_is_unbiased_and_tight():
