@@ -7,7 +7,8 @@ For each cell, the median and 90th percentile over runs of ‖β⁽ᵀ⁾ − β
               eigenvalue step sizes (leaky; ``preprocess="data", method="gd"``),
 * ``data``    the leaky oracle: exact data moments, preconditioned iteration,
 * ``bounds``  public bounds only, no budget for preprocessing (preconditioned iteration),
-* ``private`` the default: rho0 pays for the moments (preconditioned iteration).
+* ``private`` the default: rho0 pays for the moments (preconditioned iteration),
+* ``private_rms`` the same with ``clip="rms"`` (3 × the RMS gradient norm instead of the Theorem's rule).
 
 Equal total budget: ``data``/``bounds``/``paper`` use rho1 = rho2 = rho/2; ``private`` uses the default
 split rho0 = 0.1(rho1 + rho2), i.e. rho1 = rho2 = rho/2.2 and rho0 = rho/11. T = 20 throughout.
@@ -39,12 +40,13 @@ ROUTES = {
     "data": dict(preprocess="data", method="preconditioned"),
     "bounds": dict(preprocess="bounds", method="preconditioned"),
     "private": dict(preprocess="private", method="preconditioned"),
+    "private_rms": dict(preprocess="private", method="preconditioned", clip="rms"),
 }
 LABSUP_FORMULA = "weeks ~ 1 + age + educ + black + hispan + [kids ~ samesex]"
 
 
 def budget(route: str, rho: float) -> dict:
-    if route == "private":
+    if route.startswith("private"):
         return dict(rho1=rho / 2.2, rho2=rho / 2.2, rho0=rho / 11)
     return dict(rho1=rho / 2, rho2=rho / 2)
 
