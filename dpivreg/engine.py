@@ -93,6 +93,8 @@ def _as_float_matrix(a, name: str, *, ndim: int) -> np.ndarray:
         arr = np.asarray(a)
     except Exception as exc:  # pragma: no cover - numpy raises many types here
         raise TypeError(f"{name} must be array-like of numbers: {exc}") from exc
+    if np.iscomplexobj(arr):
+        raise TypeError(f"{name} holds complex numbers; pass real values (e.g. the real part, if that is meant).")
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
         raise TypeError(f"{name} must hold numbers, got dtype {arr.dtype}. Encode categories as numeric columns first.")
     arr = arr.astype(np.float64)
@@ -107,7 +109,7 @@ def _as_float_matrix(a, name: str, *, ndim: int) -> np.ndarray:
     return arr
 
 
-def _check_positive(value, name: str, *, allow_none: bool = False) -> float | None:
+def check_positive(value, name: str, *, allow_none: bool = False) -> float | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -216,7 +218,7 @@ def _safe_row_norms(A: np.ndarray) -> np.ndarray:
 def default_ridge(q: int, eta: float, lambda1: float) -> float:
     """Regularisation of the second-stage preconditioner: the first stage's per-step noise level
     q·(η·λ1)² plus a floor of 1e-4, on the working scale."""
-    return q * (eta * lambda1) ** 2 + 1e-4
+    return q * (eta * lambda1) * (eta * lambda1) + 1e-4
 
 
 def _row_norms(A: np.ndarray) -> np.ndarray:
@@ -241,6 +243,31 @@ def _inverse_sqrt_preconditioner(theta_endog: np.ndarray, S: np.ndarray, n_exog:
     P = (P + np.swapaxes(P, -1, -2)) / 2.0 + ridge * np.eye(P.shape[-1])
     eigenvalues, vectors = np.linalg.eigh(P)
     return (vectors / np.sqrt(np.maximum(eigenvalues, ridge))[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+
+
+def _check_bouncing(path: np.ndarray, step: float, clip: float | None, what: str, name: str) -> None:
+    """Detect a step size too large for clipped gradients: the iterates stay finite but bounce.
+
+    With clipping, a divergent iteration cannot overflow: each step moves at most step·γ. It then
+    flips direction at (nearly) full, steady length. We flag four consecutive reversals (cosine < −0.5
+    between successive moves) of steady length (successive ratios within [0.8, 1.25]), each
+    ≥ step·γ/2, i.e. with at least half the rows clipped in one direction: a converging iteration
+    does not do this, and privacy noise (random directions and lengths) practically never does.
+    Reads only the released path.
+    """
+    if clip is None or path.shape[0] < 6:
+        return
+    moves = np.diff(path.reshape(path.shape[0], -1), axis=0)[-5:]
+    lengths = np.linalg.norm(moves, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cosines = np.einsum("ij,ij->i", moves[1:], moves[:-1]) / (lengths[1:] * lengths[:-1])
+        ratios = lengths[1:] / lengths[:-1]
+    steady = np.all((ratios > 0.8) & (ratios < 1.25))
+    if np.all(cosines < -0.5) and steady and np.all(lengths >= 0.5 * step * clip):
+        raise DivergenceError(
+            f"the {what} iterates bounce back and forth by the largest clipped step: the step size {name}={step:g} "
+            f"is too large for the data's scale. Lower {name} (e.g. to {step / 10:g}) or rescale the data."
+        )
 
 
 def _first_stage_exploding(theta_path: np.ndarray) -> bool:
@@ -363,10 +390,10 @@ def dp_2s_gd(
     T = _check_T(T)
     rho1 = check_rho(rho1, "rho1")
     rho2 = check_rho(rho2, "rho2")
-    eta = _check_positive(eta, "eta")
-    alpha = _check_positive(alpha, "alpha")
-    clip1 = _check_positive(clip1, "clip1", allow_none=True)
-    clip2 = _check_positive(clip2, "clip2", allow_none=True)
+    eta = check_positive(eta, "eta")
+    alpha = check_positive(alpha, "alpha")
+    clip1 = check_positive(clip1, "clip1", allow_none=True)
+    clip2 = check_positive(clip2, "clip2", allow_none=True)
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
     rng = make_rng(seed)
@@ -399,7 +426,9 @@ def dp_2s_gd(
         S = _check_second_moment(second_moment, q)
         if ridge is None:
             ridge = default_ridge(q, eta, lambda1)
-        ridge = _check_positive(ridge, "ridge")
+            if not math.isfinite(ridge):
+                raise ValueError(f"eta={eta:g} is too large: the default ridge q·(η·λ1)² overflows. Lower eta.")
+        ridge = check_positive(ridge, "ridge")
 
         def preconditioner(theta_t: np.ndarray) -> np.ndarray:
             return _inverse_sqrt_preconditioner(theta_t, S, n_exog, ridge)
@@ -432,6 +461,8 @@ def dp_2s_gd(
                               t + 1, "eta", eta)
             _check_finite(beta[t + 1], "second-stage (β) iterate", t + 1, "alpha", alpha)
 
+    _check_bouncing(theta, eta, clip1, "first-stage (Θ)", "eta")
+    _check_bouncing(beta, alpha, clip2, "second-stage (β)", "alpha")
     return DP2SGDPath(
         theta=theta,
         beta=beta,

@@ -161,5 +161,11 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
     v_noise = noise_covariance(path, replications=replications, rng=rng,
                                second_moments=scale.instrument_moment_draws(rng, replications))
     J = scale.beta_jacobian()
-    cov_sampling, cov_noise = J @ v_sampling @ J.T, J @ v_noise @ J.T
+    with np.errstate(over="ignore", invalid="ignore"):
+        cov_sampling, cov_noise = J @ v_sampling @ J.T, J @ v_noise @ J.T
+    if not (np.all(np.isfinite(cov_sampling)) and np.all(np.isfinite(cov_noise))):
+        raise OverflowError(
+            "the covariance of the estimate overflows float64 in the original units (coefficients of order "
+            f"{np.max(np.abs(J)):.1e}): rescale the data (e.g. express the outcome in thousands)"
+        )
     return PrivateInference(cov_sampling + cov_noise, cov_sampling, cov_noise, sigma2, release, replications)

@@ -11,7 +11,7 @@ import numpy as np
 from formulaic.utils.context import capture_context
 
 from .design import IVDesign, design_from_arrays, design_from_formula
-from .engine import METHODS, dp_2s_gd, make_rng
+from .engine import METHODS, DivergenceError, check_positive, dp_2s_gd, make_rng
 from .inference import private_inference
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, working_scale
 from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, check_delta, check_rho
@@ -45,6 +45,11 @@ def _paper_step_sizes_from_data(scale: WorkingScale) -> tuple[float, float]:
     x_hat = np.column_stack([X[:, :k], Z @ theta_endog])
     eigenvalues = np.linalg.eigvalsh(x_hat.T @ x_hat / n)
     gamma_under, gamma_bar = max(eigenvalues[0], 0.0), eigenvalues[-1]
+    if not gamma_bar > 0:
+        raise ValueError(
+            "the paper's step-size rule needs a non-zero first-stage fit, but the instruments explain none of "
+            "the regressors here. Pass public eta= and alpha=, or check the instruments."
+        )
     return float(eta), float(2.0 / (2.0 * gamma_bar + gamma_under))
 
 
@@ -269,6 +274,11 @@ class DPIV2SLS:
                 "Pass public eta= and alpha= for a private fit."
             )
 
+        eta, alpha = check_positive(eta, "eta"), check_positive(alpha, "alpha")
+        if preprocess != "bounds":  # data-derived steps (the paper's rule) use the actual spectrum instead
+            _check_step_stability(eta if eta_source != "data" else 1.0, alpha if alpha_source != "data" else 1.0,
+                                  method=method, n=n, q=q, tau=tau)
+
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", PrivacyLeakWarning)
             path = dp_2s_gd(
@@ -289,9 +299,12 @@ class DPIV2SLS:
         if inference and preprocess == "bounds":
             inference_note = "unavailable with preprocess='bounds' (needs privately whitened instruments)"
         elif inference:
-            inference_result = private_inference(
-                path, scale, rho=math.inf if preprocess == "data" else rho_inf, tau=tau, rng=rng)
-            inference_note = ""
+            try:
+                inference_result = private_inference(
+                    path, scale, rho=math.inf if preprocess == "data" else rho_inf, tau=tau, rng=rng)
+                inference_note = ""
+            except OverflowError as exc:
+                inference_note = f"unavailable: {exc}"
         inference_releases = [inference_result.release] if inference_result and inference_result.release else []
 
         target = {"rho1": rho1, "rho2": rho2}
@@ -319,8 +332,36 @@ def _check_T(T) -> int:
     return int(T)
 
 
+def _check_step_stability(eta: float, alpha: float, *, method: str, n: int, q: int, tau: float) -> None:
+    """Reject step sizes beyond the stability limits of the whitened working scale (public quantities).
+
+    With E[z̃z̃ᵀ] = I the eigenvalues of Z̃ᵀZ̃/n lie in [(1−δ)², (1+δ)²], δ = (√q+√τ)/√n (see
+    :func:`dpivreg.theory.delta_tau`), so the first stage diverges for η > 2/(1−δ)² and is only
+    guaranteed to converge below 2/(1+δ)²; the preconditioned second stage has Hessian ≈ P_t, so it
+    diverges for α ≥ 2. Clipped gradients would hide the divergence (the iterates bounce instead of
+    overflowing), hence the up-front check.
+    """
+    from .theory import delta_tau
+
+    delta = delta_tau(n, q, tau)
+    limit = 2.0 / max(1.0 - delta, 1e-12) ** 2
+    if eta > limit:
+        raise DivergenceError(
+            f"the step size eta={eta:g} is too large: the first stage diverges on the whitened working scale "
+            f"(stability limit about 2/(1-δ)² = {limit:.3g}). Lower eta (e.g. to 1)."
+        )
+    if method == "preconditioned" and alpha >= 2.0:
+        raise DivergenceError(
+            f"the step size alpha={alpha:g} is too large: the preconditioned second stage diverges for "
+            "alpha >= 2. Lower alpha (e.g. to 1)."
+        )
+
+
+
 def _check_tau(tau) -> float:
-    if isinstance(tau, bool) or not isinstance(tau, numbers.Real) or not math.isfinite(tau) or tau <= 0:
+    if isinstance(tau, bool) or not isinstance(tau, numbers.Real):
+        raise TypeError(f"tau must be a number > 0 (the Theorem's confidence parameter), got {tau!r}.")
+    if not math.isfinite(tau) or tau <= 0:
         raise ValueError(f"tau must be a finite number > 0 (the Theorem's confidence parameter), got {tau!r}.")
     return float(tau)
 
@@ -360,7 +401,9 @@ def _resolve_clip(clip, *, n: int, q: int, p: int, p_endog: int, T: int, tau: fl
         if set(clip) != {"c0"}:
             raise ValueError(f'clip as a dict must be {{"c0": value}}, got keys {sorted(clip)}.')
         c0 = clip["c0"]
-        if isinstance(c0, bool) or not isinstance(c0, numbers.Real) or not math.isfinite(c0) or c0 <= 0:
+        if isinstance(c0, bool) or not isinstance(c0, numbers.Real):
+            raise TypeError(f'clip["c0"] must be a number > 0, got {c0!r}.')
+        if not math.isfinite(c0) or c0 <= 0:
             raise ValueError(f'clip["c0"] must be a finite number > 0, got {c0!r}.')
         gamma = theorem_clip(n, q, T, tau=tau, c0=float(c0))
         return gamma, gamma, f"Theorem, c0 = {c0:g}"
@@ -375,6 +418,8 @@ def _resolve_clip(clip, *, n: int, q: int, p: int, p_endog: int, T: int, tau: fl
 
 
 def _positive_clip(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a clipping threshold (a number > 0), got {value!r}.")
+    if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite clipping threshold > 0, got {value!r}.")
     return float(value)

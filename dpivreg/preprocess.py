@@ -304,9 +304,17 @@ def _moments(W: np.ndarray, *, has_constant: bool, route: str, rho0: float, rng:
     covariance is then M − m mᵀ. Without one the uncentred second moment is used.
     """
     n, d = W.shape
-    V = np.column_stack([np.ones(n), W]) if has_constant else W
-    row_bound = math.sqrt(V.shape[1])  # every entry lies in [−1, 1]
     rho = math.inf if route == "data" else rho0
+    # Exact moments (non-private routes) are computed on columns rescaled to max |w| = 1 and scaled
+    # back, so that absurdly loose bounds (entries ~1e-200, squares underflowing) stay exact. The
+    # private release must use the bounded scale itself: its sensitivity is stated there.
+    unit = np.ones(d)
+    if math.isinf(rho):
+        largest = np.max(np.abs(W), axis=0) if n else unit
+        unit = np.where(largest > 0, largest, 1.0)
+    V = W / unit
+    V = np.column_stack([np.ones(n), V]) if has_constant else V
+    row_bound = math.sqrt(V.shape[1])  # every entry lies in [−1, 1]
     M, release, sigma = analyze_gauss(V, rho=rho, rng=rng, row_bound=row_bound,
                                       name="second moments of the bounded columns (Analyze Gauss)")
     if has_constant:
@@ -324,7 +332,7 @@ def _moments(W: np.ndarray, *, has_constant: bool, route: str, rho0: float, rng:
     z_scales = scales[:n_instruments]
     z_corr = z_cov / np.outer(z_scales, z_scales)
     releases = () if route == "data" else (release,)
-    return means, scales, z_corr, releases, (sigma if route != "data" else 0.0)
+    return means * unit, scales * unit, z_corr, releases, (sigma if route != "data" else 0.0)
 
 
 def _whitening(cov: np.ndarray, n_exog: int) -> np.ndarray:
