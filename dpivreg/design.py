@@ -474,19 +474,113 @@ def _patsy_blocks(
     return blocks, rows
 
 
-def _formula_variables(parts: _FormulaParts, data: pd.DataFrame) -> list[Hashable]:
-    """Columns of ``data`` that the formula uses (best effort, may be empty)."""
+def _formula_names(parts: _FormulaParts) -> set[str]:
+    """Names that the formula reads (best effort: a block that fails to parse is skipped)."""
+    return set(_formula_factors(parts))
+
+
+def _formula_factors(parts: _FormulaParts) -> dict[str, list[str]]:
+    """
+    Names that the formula reads, each with the expressions of the factors that read it.
+
+    Best effort: a block that fails to parse is skipped (the formula engine
+    reports it when the blocks are built).
+    """
     from formulaic import Formula  # noqa: PLC0415
 
-    names: set[str] = set()
+    factors: dict[str, list[str]] = {}
     for text in _block_formulas(parts).values():
         if text is None:
             continue
         try:
-            names |= {str(v) for v in Formula(text).required_variables}
-        except Exception:  # noqa: BLE001 - only used for a warning
+            terms = list(Formula(text))
+            for term in terms:
+                for factor in term.factors:
+                    for name in factor.required_variables:
+                        factors.setdefault(str(name), []).append(str(factor.expr))
+        except Exception:  # noqa: BLE001 - the engine reports malformed blocks later
             continue
+    return factors
+
+
+def _only_in_categorical(name: str, expressions: list[str]) -> bool:
+    """Whether every expression reading ``name`` is ``C(name)`` or ``C(name, ...)``."""
+    pattern = re.compile(rf"C\(\s*{re.escape(name)}\s*[,)]")
+    return bool(expressions) and all(
+        pattern.match(e) is not None and e.endswith(")") for e in expressions
+    )
+
+
+def _formula_variables(parts: _FormulaParts, data: pd.DataFrame) -> list[Hashable]:
+    """Columns of ``data`` that the formula uses (best effort, may be empty)."""
+    names = _formula_names(parts)
     return [col for col in data.columns if col in names]
+
+
+def _is_text_dtype(dtype: Any) -> bool:
+    """Whether a pandas dtype holds Python objects or strings (not categories)."""
+    return dtype == np.dtype(object) or isinstance(dtype, pd.StringDtype)
+
+
+def _check_data_columns(data: pd.DataFrame, parts: _FormulaParts) -> None:
+    """
+    Check the columns of ``data`` that the formula uses, before building blocks.
+
+    Raises
+    ------
+    ValueError
+        If a used name labels several columns of ``data``.
+    TypeError
+        If a used column is complex, or holds numbers stored as text (object
+        or string dtype whose values all convert with ``pd.to_numeric``),
+        which the formula engines would silently one-hot encode as a category
+        with one level per distinct number. A column that the formula only
+        reads as ``C(col)`` is an explicit category and is not checked for
+        numbers stored as text.
+    """
+    factors = _formula_factors(parts)
+    used = [col for col in data.columns if col in factors]
+    if not used:
+        return
+    dupes = sorted({str(col) for col in used if used.count(col) > 1})
+    if dupes:
+        raise ValueError(
+            f"data has duplicate column names {dupes} among the variables the "
+            "formula uses; the formula cannot tell which one is meant. Rename or "
+            "drop the duplicates, e.g. data.loc[:, ~data.columns.duplicated()] or "
+            "data.rename(columns=...)."
+        )
+    for col in used:
+        dtype = data[col].dtype
+        if is_complex_dtype(dtype):
+            raise TypeError(_complex_message(col, dtype))
+        if not _is_text_dtype(dtype) or _only_in_categorical(str(col), factors[col]):
+            # C(col) asks for a category explicitly, e.g. codes such as '01001'
+            continue
+        try:
+            converted = pd.to_numeric(data[col])
+        except (ValueError, TypeError):
+            continue  # genuine text: the formula engine encodes it as a category
+        if is_complex_dtype(converted.dtype):
+            raise TypeError(_complex_message(col, dtype))
+        if is_bool_dtype(converted.dtype) or converted.notna().sum() == 0:
+            continue  # True/False objects or an all-missing column: not numbers
+        raise TypeError(
+            f"column {col!r} has dtype {dtype} but holds numbers stored as text; "
+            "the formula would treat it as a category with one dummy per distinct "
+            f"value. Convert it first, e.g. data[{col!r}] = data[{col!r}].astype(float) "
+            f"(or pd.to_numeric(data[{col!r}])); if the values are category codes, "
+            f"make them a pandas category first: data[{col!r}].astype('category')."
+        )
+
+
+def _complex_message(column: Hashable, dtype: Any) -> str:
+    """Message of the TypeError for a complex-valued column."""
+    return (
+        f"column {column!r} has dtype {dtype}: complex values are not supported "
+        "(not numeric for a regression). Use the real part or the modulus, e.g. "
+        f"np.real(data[{column!r}]) or np.abs(data[{column!r}])."
+    )
 
 
 def _encoded_missing(
@@ -714,6 +808,9 @@ def _as_float_blocks(blocks: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
         if frame.shape[1] == 0:
             out[block] = _empty_block(frame.index)
             continue
+        for column, dtype in frame.dtypes.items():
+            if is_complex_dtype(dtype):
+                raise TypeError(f"{block} " + _complex_message(column, dtype))
         values = np.array(frame.to_numpy(dtype=np.float64), dtype=np.float64, copy=True)
         out[block] = pd.DataFrame(values, index=frame.index, columns=list(frame.columns))
     return out
@@ -744,7 +841,10 @@ def _check_counts(blocks: dict[str, pd.DataFrame]) -> None:
 
 
 def _check_unique_names(blocks: dict[str, pd.DataFrame]) -> None:
-    """Column names must be unique in X = [exog, endog] and Z = [exog, instruments]."""
+    """
+    Column names must be unique in X = [exog, endog] and Z = [exog, instruments],
+    and the dependent variable's name must not be a regressor's or an instrument's.
+    """
     exog = list(blocks["exog"].columns)
     for other in ("endog", "instruments"):
         seen: dict[Hashable, str] = {name: "exog" for name in exog}
@@ -755,6 +855,16 @@ def _check_unique_names(blocks: dict[str, pd.DataFrame]) -> None:
                     "variable cannot be in both blocks. Remove or rename one of them."
                 )
             seen[name] = other
+    dependent = blocks["dependent"].columns[0]
+    for other in ("exog", "endog", "instruments"):
+        if dependent in list(blocks[other].columns):
+            raise ValueError(
+                f"the dependent variable {dependent!r} has the same name as a column "
+                f"of {other} ({_BLOCK_LABELS[other]}); the dependent variable cannot "
+                f"also be a regressor or an instrument. Remove {dependent!r} from "
+                f"{other}, or, if they are different variables, rename one of them "
+                "(e.g. dependent.rename('y') or frame.rename(columns={...}))."
+            )
 
 
 def _check_finite(blocks: dict[str, pd.DataFrame]) -> None:
@@ -763,27 +873,58 @@ def _check_finite(blocks: dict[str, pd.DataFrame]) -> None:
         values = frame.to_numpy(dtype=np.float64)
         if values.size == 0 or np.isfinite(values).all():
             continue
-        bad = np.flatnonzero(~np.isfinite(values).all(axis=0))
+        finite = np.isfinite(values)
+        bad = np.flatnonzero(~finite.all(axis=0))
         names = [frame.columns[j] for j in bad]
+        rows = np.flatnonzero(~finite.all(axis=1))
+        labels = ", ".join(repr(label) for label in frame.index[rows[:5]].tolist())
+        more = ", ..." if rows.size > 5 else ""
         raise ValueError(
-            f"{block} column(s) {names} contain infinite values (e.g. log of 0); "
-            "remove those rows or transform the variable."
+            f"{block} column(s) {names} contain infinite values (e.g. log of 0) in "
+            f"{rows.size} row(s) (row labels [{labels}{more}]); remove those rows or "
+            "transform the variable."
         )
 
 
-def _check_enough_rows(blocks: dict[str, pd.DataFrame]) -> None:
-    """Raise if there are fewer rows than columns of Z = [exog, instruments]."""
+def _check_enough_rows(blocks: dict[str, pd.DataFrame], n_dropped: int = 0) -> None:
+    """Raise if there are fewer than 2 rows or fewer rows than columns of Z = [exog, instruments]."""
     nobs = blocks["dependent"].shape[0]
     ncol = blocks["exog"].shape[1] + blocks["instruments"].shape[1]
+    noun = "row" if nobs == 1 else "rows"
+    left = (
+        f" (left after dropping {n_dropped} row(s) with a missing value)" if n_dropped else ""
+    )
+    if nobs < 2:
+        raise ValueError(
+            f"only {nobs} {noun}{left}: a regression needs at least 2 rows "
+            "(observations), and at least as many rows as columns in "
+            f"[exog, instruments] ({ncol}). Pass more data."
+        )
     if nobs < ncol:
         raise ValueError(
-            f"only {nobs} rows for {ncol} columns in [exog, instruments]; the "
-            "design needs at least as many rows as columns."
+            f"only {nobs} {noun}{left} for {ncol} columns in [exog, instruments]; "
+            "the design needs at least as many rows as columns."
         )
 
 
-def _check_instruments(blocks: dict[str, pd.DataFrame]) -> None:
-    """Raise for a constant instrument or one that duplicates another column."""
+def _varies(values: np.ndarray) -> bool:
+    """Whether the non-missing values of a column take more than one value."""
+    present = values[~np.isnan(values)]
+    return present.size > 0 and not np.all(present == present[0])
+
+
+def _check_instruments(
+    blocks: dict[str, pd.DataFrame],
+    n_dropped: int = 0,
+    full_instruments: pd.DataFrame | None = None,
+) -> None:
+    """
+    Raise for a constant instrument or one that duplicates another column.
+
+    ``n_dropped`` rows with a missing value were dropped before; if the
+    instruments on all rows (``full_instruments``) are known and an
+    instrument varies only in the dropped rows, the message says so.
+    """
     instruments = blocks["instruments"]
     exog = blocks["exog"]
     z = instruments.to_numpy(dtype=np.float64)
@@ -791,10 +932,26 @@ def _check_instruments(blocks: dict[str, pd.DataFrame]) -> None:
     for j, name in enumerate(instruments.columns):
         column = z[:, j]
         if np.all(column == column[0]):
+            if n_dropped == 0:
+                raise ValueError(
+                    f"instrument {name!r} is constant ({column[0]:g} in every row); a "
+                    "constant instrument does not identify anything. Remove it (the "
+                    "intercept belongs in exog, e.g. '1 + ...')."
+                )
+            varied = (
+                full_instruments is not None
+                and name in full_instruments.columns
+                and _varies(full_instruments[name].to_numpy(dtype=np.float64))
+            )
+            detail = (
+                "; it varies only in rows that were dropped" if varied else ""
+            )
             raise ValueError(
-                f"instrument {name!r} is constant ({column[0]:g} in every row); a "
-                "constant instrument does not identify anything. Remove it (the "
-                "intercept belongs in exog, e.g. '1 + ...')."
+                f"instrument {name!r} is constant ({column[0]:g}) in the {column.size} "
+                f"rows left after dropping {n_dropped} row(s) with a missing value in "
+                f"the dependent variable, regressors or instruments{detail}. A constant "
+                "instrument does not identify anything: impute or fix the missing "
+                "values so that more rows are kept, or remove the instrument."
             )
         for i, other in enumerate(exog.columns):
             if np.array_equal(column, x[:, i]):
@@ -811,12 +968,33 @@ def _check_instruments(blocks: dict[str, pd.DataFrame]) -> None:
                 )
 
 
+def _unit_columns(values: np.ndarray) -> np.ndarray:
+    """
+    Divide every column by its largest absolute value (zero columns are kept).
+
+    ``np.linalg.matrix_rank`` uses a tolerance relative to the largest
+    singular value, so without this a column in the 1e13 (GDP in dollars) next
+    to an intercept, a single 1e300 outlier or a column scaled by 1e-300 is
+    reported as collinear. After the scaling every nonzero column has max
+    |value| 1 and rank deficiency is judged independently of the units.
+
+    This deviates on purpose from linearmodels, whose rank check runs on the
+    raw columns and rejects such designs: the working scale of the private
+    fit rescales every column anyway, so these designs are well posed for us.
+    Genuinely collinear columns stay collinear after a column scaling.
+    """
+    scale = np.max(np.abs(values), axis=0) if values.shape[0] else np.ones(values.shape[1])
+    scale = np.where(scale > 0, scale, 1.0)
+    return values / scale
+
+
 def _first_dependent_column(values: np.ndarray) -> int:
     """
     Position of the first column that is collinear with the columns before it.
 
-    Full rank of a prefix of the columns is monotone, so the first deficient
-    prefix is found by bisection.
+    ``values`` should already be scaled by :func:`_unit_columns`. Full rank of
+    a prefix of the columns is monotone, so the first deficient prefix is
+    found by bisection.
     """
     lo, hi = 1, values.shape[1]
     while lo < hi:
@@ -829,8 +1007,13 @@ def _first_dependent_column(values: np.ndarray) -> int:
 
 
 def _check_rank(frame: pd.DataFrame, label: str) -> None:
-    """Raise if ``frame`` does not have full column rank (as linearmodels tests it)."""
-    values = frame.to_numpy(dtype=np.float64)
+    """
+    Raise if ``frame`` does not have full column rank.
+
+    The rank is computed on columns scaled to max |value| 1 (see
+    :func:`_unit_columns`), unlike linearmodels, which tests the raw columns.
+    """
+    values = _unit_columns(frame.to_numpy(dtype=np.float64))
     rank = int(np.linalg.matrix_rank(values))
     if rank == values.shape[1]:
         return
@@ -842,12 +1025,22 @@ def _check_rank(frame: pd.DataFrame, label: str) -> None:
     )
 
 
-def _validate(blocks: dict[str, pd.DataFrame]) -> None:
-    """Run every check of a design that has no missing values."""
+def _validate(
+    blocks: dict[str, pd.DataFrame],
+    n_dropped: int = 0,
+    full_instruments: pd.DataFrame | None = None,
+) -> None:
+    """
+    Run every check of a design that has no missing values.
+
+    ``n_dropped`` rows with a missing value were dropped before, and
+    ``full_instruments`` are the instruments before that (if known); both only
+    refine the messages.
+    """
     _check_unique_names(blocks)
     _check_finite(blocks)
-    _check_enough_rows(blocks)
-    _check_instruments(blocks)
+    _check_enough_rows(blocks, n_dropped)
+    _check_instruments(blocks, n_dropped, full_instruments)
     exog = blocks["exog"]
     _check_rank(pd.concat([exog, blocks["endog"]], axis=1), "regressors [exog, endog]")
     _check_rank(
@@ -885,9 +1078,10 @@ def _build(
         Positions in the caller's data of the rows of the design.
     """
     _check_counts(blocks)
-    blocks, missing = _drop_missing(_as_float_blocks(blocks), nrows - positions.size)
-    _validate(blocks)
+    full = _as_float_blocks(blocks)
+    blocks, missing = _drop_missing(full, nrows - positions.size)
     kept = positions[~missing]
+    _validate(blocks, int(nrows - kept.size), full["instruments"])
     design = IVDesign(
         **blocks,
         formula=formula,
@@ -1010,6 +1204,14 @@ def design_from_formula(
         )
     parts = _split_formula(formula)
     nrows = int(data.shape[0])
+    if nrows == 0 and data.shape[1] > 0:
+        # formulaic would build blocks without columns (e.g. from object
+        # columns) and fail with a misleading message.
+        raise ValueError(
+            f"the data have no rows (columns {list(data.columns)[:10]}"
+            f"{' ...' if data.shape[1] > 10 else ''}); the design needs observations."
+        )
+    _check_data_columns(data, parts)
     if formula_engine == "formulaic":
         blocks = _formulaic_blocks(formula, data, parts, context)
         positions = np.arange(nrows)

@@ -660,7 +660,7 @@ def test_array_errors_mirror_formula_checks(augmented: pd.DataFrame) -> None:
     inf.iloc[3] = -np.inf
     with pytest.raises(ValueError, match=r"instruments column\(s\) \['samesex'\] contain infinite"):
         design_from_arrays(d["weeks"], None, d["kids"], inf)
-    with pytest.raises(ValueError, match=r"only 1 rows for 2 columns"):
+    with pytest.raises(ValueError, match=r"only 1 row: .*at least 2 rows"):
         design_from_arrays(np.ones(1), np.ones(1), np.ones(1), np.ones(1) * 2)
 
 
@@ -758,3 +758,198 @@ def test_caller_arrays_not_modified(synthetic: pd.DataFrame) -> None:
     assert not np.shares_memory(design.dependent.to_numpy(), dep)
     design.instruments.iloc[0, 0] = 1e6
     pd.testing.assert_frame_equal(frame, before)
+
+
+# ---------------------------------------------------------------------------
+# Bad input: empty data, one row, text and complex columns, names, scale
+# ---------------------------------------------------------------------------
+
+
+def _small(n: int = 300, seed: int = 3) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, 2))
+    w = rng.normal(size=n)
+    x = z @ np.array([1.0, 0.5]) + rng.normal(size=n)
+    y = 1.0 + 2.0 * x + 0.5 * w + rng.normal(size=n)
+    return pd.DataFrame({"y": y, "x": x, "z1": z[:, 0], "z2": z[:, 1], "w": w})
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+@pytest.mark.parametrize("dtype", [float, object])
+def test_frame_with_columns_but_no_rows(engine: str, dtype) -> None:
+    data = pd.DataFrame(columns=["y", "x", "z1", "z2", "w"], dtype=dtype)
+    with pytest.raises(ValueError, match=r"the data have no rows"):
+        design_from_formula("y ~ 1 + w + [x ~ z1 + z2]", data, formula_engine=engine)
+
+
+def test_frame_without_columns_reports_the_unknown_name() -> None:
+    with pytest.raises(ValueError, match=r"unknown column or name 'y'"):
+        design_from_formula("y ~ 1 + [x ~ z1]", pd.DataFrame())
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+@pytest.mark.parametrize("formula", ["y ~ [x ~ z1]", "y ~ 1 + [x ~ z1]", "y ~ 1 + w + [x ~ z1 + z2]"])
+def test_single_row_formula(engine: str, formula: str) -> None:
+    with pytest.raises(ValueError, match=r"only 1 row: .*at least 2 rows") as info:
+        design_from_formula(formula, _small().iloc[:1], formula_engine=engine)
+    assert "constant" not in str(info.value)
+
+
+def test_single_row_arrays() -> None:
+    with pytest.raises(ValueError, match=r"only 1 row: .*at least 2 rows"):
+        design_from_arrays(np.ones(1), None, np.ones(1), np.full(1, 2.0))
+
+
+def test_single_row_left_after_dropping_says_so() -> None:
+    data = _small().iloc[:3].copy()
+    data.loc[data.index[:2], "y"] = np.nan
+    with pytest.raises(ValueError, match=r"only 1 row \(left after dropping 2 row\(s\)"):
+        _quiet(design_from_formula, "y ~ [x ~ z1]", data)
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+@pytest.mark.parametrize("convert", [lambda s: s.astype(str), lambda s: s.astype(object)],
+                         ids=["str", "object"])
+def test_numbers_stored_as_text(engine: str, convert) -> None:
+    data = _small().assign(zs=lambda f: convert(f["z2"]))
+    match = r"column 'zs' has dtype .* numbers stored as text.*data\['zs'\]\.astype\(float\)"
+    with pytest.raises(TypeError, match=match):
+        design_from_formula("y ~ 1 + [x ~ z1 + zs]", data, formula_engine=engine)
+
+
+def test_numbers_as_text_in_an_unused_column_are_harmless() -> None:
+    data = _small().assign(unused=lambda f: f["z2"].astype(str))
+    design = design_from_formula("y ~ 1 + [x ~ z1 + z2]", data)
+    assert design.instrument_names == ["z1", "z2"]
+
+
+def test_numeric_codes_as_text_allowed_inside_c() -> None:
+    """C(code) asks for a category: codes stored as text keep linearmodels' encoding."""
+    data = _small().assign(code=lambda f: np.where(f["w"] > 0, "01", "02"))
+    formula = "y ~ 1 + C(code) + [x ~ z1 + z2]"
+    _assert_parity(design_from_formula(formula, data), IV2SLS.from_formula(formula, data))
+    with pytest.raises(TypeError, match=r"'code'.*astype\('category'\)"):
+        design_from_formula("y ~ 1 + code + [x ~ z1 + z2]", data)
+    as_category = data.assign(code=data["code"].astype("category"))
+    assert design_from_formula("y ~ 1 + code + [x ~ z1 + z2]", as_category).exog_names == [
+        "Intercept",
+        "code[T.02]",
+    ]
+
+
+def test_object_booleans_are_not_numbers_as_text(synthetic: pd.DataFrame) -> None:
+    data = synthetic.assign(flag=synthetic["flag"].astype(object))
+    formula = "y ~ 1 + flag + [x1 ~ z1]"
+    design = _quiet(design_from_formula, formula, data)
+    _assert_parity(design, _quiet(IV2SLS.from_formula, formula, data))
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_complex_column_in_formula(engine: str) -> None:
+    data = _small().assign(zc=lambda f: f["z2"] + 1j)
+    with pytest.raises(TypeError, match=r"column 'zc' has dtype complex128: complex values"):
+        design_from_formula("y ~ 1 + [x ~ z1 + zc]", data, formula_engine=engine)
+
+
+def test_complex_term_built_by_formula() -> None:
+    with pytest.raises(TypeError, match=r"instruments column 'I\(z2 \+ 1j\)'.*complex"):
+        design_from_formula("y ~ 1 + [x ~ z1 + I(z2 + 1j)]", _small())
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_duplicate_column_names_used_by_formula(engine: str) -> None:
+    frame = _small()
+    data = pd.concat([frame, 2.0 * frame[["z1"]]], axis=1)
+    with pytest.raises(ValueError, match=r"duplicate column names \['z1'\] among the variables"):
+        design_from_formula("y ~ 1 + w + [x ~ z1 + z2]", data, formula_engine=engine)
+    junk = pd.DataFrame(np.ones((300, 2)), columns=["junk", "junk"], index=frame.index)
+    unused = pd.concat([frame, junk], axis=1)  # duplicates the formula does not use
+    assert design_from_formula("y ~ 1 + [x ~ z1 + z2]", unused, formula_engine=engine).nobs == 300
+
+
+@pytest.mark.parametrize(
+    ("formula", "name", "block"),
+    [
+        ("z1 ~ 1 + [x ~ z1 + z2]", "z1", "instruments"),
+        ("x ~ 1 + [x ~ z1 + z2]", "x", "endog"),
+        ("w ~ 1 + w + [x ~ z1 + z2]", "w", "exog"),
+    ],
+)
+def test_dependent_name_clash_formula(formula: str, name: str, block: str) -> None:
+    match = rf"dependent variable '{name}' has the same name as a column of {block}.*rename"
+    with pytest.raises(ValueError, match=match):
+        design_from_formula(formula, _small())
+
+
+def test_dependent_name_clash_arrays() -> None:
+    d = _small()
+    with pytest.raises(ValueError, match=r"dependent variable 'z1' .* instruments.*rename"):
+        design_from_arrays(d["y"].rename("z1"), None, d["x"], d[["z1", "z2"]])
+    with pytest.raises(ValueError, match=r"dependent variable 'x' .* endog"):
+        design_from_arrays(d["y"].rename("x"), None, d["x"], d[["z1", "z2"]])
+    # NumPy inputs get distinct default names: no clash
+    assert design_from_arrays(d["y"].to_numpy(), None, d["x"].to_numpy(), d[["z1"]].to_numpy()).nobs == 300
+
+
+@pytest.mark.parametrize(
+    ("column", "transform"),
+    [
+        ("w", lambda s: 1e13 * (2.0 + s)),  # GDP in dollars next to an intercept
+        ("w", lambda s: 1e-300 * s),
+        ("w", lambda s: 1e300 * s),
+        ("z1", lambda s: 1e13 * s),
+        ("z1", lambda s: 1e-300 * s),
+        ("x", lambda s: 1e300 * s),
+    ],
+    ids=["gdp", "w-tiny", "w-huge", "z-gdp", "z-tiny", "x-huge"],
+)
+def test_rank_check_is_scale_free(column: str, transform) -> None:
+    data = _small().assign(**{column: lambda f: transform(f[column])})
+    design = design_from_formula("y ~ 1 + w + [x ~ z1 + z2]", data)
+    assert design.nobs == 300
+
+
+@pytest.mark.parametrize("column", ["w", "x", "z1"])
+def test_single_huge_outlier_is_not_a_rank_error(column: str) -> None:
+    data = _small()
+    data.loc[0, column] = 1e300
+    assert design_from_formula("y ~ 1 + w + [x ~ z1 + z2]", data).nobs == 300
+
+
+@pytest.mark.parametrize(
+    ("assign", "formula", "match"),
+    [
+        ({"w2": lambda f: 1e13 * f["w"] + 5.0}, "y ~ 1 + w + w2 + [x ~ z1 + z2]",
+         r"regressors \[exog, endog\].*column 'w2'"),
+        ({"z3": lambda f: 1e6 * f["z1"]}, "y ~ 1 + [x ~ z1 + z3]",
+         r"instruments \[exog, instruments\].*column 'z3'"),
+        ({"z3": lambda f: 1e-300 * (f["z1"] - 2.0 * f["z2"])}, "y ~ 1 + [x ~ z1 + z2 + z3]",
+         r"instruments \[exog, instruments\].*column 'z3'"),
+        ({"z3": lambda f: 0.0 * f["z1"]}, "y ~ [x ~ z1 + z3]", r"instrument 'z3' is constant"),
+        ({"w0": lambda f: 0.0 * f["w"]}, "y ~ 1 + w0 + [x ~ z1]", r"regressors.*column 'w0'"),
+    ],
+    ids=["scaled-affine-exog", "scaled-instrument", "tiny-combination", "zero-instrument", "zero-exog"],
+)
+def test_scaled_collinear_designs_still_rejected(assign, formula, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        design_from_formula(formula, _small().assign(**assign))
+
+
+def test_infinite_values_message_counts_rows() -> None:
+    data = _small()
+    data.loc[[4, 9, 20, 21, 22, 50, 77], "w"] = np.inf
+    match = r"exog column\(s\) \['w'\] contain infinite values .* in 7 row\(s\) \(row labels \[4, 9, 20, 21, 22, \.\.\.\]\)"
+    with pytest.raises(ValueError, match=match):
+        design_from_formula("y ~ 1 + w + [x ~ z1]", data)
+
+
+@pytest.mark.parametrize(("engine", "varies"), [("formulaic", True), ("patsy", False)])
+def test_constant_instrument_after_dropping_rows(engine: str, varies: bool) -> None:
+    data = _small().assign(z3=1.0)
+    data.loc[:9, "z3"] = np.arange(10.0)
+    data.loc[:9, "y"] = np.nan
+    match = r"instrument 'z3' is constant \(1\) in the 290 rows left after dropping 10 row\(s\)"
+    with pytest.raises(ValueError, match=match) as info:
+        _quiet(design_from_formula, "y ~ 1 + [x ~ z1 + z3]", data, formula_engine=engine)
+    # formulaic keeps every row before dropping, so it can tell where z3 varies
+    assert ("varies only in rows that were dropped" in str(info.value)) is varies
