@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
 import numpy as np
@@ -89,6 +90,16 @@ class SimulatedIV(NamedTuple):
     bounds: dict
 
 
+def _check_count(value: object, name: str) -> int:
+    """A dimension of :func:`simulate_iv`: TypeError unless an integer (bools, floats such as
+    10.0 and strings are refused), ValueError unless >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}.")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
 def simulate_iv(n: int, p: int, q: int, r: int | None = None, *, seed) -> SimulatedIV:
     """Simulate the synthetic design of the paper's section 5.1.
 
@@ -102,18 +113,26 @@ def simulate_iv(n: int, p: int, q: int, r: int | None = None, *, seed) -> Simula
         Rows, regressors, instruments (q >= p >= 1).
     r : int, optional
         Confounder dimension (default p, as in the paper's p = q = r).
-    seed : int, SeedSequence or Generator
-        Randomness for the parameters and the data.
+    seed : None, int >= 0, SeedSequence or Generator
+        Randomness for the parameters and the data (validated by
+        :func:`dpivreg.engine.make_rng`: TypeError for other types, ValueError for a
+        negative int).
+
+    Raises
+    ------
+    TypeError
+        ``n``, ``p``, ``q`` or ``r`` is not an integer (``10.0`` and ``"10"`` included), or
+        ``seed`` has an unsupported type.
+    ValueError
+        ``n``, ``p``, ``q`` or ``r`` is below 1, ``q < p``, or ``seed`` is negative.
     """
-    for name, value in (("n", n), ("p", p), ("q", q)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    from .engine import make_rng  # here, not at the top: engine may import this module
+
+    n, p, q = _check_count(n, "n"), _check_count(p, "p"), _check_count(q, "q")
     if q < p:
         raise ValueError(f"q must be >= p for identification, got q = {q} < p = {p}.")
-    r = p if r is None else r
-    if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 1:
-        raise ValueError(f"r must be a positive integer, got {r!r}.")
-    rng = np.random.default_rng(seed)
+    r = p if r is None else _check_count(r, "r")
+    rng = make_rng(seed)
     beta = rng.standard_normal(p)
     theta = 5.0 * np.eye(q, p) + rng.standard_normal((q, p))
     Phi = rng.standard_normal((r, p))

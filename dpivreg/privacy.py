@@ -73,11 +73,22 @@ class PrivacyLeakWarning(UserWarning):
 # ----------------------------------------------------------------------------------------
 # validation helpers shared by the package
 # ----------------------------------------------------------------------------------------
+def _as_float(value: object, name: str, expected: str) -> float:
+    """``value`` as a float; TypeError (naming ``name``) for bools and anything that is not a real number.
+
+    Integers too large for a float become ``±inf`` (they lie beyond every float anyway).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {value!r}.")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def check_rho(value: float, name: str) -> float:
     """Return ``value`` as a float after checking it is a valid zCDP budget (> 0, inf allowed)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a positive number (a zCDP budget), got {value!r}.")
-    value = float(value)
+    value = _as_float(value, name, "a positive number (a zCDP budget)")
     if math.isnan(value) or value <= 0:
         raise ValueError(
             f"{name} must be > 0 (a zCDP budget; use numpy.inf for no noise, which is not private), "
@@ -88,12 +99,26 @@ def check_rho(value: float, name: str) -> float:
 
 def check_delta(delta: float, name: str = "delta") -> float:
     """Return ``delta`` as a float after checking 0 < δ < 1."""
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
-        raise TypeError(f"{name} must be a number in (0, 1), got {delta!r}.")
-    delta = float(delta)
+    delta = _as_float(delta, name, "a number in (0, 1)")
     if not 0.0 < delta < 1.0:
         raise ValueError(f"{name} must lie strictly between 0 and 1 (e.g. 1e-5 or 1/n²), got {delta!r}.")
     return delta
+
+
+def _check_spent_rho(rho: float) -> float:
+    """A zCDP budget *spent* (argument of the conversions): a real number >= 0, ``inf`` allowed."""
+    rho = _as_float(rho, "rho", "a real number >= 0 (the zCDP budget spent)")
+    if math.isnan(rho) or rho < 0:
+        raise ValueError(f"rho must be >= 0 (the zCDP budget spent; inf for a non-private fit), got {rho!r}.")
+    return rho
+
+
+def _check_epsilon(epsilon: float) -> float:
+    """An ε of (ε, δ)-DP: a real number >= 0, ``inf`` allowed."""
+    epsilon = _as_float(epsilon, "epsilon", "a real number >= 0")
+    if math.isnan(epsilon) or epsilon < 0:
+        raise ValueError(f"epsilon must be a number >= 0, got {epsilon!r}.")
+    return epsilon
 
 
 def _check_method(method: str) -> str:
@@ -162,53 +187,188 @@ def gaussian_zcdp(sensitivity: float, sigma: float, steps: int = 1) -> float:
 # ----------------------------------------------------------------------------------------
 # conversions
 # ----------------------------------------------------------------------------------------
-def _gaussian_delta(mu: float, epsilon: float) -> float:
-    """Exact privacy profile of μ-GDP (Balle & Wang 2018, Thm 8; Dong, Roth & Su 2022, Cor. 2.13)."""
-    if mu == 0.0:
-        return 0.0
-    # Φ(a) − e^ε Φ(b) computed with log-CDFs to stay accurate for large ε.
-    a = -epsilon / mu + mu / 2.0
-    b = -epsilon / mu - mu / 2.0
-    log_first = special.log_ndtr(a)
-    log_second = epsilon + special.log_ndtr(b)
-    if log_second >= log_first:
+_SQRT2 = math.sqrt(2.0)
+# exp(x) is 0.0 in double precision below this (the smallest subnormal is exp(-744.44)).
+_LOG_UNDERFLOW = -746.0
+# Below this μ the two terms of the Gaussian δ agree to more digits than their log-space
+# difference keeps (ρ < 5e-7); _gaussian_delta_small_mu integrates their difference instead.
+_SMALL_MU = 1e-3
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(8)
+
+
+def _mu_of(rho: float) -> float:
+    """Gaussian-DP parameter μ = sqrt(2ρ), without overflowing 2ρ for ρ near the largest float."""
+    two_rho = 2.0 * rho
+    return math.sqrt(two_rho) if math.isfinite(two_rho) else _SQRT2 * math.sqrt(rho)
+
+
+def _gaussian_delta_t(mu: float, t: float) -> float:
+    """Exact privacy profile of μ-GDP (Balle & Wang 2018, Thm 8; Dong, Roth & Su 2022, Cor. 2.13)
+    at ε = μ²/2 + μ·t, i.e. t = (ε − ρ)/μ with ρ = μ²/2.
+
+    δ = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2) = Φ(−t) − e^ε·Φ(−(t + μ)). With
+    Φ(−y) = ½·erfcx(y/√2)·e^(−y²/2) the second term is ½·erfcx((t + μ)/√2)·e^(−t²/2): the
+    huge factors e^ε and e^(−(t+μ)²/2) cancel analytically, so nothing overflows or loses its
+    digits for large ρ or ε. Both terms are combined in log space. Requires t + μ > 0 (ε >= 0).
+    """
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    if mu < _SMALL_MU:
+        return _gaussian_delta_small_mu(mu, t)
+    log_first = float(special.log_ndtr(-t))
+    scaled = float(special.erfcx((t + mu) / _SQRT2))
+    if scaled > 0.0:
+        log_second = math.log(scaled) - math.log(2.0) - 0.5 * t * t
+    else:
+        log_second = -math.inf
+    if log_second >= log_first:  # equal up to rounding (or both zero)
         return 0.0
     return float(math.exp(log_first) * -math.expm1(log_second - log_first))
+
+
+def _gaussian_delta_small_mu(mu: float, t: float) -> float:
+    """The Gaussian δ at t for small μ: [Φ(−t) − Φ(−t−μ)] − (e^ε − 1)·Φ(−t−μ), ε = μ²/2 + μt.
+
+    Φ(−t) − Φ(−t−μ) = ∫ φ over [t, t + μ] by 8-point Gauss–Legendre quadrature (exact to
+    rounding on an interval this short), so nothing cancels catastrophically for tiny ρ.
+    """
+    if t > 40.0:  # δ <= Φ(−t) < 1e-349: zero in double precision
+        return 0.0
+    nodes = t + 0.5 * mu * (1.0 + _GL_NODES)
+    mass = 0.5 * mu * float(np.dot(_GL_WEIGHTS, np.exp(-0.5 * nodes * nodes))) / math.sqrt(2.0 * math.pi)
+    epsilon = mu * (0.5 * mu + t)
+    delta = mass - math.expm1(epsilon) * float(special.ndtr(-(t + mu)))
+    return min(max(delta, 0.0), 1.0)
+
+
+def _gaussian_delta(rho: float, epsilon: float) -> float:
+    """δ(ε) of the exact Gaussian conversion for a finite ρ > 0 and a finite ε >= 0."""
+    mu = _mu_of(rho)
+    return _gaussian_delta_t(mu, (epsilon - rho) / mu)
+
+
+def _bun_steinke_epsilon(rho: float, delta: float) -> float:
+    """ε = ρ + 2·sqrt(ρ·log(1/δ)) (Bun & Steinke 2016, Prop. 1.3), finite for every finite ρ."""
+    log_inv_delta = -math.log(delta)
+    product = rho * log_inv_delta
+    root = math.sqrt(product) if math.isfinite(product) else math.sqrt(rho) * math.sqrt(log_inv_delta)
+    return rho + 2.0 * root
+
+
+def _bun_steinke_log_delta(rho: float, epsilon: float) -> float:
+    """log δ of the inverse Bun–Steinke conversion: −z² with z = (ε − ρ)/(2√ρ) for ε > ρ, else 0.
+
+    ``z * z`` (not ``z ** 2``) overflows to inf instead of raising, so δ = exp(−z²) → 0 safely.
+    """
+    if epsilon <= rho:
+        return 0.0
+    z = (epsilon - rho) / (2.0 * math.sqrt(rho))
+    return -(z * z)
+
+
+def _gaussian_epsilon(rho: float, delta: float) -> float:
+    """Smallest ε with δ(ε) <= ``delta`` for μ-GDP, μ = sqrt(2ρ) (finite ρ > 0).
+
+    The root is searched in t = (ε − ρ)/μ, where it lies near Φ⁻¹(1 − δ) whatever ρ (for
+    large ρ, ε ≈ ρ + μ·Φ⁻¹(1 − δ)): the bracket is found by checking signs and expanding,
+    and brentq works on an interval of width O(1). Should the root search fail anyway,
+    the upper end of the bracket (a valid, conservative ε), or else the Bun–Steinke ε, is
+    returned.
+    """
+    mu = _mu_of(rho)
+    t_zero = -rho / mu  # t at ε = 0
+    if _gaussian_delta_t(mu, t_zero) <= delta:
+        return 0.0
+
+    def excess(t: float) -> float:  # decreasing in t
+        return _gaussian_delta_t(mu, t) - delta
+
+    # δ(t) <= Φ(−t), so the upper end starts at Φ⁻¹(1 − δ); expand it in case of rounding.
+    hi = max(-float(special.ndtri(delta)), t_zero)
+    step = 1.0
+    for _ in range(64):
+        if excess(hi) <= 0.0:
+            break
+        hi, step = hi + step, 2.0 * step
+    else:  # pragma: no cover - only with NaNs from the special functions
+        return _bun_steinke_epsilon(rho, delta)
+    # lower end: move down from hi by doubling widths; excess(t_zero) > 0 stops it at worst
+    width = 1.0
+    lo = max(t_zero, hi - width)
+    while lo > t_zero and excess(lo) <= 0.0:
+        hi, width = lo, 2.0 * width
+        lo = max(t_zero, hi - width)
+    try:
+        t = optimize.brentq(excess, lo, hi, xtol=1e-14, rtol=1e-14, maxiter=500)
+    except (ValueError, RuntimeError):  # pragma: no cover - defensive: hi is a valid upper bound
+        t = hi
+    return max(rho + mu * t, 0.0)
 
 
 def _cks_epsilon(rho: float, delta: float) -> float:
     """Canonne, Kamath & Steinke (2020), Prop. 12 with Rényi order α: ε(α) minimised over α > 1.
 
-    ε(α) = αρ + log(1/δ)/(α−1) + log(1 − 1/α) − log(α)/(α−1).
+    ε(α) = αρ + log(1/δ)/(α−1) + log(1 − 1/α) − log(α)/(α−1). With x = α − 1 and
+    L = log(1/δ) its derivative is ρ − (L − log(1 + x))/x², which changes sign once, at the
+    root of the increasing function ρx² + log(1 + x) − L. That root lies in
+    (0, min(sqrt(L/ρ), e^L − 1)] and is found by brentq; no bounded search over α, so the
+    minimum is found for any ρ (for huge ρ the optimal α − 1 ≈ sqrt(L/ρ) is tiny).
+    The result never exceeds the Bun–Steinke ε, which CKS improves on for every α.
     """
+    log_inv_delta = -math.log(delta)
+    upper = math.sqrt(log_inv_delta) / math.sqrt(rho)
+    if log_inv_delta < 700.0:
+        upper = min(upper, math.expm1(log_inv_delta))
 
-    def eps_at(alpha: float) -> float:
-        return (
-            alpha * rho
-            + math.log(1.0 / delta) / (alpha - 1.0)
-            + math.log1p(-1.0 / alpha)
-            - math.log(alpha) / (alpha - 1.0)
-        )
+    def slope_sign(x: float) -> float:  # increasing in x; ε(x) is minimal at its root
+        return rho * x * x + math.log1p(x) - log_inv_delta
 
-    # ε(α) is convex on α > 1 in practice; bracket around the Bun–Steinke optimum 1 + sqrt(log(1/δ)/ρ).
-    guess = 1.0 + math.sqrt(math.log(1.0 / delta) / rho)
-    result = optimize.minimize_scalar(
-        eps_at, bounds=(1.0 + 1e-9, max(10.0 * guess, 1e3)), method="bounded", options={"xatol": 1e-12}
-    )
-    return max(float(result.fun), 0.0)
+    for _ in range(64):  # h(upper) >= 0 in exact arithmetic; expand in case of rounding
+        if slope_sign(upper) >= 0.0:
+            break
+        upper *= 2.0
+    x = optimize.brentq(slope_sign, 0.0, upper, xtol=1e-300, rtol=1e-15, maxiter=500)
+    if not x > 0.0:  # pragma: no cover - defensive
+        x = upper
+    eps = (1.0 + x) * rho + log_inv_delta / x - math.log1p(1.0 / x) - math.log1p(x) / x
+    return max(min(eps, _bun_steinke_epsilon(rho, delta)), 0.0)
 
 
 def _cks_delta(rho: float, epsilon: float) -> float:
-    """Inverse of :func:`_cks_epsilon`: δ(α) = exp((α−1)(αρ−ε))/α · (1−1/α)^(α−1), minimised over α."""
+    """Inverse of :func:`_cks_epsilon`: δ(α) = exp((α−1)(αρ−ε))/α · (1−1/α)^(α−1), minimised over α.
 
-    def log_delta_at(alpha: float) -> float:
-        return (alpha - 1.0) * (alpha * rho - epsilon) - math.log(alpha) + (alpha - 1.0) * math.log1p(-1.0 / alpha)
+    Worked in log space with x = α − 1 = e^u:
+    log δ(x) = x((1+x)ρ − ε) − log(1+x) − x·log(1 + 1/x), convex in x with derivative
+    (1+2x)ρ − ε − log(1 + 1/x), whose root is found by brentq in u. CKS improves on the
+    Bun–Steinke δ for every α, so δ = 0 whenever the Bun–Steinke δ underflows (huge ε), and
+    δ = 1 when the optimal x underflows (huge ρ). The result is clamped to [0, 1].
+    """
+    log_bs = _bun_steinke_log_delta(rho, epsilon)
+    if log_bs < _LOG_UNDERFLOW:
+        return 0.0
 
-    upper = max(10.0 * (1.0 + epsilon / rho), 1e3)
-    result = optimize.minimize_scalar(
-        log_delta_at, bounds=(1.0 + 1e-9, upper), method="bounded", options={"xatol": 1e-12}
-    )
-    return float(min(1.0, math.exp(result.fun)))
+    def slope(u: float) -> float:  # derivative of log δ in x, written in u = log x; increasing
+        growth = rho * (2.0 * math.exp(u)) if u < 700.0 else math.inf  # 2ρx, never inf·0
+        if u > 0.0:
+            return (rho - epsilon) + growth - math.log1p(math.exp(-u))
+        return (rho - epsilon) + growth + u - math.log1p(math.exp(u))
+
+    # slope(u) <= 3ρ − ε + u for u <= 0; slope >= 0 once x >= max(1, (ε−ρ)/ρ, 1/sqrt(ρ))
+    u_lo = max(min(0.0, epsilon - 3.0 * rho) - 1.0, _LOG_UNDERFLOW)
+    if slope(u_lo) >= 0.0:
+        return 1.0  # optimum at x < e^-746: log δ ≈ −x rounds to 0
+    u_hi = max(0.0, -0.5 * math.log(rho))
+    if epsilon > rho:
+        u_hi = max(u_hi, math.log(epsilon - rho) - math.log(rho))
+    for _ in range(64):  # slope(u_hi) >= 0 in exact arithmetic; expand in case of rounding
+        if slope(u_hi) >= 0.0:
+            break
+        u_hi += 1.0
+    u = optimize.brentq(slope, u_lo, u_hi, xtol=1e-13, rtol=1e-15, maxiter=500)
+    x = math.exp(u)
+    log_one_plus_inv = math.log1p(1.0 / x) if u > 0.0 else math.log1p(x) - u
+    log_delta = x * ((rho - epsilon) + x * rho) - math.log1p(x) - x * log_one_plus_inv
+    return float(math.exp(min(log_delta, log_bs, 0.0)))
 
 
 def epsilon_from_rho(rho: float, delta: float, method: EpsilonMethod = "gaussian") -> float:
@@ -217,53 +377,82 @@ def epsilon_from_rho(rho: float, delta: float, method: EpsilonMethod = "gaussian
     Parameters
     ----------
     rho : float
-        Total zCDP budget spent (``inf`` gives ``inf``).
+        Total zCDP budget spent, a real number >= 0 (``inf`` gives ``inf``, 0 gives 0).
     delta : float
         Target δ in (0, 1).
     method : {"gaussian", "cks", "bun-steinke"}
         ``"gaussian"`` is exact for compositions of Gaussian mechanisms (every dpivreg
         release is one); ``"cks"`` holds for any ρ-zCDP mechanism; ``"bun-steinke"`` is the
         paper's simple bound ε = ρ + 2·sqrt(ρ·log(1/δ)).
+
+    Returns
+    -------
+    float
+        Finite for every finite ρ and non-decreasing in ρ.
+
+    Raises
+    ------
+    TypeError
+        ``rho`` or ``delta`` is not a real number (or is a bool).
+    ValueError
+        ``rho`` is NaN or negative, ``delta`` is not strictly between 0 and 1, or ``method``
+        is unknown.
     """
+    rho = _check_spent_rho(rho)
     delta = check_delta(delta)
     method = _check_method(method)
-    if rho < 0 or math.isnan(rho):
-        raise ValueError(f"rho must be >= 0, got {rho!r}.")
     if math.isinf(rho):
         return math.inf
     if rho == 0.0:
         return 0.0
     if method == "bun-steinke":
-        return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+        return _bun_steinke_epsilon(rho, delta)
     if method == "cks":
         return _cks_epsilon(rho, delta)
-    mu = math.sqrt(2.0 * rho)
-    if _gaussian_delta(mu, 0.0) <= delta:
-        return 0.0
-    # δ(ε) decreases in ε; the Bun–Steinke ε is an upper bound on the exact one.
-    upper = rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)) + 1.0
-    return float(optimize.brentq(lambda e: _gaussian_delta(mu, e) - delta, 0.0, upper, xtol=1e-13, rtol=1e-13))
+    return _gaussian_epsilon(rho, delta)
 
 
 def delta_from_rho(rho: float, epsilon: float, method: EpsilonMethod = "gaussian") -> float:
     """Smallest δ such that a ρ-zCDP fit is (ε, δ)-DP by the chosen conversion (inverse of
-    :func:`epsilon_from_rho`)."""
+    :func:`epsilon_from_rho`).
+
+    Parameters
+    ----------
+    rho : float
+        Total zCDP budget spent, a real number >= 0 (``inf``: not private).
+    epsilon : float
+        A real number >= 0; ``inf`` gives δ = 0 (every mechanism is (∞, 0)-DP).
+    method : {"gaussian", "cks", "bun-steinke"}
+        As in :func:`epsilon_from_rho`.
+
+    Returns
+    -------
+    float
+        δ in [0, 1]: 1 for ``rho = inf`` and finite ε, 0 for ``rho = 0`` or ``epsilon = inf``;
+        tends to 1 as ρ → ∞ and to 0 as ε → ∞.
+
+    Raises
+    ------
+    TypeError
+        ``rho`` or ``epsilon`` is not a real number (or is a bool).
+    ValueError
+        ``rho`` or ``epsilon`` is NaN or negative, or ``method`` is unknown.
+    """
+    rho = _check_spent_rho(rho)
+    epsilon = _check_epsilon(epsilon)
     method = _check_method(method)
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or math.isnan(epsilon) or epsilon < 0:
-        raise ValueError(f"epsilon must be a number >= 0, got {epsilon!r}.")
-    epsilon = float(epsilon)
+    if math.isinf(epsilon):
+        return 0.0
     if math.isinf(rho):
         return 1.0
     if rho == 0.0:
         return 0.0
     if method == "gaussian":
-        return _gaussian_delta(math.sqrt(2.0 * rho), epsilon)
+        return _gaussian_delta(rho, epsilon)
     if method == "cks":
         return _cks_delta(rho, epsilon)
-    # Bun–Steinke: ε = ρ + 2 sqrt(ρ log(1/δ))  ⇔  δ = exp(−((ε − ρ)/2)² / ρ) for ε ≥ ρ.
-    if epsilon <= rho:
-        return 1.0
-    return math.exp(-(((epsilon - rho) / 2.0) ** 2) / rho)
+    # Bun–Steinke: ε = ρ + 2 sqrt(ρ log(1/δ))  ⇔  δ = exp(−z²), z = (ε − ρ)/(2√ρ), for ε ≥ ρ.
+    return float(math.exp(_bun_steinke_log_delta(rho, epsilon)))
 
 
 # ----------------------------------------------------------------------------------------
@@ -383,7 +572,11 @@ class PrivacyBudget:
         return epsilon_from_rho(self.rho, delta, method)
 
     def delta(self, epsilon: float, method: EpsilonMethod = "gaussian") -> float:
-        """δ at ``epsilon`` for the whole fit (inverse of :meth:`epsilon`)."""
+        """δ at ``epsilon`` for the whole fit (inverse of :meth:`epsilon`).
+
+        ``epsilon = inf`` gives 0 (even for a non-private fit); a non-private fit has δ = 1 at
+        every finite ε. See :func:`delta_from_rho`.
+        """
         return delta_from_rho(self.rho, epsilon, method)
 
     def to_frame(self) -> pd.DataFrame:

@@ -236,6 +236,21 @@ def _out(arr: np.ndarray, scalar: bool) -> float | np.ndarray:
 # building blocks (unvalidated scalars; every public function funnels through these so that
 # the same float operations give the same numbers everywhere, e.g. in plan() and smallest_n())
 # ----------------------------------------------------------------------------------------
+def _pow(x: float, k: int) -> float:
+    """``x ** k`` for a float x and an integer k >= 1, but ``inf`` instead of OverflowError.
+
+    Python floats raise OverflowError on ``**`` (``1e300 ** 2``) where products such as
+    ``n * n`` overflow to inf quietly. Every power of a possibly huge input in this module
+    goes through here or through a product, so huge but finite n, q, δ or step sizes give
+    inf or 0 where the formulas overflow, never an OverflowError. (The value is ``x ** k``
+    itself whenever that is finite, so no number changes.)
+    """
+    try:
+        return x**k
+    except OverflowError:
+        return math.inf
+
+
 def _c(q: float, tau: float) -> float:
     """√q + √τ, the factor of the privacy term and of both conditions."""
     return math.sqrt(q) + math.sqrt(tau)
@@ -250,7 +265,7 @@ def _privacy_coef(n: float, p: float, q: float, rho_min: float, tau: float) -> f
     """The privacy term divided by √T: √p (√q+√τ)³ / (n √min(ρ1, ρ2)); 0 for rho_min = inf."""
     if math.isinf(rho_min):
         return 0.0
-    return math.sqrt(p) * _c(q, tau) ** 3 / (n * math.sqrt(rho_min))
+    return math.sqrt(p) * _pow(_c(q, tau), 3) / (n * math.sqrt(rho_min))
 
 
 def _statistical(n: float, p: float, q: float, tau: float) -> float:
@@ -444,7 +459,12 @@ def t_condition_limit(n: float, p: float, q: float, rho1: float, tau: float = DE
     tau = _check_tau(tau)
     if math.isinf(rho1):
         return math.inf
-    return rho1 * n**2 / (p * _c(q, tau) ** 6)
+    limit = rho1 * (n * n) / (p * _pow(_c(q, tau), 6))
+    if limit == 0.0 or math.isinf(limit):
+        # n² or (√q+√τ)⁶ overflowed: redo the ratio in log space (finite n, q, ρ1 > 0)
+        log_limit = math.log(rho1) + 2.0 * math.log(n) - math.log(p) - 6.0 * math.log(_c(q, tau))
+        limit = math.exp(log_limit) if log_limit < 709.0 else math.inf
+    return limit
 
 
 def n_condition_minimum(p: float, q: float, rho1: float, rho2: float, tau: float = DEFAULT_TAU) -> float:
@@ -471,7 +491,7 @@ def n_condition_minimum(p: float, q: float, rho1: float, rho2: float, tau: float
     rho_min = min(_check_rho(rho1, "rho1"), _check_rho(rho2, "rho2"))
     tau = _check_tau(tau)
     statistical_part = p * q * _log_factor(p, q, tau) ** 2
-    privacy_part = 0.0 if math.isinf(rho_min) else _c(q, tau) ** 3 / math.sqrt(rho_min)
+    privacy_part = 0.0 if math.isinf(rho_min) else _pow(_c(q, tau), 3) / math.sqrt(rho_min)
     return max(statistical_part, privacy_part)
 
 
@@ -511,7 +531,7 @@ def t_condition(T: float, n: float, p: float, q: float, rho1: float, tau: float 
     """The T condition ``T ≤ ρ1 n² / (p (√q+√τ)⁶)`` at ``T`` (Theorem 1, eq. (T condition thm 1)), c = 1."""
     T = _check_scalar_T(T)
     limit = t_condition_limit(n, p, q, rho1, tau)
-    factor = 0.0 if math.isinf(limit) else T / limit
+    factor = 0.0 if math.isinf(limit) else (T / limit if limit > 0.0 else math.inf)
     return Condition("T condition", T, limit, _at_most(T, limit), factor)
 
 
@@ -581,7 +601,7 @@ def regime_boundaries(
     log_factor_sq = _log_factor(p, q, tau) ** 2
     ratio = n / (p * q * log_factor_sq)
     end_optimization = math.log(ratio) / -math.log(kappa) if ratio > 1.0 else 0.0
-    start_privacy = math.inf if math.isinf(rho_min) else n * rho_min * q * log_factor_sq / _c(q, tau) ** 6
+    start_privacy = math.inf if math.isinf(rho_min) else n * rho_min * q * log_factor_sq / _pow(_c(q, tau), 6)
     return RegimeBoundaries(end_optimization, start_privacy, t_condition_limit(n, p, q, rho1, tau))
 
 
@@ -717,7 +737,7 @@ def eigenvalue_bounds(theta: ArrayLike, delta: float) -> tuple[float, float]:
     delta = _check_delta(delta)
     singular_values = np.linalg.svd(theta_arr, compute_uv=False)
     sigma_max, sigma_min = float(singular_values[0]), float(singular_values[-1])
-    return (1.0 + delta) ** 2 * sigma_max**2, max(1.0 - delta, 0.0) ** 2 * sigma_min**2
+    return _pow(1.0 + delta, 2) * sigma_max**2, _pow(max(1.0 - delta, 0.0), 2) * sigma_min**2
 
 
 class ContractionRates(NamedTuple):
@@ -752,8 +772,9 @@ def contraction_rates(delta: float, gamma_bar: float, gamma_under: float) -> Con
     """
     delta = _check_delta(delta)
     gamma_bar, gamma_under = _check_gammas(gamma_bar, gamma_under)
-    upper, lower = (1.0 + delta) ** 2, max(1.0 - delta, 0.0) ** 2
-    kappa_theta = min(max((upper - lower) / (upper + lower), 0.0), 1.0)
+    upper, lower = _pow(1.0 + delta, 2), _pow(max(1.0 - delta, 0.0), 2)
+    # lower = 0 (δ >= 1): no contraction guaranteed; also avoids inf/inf for a huge δ
+    kappa_theta = 1.0 if lower == 0.0 else min(max((upper - lower) / (upper + lower), 0.0), 1.0)
     kappa_beta = min(max(gamma_bar / (gamma_bar + gamma_under), 0.0), 1.0)
     return ContractionRates(kappa_beta, kappa_theta, max(kappa_beta, kappa_theta))
 
@@ -768,9 +789,9 @@ def preconditioned_contraction_rates(delta: float, eta: float, alpha: float) -> 
     per-step factor enters squared: κ_Θ = max|1 − ηλ|², κ_β = (1 − α)², κ = max (clamped to [0, 1]).
     """
     delta = _check_delta(delta)
-    upper, lower = (1.0 + delta) ** 2, max(1.0 - delta, 0.0) ** 2
-    kappa_theta = min(max(abs(1.0 - eta * upper), abs(1.0 - eta * lower)) ** 2, 1.0)
-    kappa_beta = min((1.0 - alpha) ** 2, 1.0)
+    upper, lower = _pow(1.0 + delta, 2), _pow(max(1.0 - delta, 0.0), 2)
+    kappa_theta = min(_pow(max(abs(1.0 - eta * upper), abs(1.0 - eta * lower)), 2), 1.0)
+    kappa_beta = min(_pow(1.0 - alpha, 2), 1.0)
     return ContractionRates(kappa_beta, kappa_theta, max(kappa_beta, kappa_theta))
 
 
@@ -801,7 +822,7 @@ def paper_step_sizes(delta: float, gamma_bar: float, gamma_under: float) -> Step
     """
     delta = _check_delta(delta)
     gamma_bar, gamma_under = _check_gammas(gamma_bar, gamma_under)
-    return StepSizes(1.0 / (1.0 + delta) ** 2, 2.0 / (2.0 * gamma_bar + gamma_under))
+    return StepSizes(1.0 / _pow(1.0 + delta, 2), 2.0 / (2.0 * gamma_bar + gamma_under))
 
 
 def optimal_step_sizes(delta: float, gamma_bar: float, gamma_under: float) -> StepSizes:
@@ -825,7 +846,7 @@ def optimal_step_sizes(delta: float, gamma_bar: float, gamma_under: float) -> St
     """
     delta = _check_delta(delta)
     gamma_bar, gamma_under = _check_gammas(gamma_bar, gamma_under)
-    return StepSizes(2.0 / ((1.0 + delta) ** 2 + (1.0 - delta) ** 2), 2.0 / (gamma_bar + gamma_under))
+    return StepSizes(2.0 / (_pow(1.0 + delta, 2) + _pow(1.0 - delta, 2)), 2.0 / (gamma_bar + gamma_under))
 
 
 # ----------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ Reference values
 """
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -42,7 +43,7 @@ def test_paper_footnote_rounded():
 @pytest.mark.parametrize("delta", [1e-3, 1e-6, 1e-10])
 def test_delta_inverts_epsilon(method, rho, delta):
     eps = epsilon_from_rho(rho, delta, method)
-    assert delta_from_rho(rho, eps, method) == pytest.approx(delta, rel=1e-6)
+    assert delta_from_rho(rho, eps, method) == pytest.approx(delta, rel=1e-6, abs=0.0)
 
 
 def test_conversions_are_ordered():
@@ -99,7 +100,7 @@ def test_budget_object():
     assert budget.rho == pytest.approx(1.0)
     assert budget.mu == pytest.approx(math.sqrt(2.0))
     assert budget.epsilon(1e-5) == pytest.approx(6.5730, abs=5e-5)
-    assert budget.delta(budget.epsilon(1e-7, "cks"), "cks") == pytest.approx(1e-7, rel=1e-6)
+    assert budget.delta(budget.epsilon(1e-7, "cks"), "cks") == pytest.approx(1e-7, rel=1e-6, abs=0.0)
     assert budget.is_private
     frame = budget.to_frame()
     assert list(frame["rho"].round(12)) == [0.7, 0.3]
@@ -166,3 +167,194 @@ def test_against_opendp(rho, delta):
 def test_opendp_reference_from_notes():
     # shared/notes/privacy-facts.md: OpenDP 0.16 gives eps = 5.22153 at rho = 0.5, delta = 1e-6
     assert epsilon_from_rho(0.5, 1e-6, "cks") == pytest.approx(5.22153, abs=5e-5)
+
+
+# --- validation of the conversions ------------------------------------------------------------
+METHODS = ["gaussian", "cks", "bun-steinke"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("convert", [epsilon_from_rho, delta_from_rho], ids=["epsilon", "delta"])
+@pytest.mark.parametrize("rho", [True, None, "1", 1 + 0j, [1.0]], ids=["bool", "None", "str", "complex", "list"])
+def test_conversions_reject_non_real_rho_with_a_type_error(convert, rho, method):
+    with pytest.raises(TypeError, match=r"\brho\b"):
+        convert(rho, 1e-5 if convert is epsilon_from_rho else 1.0, method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("convert", [epsilon_from_rho, delta_from_rho], ids=["epsilon", "delta"])
+@pytest.mark.parametrize("rho", [-1.0, -1e-300, -math.inf, math.nan, np.float64("nan")])
+def test_conversions_reject_negative_or_nan_rho_with_a_value_error(convert, rho, method):
+    with pytest.raises(ValueError, match=r"\brho\b"):
+        convert(rho, 1e-5 if convert is epsilon_from_rho else 1.0, method)
+
+
+@pytest.mark.parametrize("delta", [None, "1e-5", True, [1e-5]])
+def test_epsilon_from_rho_rejects_non_real_delta_with_a_type_error(delta):
+    with pytest.raises(TypeError, match=r"\bdelta\b"):
+        epsilon_from_rho(1.0, delta)
+
+
+@pytest.mark.parametrize("epsilon", [None, "1", True, [1.0]])
+def test_delta_from_rho_rejects_non_real_epsilon_with_a_type_error(epsilon):
+    with pytest.raises(TypeError, match=r"\bepsilon\b"):
+        delta_from_rho(1.0, epsilon)
+
+
+@pytest.mark.parametrize("epsilon", [-1e-9, -math.inf, math.nan])
+def test_delta_from_rho_rejects_negative_or_nan_epsilon_with_a_value_error(epsilon):
+    with pytest.raises(ValueError, match=r"\bepsilon\b"):
+        delta_from_rho(1.0, epsilon)
+
+
+def test_conversions_accept_numpy_scalars_and_python_ints():
+    assert epsilon_from_rho(np.float64(1.0), np.float64(1e-5)) == epsilon_from_rho(1.0, 1e-5)
+    assert delta_from_rho(np.int64(1), np.float32(6.5)) == delta_from_rho(1.0, float(np.float32(6.5)))
+    assert delta_from_rho(0, 1) == 0.0
+    # an int beyond the float range is an infinite budget, not an OverflowError
+    assert epsilon_from_rho(10**400, 1e-5) == math.inf
+
+
+# --- limits and extreme values ----------------------------------------------------------------
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("rho", [0.0, 1e-300, 1.0, 1e300, math.inf])
+def test_delta_at_infinite_epsilon_is_zero_for_any_rho(method, rho):
+    # every mechanism, even a non-private one, is (inf, 0)-DP
+    assert delta_from_rho(rho, math.inf, method) == 0.0
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_delta_of_an_infinite_rho_is_one_and_of_zero_rho_is_zero(method):
+    assert delta_from_rho(math.inf, 0.0, method) == 1.0
+    assert delta_from_rho(math.inf, 1e300, method) == 1.0
+    assert delta_from_rho(0.0, 0.0, method) == 0.0
+
+
+def test_budget_delta_limits():
+    private = PrivacyBudget([Release.gaussian("x", "rho1", steps=5, clip=1.0, n=100, noise_std=0.1)])
+    assert private.delta(math.inf) == 0.0
+    assert private.delta(math.inf, "cks") == 0.0
+    not_private = PrivacyBudget([Release.gaussian("x", "rho1", steps=3, clip=None, n=10, noise_std=1.0)])
+    assert not_private.delta(5.0) == 1.0
+    assert not_private.delta(math.inf) == 0.0
+
+
+HUGE_RHOS = [1e3, 1e6, 1e9, 1e12, 1e15, 1e20, 1e50, 1e100, 1e200, 1e300, 1e307, sys.float_info.max]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("delta", [0.5, 1e-5, 1e-100, 5e-324])
+def test_epsilon_of_huge_rho_is_finite_and_monotone(method, delta):
+    eps = [epsilon_from_rho(rho, delta, method) for rho in HUGE_RHOS]
+    assert all(math.isfinite(e) for e in eps)
+    assert all(a <= b for a, b in zip(eps, eps[1:]))
+    # ε >= ρ for δ < 1/2 (every conversion has ε ≈ ρ + O(sqrt(ρ)) with a positive O-term there)
+    if delta < 0.5:
+        assert all(e >= rho for e, rho in zip(eps, HUGE_RHOS))
+
+
+@pytest.mark.parametrize("delta", [1e-5, 1e-10])
+def test_epsilon_is_monotone_in_rho_on_a_dense_grid(delta):
+    rhos = np.geomspace(1e-10, 1e300, 600)
+    for method in METHODS:
+        eps = [epsilon_from_rho(float(r), delta, method) for r in rhos]
+        assert np.all(np.diff(eps) >= 0.0), method
+
+
+@pytest.mark.parametrize("rho", [1e6, 1e12, 1e20, 1e100])
+def test_conversions_stay_ordered_for_huge_rho(rho):
+    g, c, b = (epsilon_from_rho(rho, 1e-6, m) for m in METHODS)
+    assert g <= c <= b
+
+
+@pytest.mark.parametrize("rho", [1e6, 1e12, 1e20, 1e100])
+def test_gaussian_epsilon_of_huge_rho_matches_the_asymptotic(rho):
+    # ε = ρ + μ·t with μ = sqrt(2ρ): the second term of δ(ε) is ½·erfcx((t+μ)/√2)·e^(−t²/2) ≈
+    # φ(t)/(t+μ), negligible for huge μ, so t → Φ⁻¹(1 − δ) from below.
+    from scipy import special
+
+    delta = 1e-5
+    z = -special.ndtri(delta)  # 4.264890793922825
+    mu = math.sqrt(2 * rho)
+    eps = epsilon_from_rho(rho, delta)
+    assert eps <= rho + mu * z * (1 + 1e-12)
+    assert eps >= rho + mu * (z - 1e-3) * (1 - 1e-15)
+    # the former search in ε lost digits there (1e20 gave ρ + 5.8e9 instead of ρ + 6.03e10)
+    if rho == 1e20:
+        assert eps - rho == pytest.approx(6.0314664e10, rel=1e-6)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("rho", [1e6, 1e9, 1e12])
+def test_delta_inverts_epsilon_for_large_rho(method, rho):
+    eps = epsilon_from_rho(rho, 1e-8, method)
+    assert delta_from_rho(rho, eps, method) == pytest.approx(1e-8, rel=1e-5, abs=0.0)
+
+
+EXTREMES = [0.0, 5e-324, 1e-300, 1e-8, 0.3, 1.0, 7.5, 1e12, 1e300, sys.float_info.max]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("rho", EXTREMES[1:])
+def test_delta_is_a_probability_non_increasing_in_epsilon_at_extremes(method, rho):
+    deltas = [delta_from_rho(rho, eps, method) for eps in EXTREMES + [math.inf]]
+    assert all(0.0 <= d <= 1.0 for d in deltas)
+    assert all(a >= b for a, b in zip(deltas, deltas[1:]))
+
+
+def test_bun_steinke_and_cks_delta_of_huge_values():
+    # formerly OverflowError (bun-steinke, ((ε−ρ)/2)**2) and math range error / 1.0 (cks)
+    for method in ("bun-steinke", "cks"):
+        assert delta_from_rho(1.0, 1e300, method) == 0.0
+        assert delta_from_rho(1e-300, 1e10, method) == 0.0
+        assert delta_from_rho(1e300, 1.0, method) == 1.0
+        assert delta_from_rho(sys.float_info.max, sys.float_info.max, method) == 1.0
+    # bun-steinke at z = (ε − ρ)/(2√ρ) = 0.5: δ = exp(−1/4), also when ρ is tiny
+    assert delta_from_rho(1e-300, 1e-150, "bun-steinke") == pytest.approx(math.exp(-0.25), rel=1e-12)
+
+
+def _cks_log_delta_grid(rho, eps):
+    """Brute force: log δ(α) of CKS Prop. 12 on a dense logarithmic grid of α − 1."""
+    x = np.geomspace(1e-12, 1e12, 200001)
+    return np.min(x * ((1 + x) * rho - eps) - np.log1p(x) + x * np.log(x / (1 + x)))
+
+
+def _cks_epsilon_grid(rho, delta):
+    x = np.geomspace(1e-12, 1e12, 200001)
+    L = -math.log(delta)
+    return np.min((1 + x) * rho + L / x + np.log(x / (1 + x)) - np.log1p(x) / x)
+
+
+@pytest.mark.parametrize("rho, eps", [(1e-8, 0.0), (1e-4, 0.01), (0.5, 0.2), (1.0, 3.0), (10.0, 40.0), (1e4, 1e4)])
+def test_cks_delta_is_the_minimum_over_the_order(rho, eps):
+    # the former bounded search missed the optimum at small rho (1e-8, 0: 3.7e-4 instead of 8.58e-5)
+    ours = math.log(delta_from_rho(rho, eps, "cks"))
+    brute = _cks_log_delta_grid(rho, eps)
+    assert ours <= brute + 1e-9
+    assert ours == pytest.approx(brute, abs=1e-6)
+
+
+@pytest.mark.parametrize("rho, delta", [(1e-8, 1e-5), (0.01, 1e-10), (1.0, 1e-5), (40.0, 1e-3), (1e6, 1e-6)])
+def test_cks_epsilon_is_the_minimum_over_the_order(rho, delta):
+    ours = epsilon_from_rho(rho, delta, "cks")
+    brute = _cks_epsilon_grid(rho, delta)
+    assert ours <= brute + 1e-9 * max(1.0, brute)
+    assert ours == pytest.approx(brute, rel=1e-6)  # the grid resolves the optimum to ~1e-7
+
+
+@pytest.mark.parametrize("rho", [1e-300, 1e-100, 1e-20, 1e-12, 1e-8, 1e-6, 1e-4, 0.01, 1.0, 100.0])
+@pytest.mark.parametrize("k", [0.0, 0.5, 1.0, 3.0, 8.0])
+def test_gaussian_delta_never_exceeds_cks_nor_bun_steinke(rho, k):
+    # CKS holds for every ρ-zCDP mechanism, the Gaussian one included, so the exact Gaussian δ
+    # is the smallest; Bun–Steinke is the loosest. Checked down to tiny ρ, where the two terms of
+    # the Gaussian δ agree to more than 16 digits.
+    eps = rho + k * math.sqrt(2 * rho)
+    g, c, b = (delta_from_rho(rho, eps, m) for m in METHODS)
+    assert g <= c * (1 + 1e-9) and c <= b * (1 + 1e-12)
+
+
+def test_gaussian_delta_for_tiny_rho():
+    # δ(0) = Φ(μ/2) − Φ(−μ/2) = μ·φ(0)·(1 − μ²/24 + …) with μ = sqrt(2ρ); formerly 0 for ρ = 1e-300
+    for rho in (1e-300, 1e-40, 1e-12):
+        mu = math.sqrt(2 * rho)
+        assert delta_from_rho(rho, 0.0) == pytest.approx(mu / math.sqrt(2 * math.pi), rel=1e-9, abs=0.0)

@@ -475,3 +475,94 @@ def test_every_function_validates():
         th.delta_tau(100, 0)
     with pytest.raises(TypeError, match="n"):
         th.statistical_term("1000", 5, 5)
+
+
+# ----------------------------------------------------------------------------------------
+# 8. huge inputs: float arithmetic, never OverflowError
+# ----------------------------------------------------------------------------------------
+C6_Q2 = (math.sqrt(2) + math.sqrt(5)) ** 6  # (√q + √τ)⁶ at q = 2, τ = 5: 2366.07...
+
+
+def test_t_condition_limit_for_huge_n_uses_float_arithmetic():
+    # n = 1e155: n² = 1e310 overflows a float (and 1e155 ** 2 raised OverflowError), but
+    # ρ1 n² / (p (√q+√τ)⁶) = 1e310 / 2366.07 = 4.2264e306 is finite
+    expected = math.exp(2 * math.log(1e155) - math.log(C6_Q2))
+    assert th.t_condition_limit(1e155, 1, 2, 1.0) == pytest.approx(expected, rel=1e-12)
+    assert th.t_condition_limit(1e300, 1, 2, 1.0) == INF  # 1e600 / 2366: beyond the float range
+    # the ordinary path is unchanged: 1e4² / 2366.07
+    assert th.t_condition_limit(1e4, 1, 2, 1.0) == pytest.approx(1e8 / C6_Q2, rel=1e-15)
+
+
+@pytest.mark.parametrize("n", [1e20, 1e155, 1e300, sys.float_info.max])
+def test_plan_for_huge_n_is_finite(n):
+    pl = th.plan(n, 1, 2, 1.0, 1.0)
+    # the statistical term √2 (5 + log 2) / √n dominates; the optimization term at the
+    # recommended T is below it by ~1e-16 and the privacy term by ~1e-140 or less
+    stat = math.sqrt(2) * (5 + math.log(2)) / math.sqrt(n)
+    assert pl.bound.statistical == pytest.approx(stat, rel=1e-12)
+    assert math.isfinite(pl.bound.total) and pl.bound.total == pytest.approx(stat, rel=1e-12)
+    # T* ≈ (2 log n + log log n) / log 2 (module docstring), well below 4 log n / log 2
+    assert 1 <= pl.recommended_T <= 4 * math.log(n) / math.log(2)
+    assert pl.recommended_T == th.recommended_T(n, 1, 2, 1.0, 1.0)
+    assert pl.bound.t_condition.holds and pl.T_max <= th.T_MAX_CAP
+
+
+def test_recommended_T_keeps_growing_up_to_huge_n():
+    Ts = [th.recommended_T(n, 1, 2, 1.0, 1.0) for n in (1e10, 1e50, 1e100, 1e200, 1e300)]
+    assert Ts == sorted(Ts) and len(set(Ts)) == len(Ts)
+
+
+def test_plan_for_huge_q_reports_a_violated_t_condition_not_a_crash():
+    # q = 1e200: (√q + √τ)⁶ = 1e600 overflows, so the T limit 1e6 / 1e600 is 0 in floats;
+    # the condition is violated by an infinite factor (formerly OverflowError / ZeroDivisionError)
+    pl = th.plan(1000, 1, 1e200, 1.0, 1.0)
+    assert pl.t_condition_limit == 0.0
+    cond = pl.bound.t_condition
+    assert not cond.holds and cond.factor == INF
+
+
+@pytest.mark.parametrize("delta", [1e10, 1e200])
+def test_contraction_rates_and_step_sizes_for_huge_delta(delta):
+    # δ >= 1 leaves no guaranteed contraction (κ_Θ = 1); (1 + δ)² overflowed for δ = 1e200
+    rates = th.contraction_rates(delta, 2.0, 1.0)
+    assert rates.kappa_theta == 1.0 and rates.kappa_beta == pytest.approx(2 / 3)
+    # η = 1/(1+δ)² and 2/((1+δ)² + (1−δ)²) ≈ 1/δ²: 1e-20 at δ = 1e10, 0 in floats at 1e200
+    paper, optimal = th.paper_step_sizes(delta, 2.0, 1.0), th.optimal_step_sizes(delta, 2.0, 1.0)
+    assert paper.eta == pytest.approx(1 / delta**2 if delta < 1e150 else 0.0, rel=1e-9, abs=0.0)
+    assert optimal.eta == pytest.approx(1 / delta**2 if delta < 1e150 else 0.0, rel=1e-9, abs=0.0)
+    assert paper.alpha == pytest.approx(2 / 5) and optimal.alpha == pytest.approx(2 / 3)
+
+
+# ----------------------------------------------------------------------------------------
+# 9. datasets.simulate_iv argument checks (the simulation feeds the planning examples; the
+#    cases not already in test_bad_input.py)
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"p": 1.0}, TypeError, r"\bp\b must be a positive integer"),
+        ({"q": "2"}, TypeError, r"\bq\b must be a positive integer"),
+        ({"r": 2.0}, TypeError, r"\br\b must be a positive integer"),
+        ({"n": True}, TypeError, r"\bn\b must be a positive integer"),
+        ({"q": -3}, ValueError, r"\bq\b must be a positive integer"),
+        ({"seed": None}, None, None),
+        ({"n": np.int64(10), "seed": np.random.default_rng(1)}, None, None),
+        ({"seed": np.random.SeedSequence(3)}, None, None),
+    ],
+)
+def test_simulate_iv_argument_checks(kwargs, exc, match):
+    from dpivreg.datasets import simulate_iv
+
+    args = {"n": 10, "p": 1, "q": 2, "seed": 0, **kwargs}
+    if exc is None:
+        assert simulate_iv(**args).data.shape == (int(args["n"]), 1 + 1 + 2)
+    else:
+        with pytest.raises(exc, match=match):
+            simulate_iv(**args)
+
+
+def test_simulate_iv_int_seed_reproduces_numpy_default_rng():
+    from dpivreg.datasets import simulate_iv
+
+    a, b = simulate_iv(20, 2, 3, seed=11), simulate_iv(20, 2, 3, seed=np.random.default_rng(11))
+    pd.testing.assert_frame_equal(a.data, b.data)
