@@ -1,10 +1,16 @@
-"""White-box privacy audit of DP-2S-GD: claimed μ vs the audited lower bound μ_lb.
+"""White-box privacy audits: claimed μ vs the audited lower bound μ_lb.
 
-Uses the audit of ``tests/test_privacy_audit.py`` (canary neighbours, Gaussian log-likelihood-ratio
-statistic on the released path, Clopper–Pearson bounds at 1 − 5e-4 each; n = 50, q = 3, p = 2,
-T = 10, ρ1 = 1.5, ρ2 = 1 for "exact"; the paper's calibration at nominal ρ1 = 3, ρ2 = 2).
+DP-2S-GD: the audit of ``tests/test_privacy_audit.py`` (canary neighbours, Gaussian
+log-likelihood-ratio statistic on the released path, Clopper–Pearson bounds at 1 − 5e-4 each;
+n = 50, q = 3, p = 2, T = 10, ρ1 = 1.5, ρ2 = 1 for "exact"; the paper's calibration at nominal
+ρ1 = 3, ρ2 = 2), for ``method="gd"`` and ``method="preconditioned"`` (the auditor rebuilds
+P_t^(−1/2) from the released Θ⁽ᵗ⁾), and deliberately broken engines.
 
-    python benchmarks/privacy_audit.py                 # the table, 2,000 runs per dataset
+Analyze Gauss (``dpivreg.preprocess.analyze_gauss``): the audit of ``tests/test_moments_audit.py``
+(neighbours differing in one row B·e₁ vs B·e₂, LLR on the released upper triangle), correct and
+broken variants.
+
+    python benchmarks/privacy_audit.py                 # the tables, 2,000 runs per dataset
     python benchmarks/privacy_audit.py --power 20      # + every case over 20 seeds
     python benchmarks/privacy_audit.py --verify 20000  # + the law of the statistic with 20,000 runs
 """
@@ -22,25 +28,48 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import test_moments_audit as moments  # noqa: E402
 import test_privacy_audit as audit  # noqa: E402
 
-# name, calibration, n_exog, (rho1, rho2), patch (attribute, replacement) or None,
-# claimed μ = what the user asked for / was told
+
+def _case(name, calibration="exact", n_exog=0, rhos=(audit.RHO1, audit.RHO2), bug=None, method="gd",
+          second_moment="identity", blank=None, seed=None):
+    """A DP-2S-GD audit case; ``bug`` names an entry of ``audit.BROKEN`` (which fixes the method and, unless
+    given, the neighbours)."""
+    if bug is not None:
+        method = audit.BROKEN[bug].method
+        blank = audit.BROKEN[bug].blank if blank is None else blank
+    blank = bool(blank)
+    return dict(name=name, calibration=calibration, n_exog=n_exog, rhos=rhos, bug=bug, method=method,
+                second_moment=second_moment, blank=blank, seed=seed)
+
+
+# claimed μ = what the user asked for / was told; seeds are those of the tests (303 for the bugs)
 CASES = [
-    ("exact", "exact", 0, (audit.RHO1, audit.RHO2), None),
-    ("exact, n_exog=1", "exact", 1, (audit.RHO1, audit.RHO2), None),
-    ("paper (nominal rho)", "paper", 0, (2 * audit.RHO1, 2 * audit.RHO2), None),
-    ("halved noise", "exact", 0, (audit.RHO1, audit.RHO2), audit.BROKEN["halved_noise"]),
-    ("mean clipping", "exact", 0, (audit.RHO1, audit.RHO2), audit.BROKEN["mean_clipping"]),
+    _case("exact", seed=101),
+    _case("exact, n_exog=1", n_exog=1, seed=101),
+    _case("paper (nominal rho)", "paper", rhos=(2 * audit.RHO1, 2 * audit.RHO2), seed=202),
+    _case("precond", method="preconditioned", seed=404),
+    _case("precond, n_exog=1, S", n_exog=1, method="preconditioned", second_moment="skewed", seed=404),
+    _case("precond, blank rows", method="preconditioned", blank=True, seed=404),
+    _case("halved noise", bug="halved_noise"),
+    _case("mean clipping", bug="mean_clipping"),
+    _case("whiten after clip", bug="whiten_after_clipping"),
+    # the same bug on the ordinary neighbours: it leaks more (true μ ≈ 3.3) but is NOT caught, because the
+    # ordinary rows' clipped means differ from the claimed ones and shift S (see the teeth test's docstring)
+    _case("whiten after clip, ordinary", bug="whiten_after_clipping", blank=False),
 ]
 
 
 def one(case, seed: int, runs: int) -> audit.Audit:
-    _, calibration, n_exog, (rho1, rho2), patch = case
-    if patch is None:
-        return audit.run_audit(calibration, seed=seed, n_exog=n_exog, runs=runs, rho1=rho1, rho2=rho2)
-    with mock.patch(f"dpivreg.engine.{patch[0]}", patch[1]):
-        return audit.run_audit(calibration, seed=seed, n_exog=n_exog, runs=runs, rho1=rho1, rho2=rho2)
+    kwargs = dict(seed=seed, n_exog=case["n_exog"], runs=runs, rho1=case["rhos"][0], rho2=case["rhos"][1],
+                  method=case["method"], second_moment=case["second_moment"], blank=case["blank"])
+    if case["bug"] is None:
+        return audit.run_audit(case["calibration"], **kwargs)
+    # same injection as the test, including switching off the engine's budget self-check
+    with mock.patch.multiple("dpivreg.engine", **audit.BROKEN[case["bug"]].patches(),
+                             _check_spent=lambda *args, **kw: None):
+        return audit.run_audit(case["calibration"], **kwargs)
 
 
 def verdict(a: audit.Audit) -> str:
@@ -53,33 +82,50 @@ def verdict(a: audit.Audit) -> str:
     return "sound and tight"
 
 
-def table(runs: int) -> None:
-    print(f"{runs} runs per dataset; claimed mu = sqrt(2 * requested rho); accountant mu = sqrt(2 * path.privacy.rho)")
-    print(f"{'case':<22}{'claimed mu':>11}{'accountant mu':>15}{'canary mu':>15}{'FP':>6}{'FN':>6}"
+HEADER = (f"{'case':<26}{'claimed mu':>11}{'accountant mu':>15}{'canary mu':>11}{'FP':>6}{'FN':>6}"
           f"{'mu_lb':>8}  verdict")
-    seeds = {"exact": 101, "exact, n_exog=1": 101, "paper (nominal rho)": 202}
+
+
+def table(runs: int) -> None:
+    print(f"DP-2S-GD: {runs} runs per dataset; claimed mu = sqrt(2 * requested rho); "
+          "accountant mu = sqrt(2 * path.privacy.rho); canary mu = the claimed mechanism's mu on these neighbours")
+    print(HEADER)
     for case in CASES:
         start = time.perf_counter()
-        a = one(case, seeds.get(case[0], 303), runs)
+        a = one(case, case["seed"] if case["seed"] is not None else 303, runs)
         attained = math.sqrt(float(np.mean(a.mu2[0])))
-        print(f"{case[0]:<22}{a.mu_requested:>11.3f}{a.mu_accountant:>15.3f}{attained:>15.3f}{a.fp:>6d}{a.fn:>6d}"
-              f"{a.mu_lb:>8.3f}  {verdict(a)}  ({time.perf_counter() - start:.1f} s)")
+        print(f"{case['name']:<26}{a.mu_requested:>11.3f}{a.mu_accountant:>15.3f}{attained:>11.3f}{a.fp:>6d}"
+              f"{a.fn:>6d}{a.mu_lb:>8.3f}  {verdict(a)}  ({time.perf_counter() - start:.1f} s)")
+
+
+def moments_table(runs: int) -> None:
+    print(f"\nAnalyze Gauss: {runs} runs per dataset, d = {moments.D}, n = {moments.N_ROWS}, B = {moments.B}, "
+          f"rho = {moments.RHO}; claimed mu = sqrt(2 * requested rho); accountant mu = sqrt(2 * Release.rho)")
+    print(HEADER)
+    for name, (variant, far) in moments.TABLE_CASES.items():
+        start = time.perf_counter()
+        a = moments.run_audit(variant, seed=moments.SEEDS.get(name, 303), runs=runs, far=far)
+        print(f"{name:<26}{a.mu_requested:>11.3f}{a.mu_accountant:>15.3f}{a.mu_canary:>11.3f}{a.fp:>6d}{a.fn:>6d}"
+              f"{a.mu_lb:>8.3f}  {verdict(a)}  ({time.perf_counter() - start:.2f} s)")
 
 
 def power(n_seeds: int, runs: int) -> None:
     print(f"\nover {n_seeds} seeds ({runs} runs per dataset each): mu_lb min / mean / max, "
           "#(mu_lb > claimed mu), #(mu_lb > accountant mu), #(mu_lb < 0.8 claimed mu)")
-    for case in CASES:
-        lbs, acc = [], []
-        for s in range(n_seeds):
-            a = one(case, 10_000 + s, runs)
-            lbs.append(a.mu_lb)
-            acc.append(a.mu_accountant)
-        lbs = np.array(lbs)
-        claimed = a.mu_requested
-        print(f"{case[0]:<22} {lbs.min():.3f} / {lbs.mean():.3f} / {lbs.max():.3f}   "
-              f"caught {np.sum(lbs > claimed)}/{n_seeds}   above accountant {np.sum(lbs > np.array(acc))}/{n_seeds}"
+
+    def line(name, audits):
+        lbs = np.array([a.mu_lb for a in audits])
+        acc = np.array([a.mu_accountant for a in audits])
+        claimed = audits[0].mu_requested
+        print(f"{name:<36} {lbs.min():.3f} / {lbs.mean():.3f} / {lbs.max():.3f}   "
+              f"caught {np.sum(lbs > claimed)}/{n_seeds}   above accountant {np.sum(lbs > acc)}/{n_seeds}"
               f"   below floor {np.sum(lbs < audit.TIGHT * claimed)}/{n_seeds}")
+
+    for case in CASES:
+        line(case["name"], [one(case, 10_000 + s, runs) for s in range(n_seeds)])
+    for name, (variant, far) in moments.TABLE_CASES.items():
+        line("moments: " + name, [moments.run_audit(variant, seed=10_000 + s, runs=runs, far=far)
+                                  for s in range(n_seeds)])
 
 
 def verify(runs: int) -> None:
@@ -104,6 +150,7 @@ def main() -> None:
     parser.add_argument("--verify", type=int, default=0, metavar="RUNS")
     args = parser.parse_args()
     table(args.runs)
+    moments_table(args.runs)
     if args.power:
         power(args.power, args.runs)
     if args.verify:

@@ -32,6 +32,17 @@ positive and false negative rates at confidence 1 − 5e-4 each give, with proba
 
 The audit fails when μ_lb > sqrt(2ρ) for the ρ the accountant claims.
 
+``method="preconditioned"``
+---------------------------
+The second stage steps β ← β − α R_t (ḡₜ − νₜ) with R_t = P_t^(−1/2), P_t = Θ̄ᵀSΘ̄ + ridge·I,
+Θ̄ = [I_exog | Θ⁽ᵗ⁾], and ḡₜ the mean of the per-sample R_t x̂ᵢeᵢ clipped to γ2. The auditor rebuilds
+P_t from the released Θ⁽ᵗ⁾, the public S and the documented default ridge q·(η·λ1)² + 1e-4 (λ1 the
+claimed one), takes its square root in closed form (2×2, Cayley–Hamilton: no eigensolver, nothing
+shared with ``engine._inverse_sqrt_preconditioner``) and recovers the whitened noisy mean
+G̃ₜ = R_t⁻¹(βₜ − βₜ₊₁)/α = P_t^(1/2)(βₜ − βₜ₊₁)/α, to be compared with both datasets' clipped means
+of R_t x̂ᵢeᵢ. The canary's whitened gradient R_t x̂(x̂ᵀβ ∓ M) is clipped to ∓γ2·R_t x̂/‖R_t x̂‖, so
+the difference is again exactly 2γ2/n and the same statistic, law and bounds apply.
+
 Run ``python benchmarks/privacy_audit.py`` for the table of claimed μ vs μ_lb (and power over seeds).
 """
 
@@ -40,6 +51,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -60,13 +72,25 @@ CLIP1, CLIP2 = 1.0, 2.0  # different on purpose: a clip1/clip2 mix-up in the eng
 RHO1, RHO2 = 1.5, 1.0  # exact calibration: ρ = 2.5, μ = sqrt(5) ≈ 2.236
 ETA, ALPHA = 0.5, 0.5
 M = 1e8  # canary magnitude
+# Public second-moment matrices S for method="preconditioned" (any public S is allowed: P_t is then a
+# function of released and public quantities only). "skewed" is an arbitrary SPD matrix, far from I on
+# purpose, so that a mistake in how S enters P_t = Θ̄ᵀSΘ̄ + ridge·I changes the whitening.
+SECOND_MOMENTS = {
+    "identity": None,
+    "skewed": np.array([[1.0, 0.2, -0.1], [0.2, 1.5, 0.3], [-0.1, 0.3, 0.8]]),
+}
+PRECONDITIONED_CASES = [(0, "identity"), (1, "skewed")]  # (n_exog, second_moment)
 RUNS = 2000  # runs per dataset
 CONF = 5e-4  # one-sided CP level for each of FPR and FNR: false-failure probability ≤ 1e-3
 TIGHT = 0.8  # "exact" must reach μ_lb ≥ 0.8·sqrt(2ρ); see _expected_mu_lb and the tests' docstrings
 
 
-def neighbours(n_exog: int = 0, seed: int = 20260401):
-    """(Z, X, Y) for D and D′: n − 1 shared ordinary rows and the canary as the last row."""
+def neighbours(n_exog: int = 0, seed: int = 20260401, blank: bool = False):
+    """(Z, X, Y) for D and D′: n − 1 shared ordinary rows and the canary as the last row.
+
+    ``blank=True``: the n − 1 shared rows are all zero (zero gradients in both stages), so the
+    canary alone drives Θ (Θ⁽ᵗ⁾ is then mostly the first stage's noise, small and isotropic).
+    """
     rng = np.random.default_rng(seed)
     m = N_ROWS - 1
     Z = rng.standard_normal((m, Q))
@@ -75,6 +99,8 @@ def neighbours(n_exog: int = 0, seed: int = 20260401):
     X = Z @ (np.eye(Q, P) + 0.3 * rng.standard_normal((Q, P))) + 0.5 * rng.standard_normal((m, P))
     X[:, :n_exog] = Z[:, :n_exog]
     Y = X @ np.array([1.0, -0.5])[:P] + rng.standard_normal(m) + 0.5 * (X[:, -1] - Z[:, -1])
+    if blank:
+        Z, X, Y = np.zeros_like(Z), np.zeros_like(X), np.zeros_like(Y)
     z_c = np.eye(Q)[0]
     out = []
     for sign in (+1.0, -1.0):
@@ -102,11 +128,13 @@ def _clip_rows(g: np.ndarray, clip: float) -> np.ndarray:
     return g * np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny))
 
 
-def clipped_mean_gradients(data, theta: np.ndarray, beta: np.ndarray, n_exog: int):
+def clipped_mean_gradients(data, theta: np.ndarray, beta: np.ndarray, n_exog: int, roots: np.ndarray | None = None):
     """Both stages' clipped mean gradients at a batch of iterates.
 
     theta (R, q, p − n_exog), beta (R, p) → g1 (R, q, p − n_exog), g2 (R, p), built from the
     explicit per-sample gradients zᵢ(zᵢᵀΘ − xᵢᵀ) and x̂ᵢ(x̂ᵢᵀβ − yᵢ), x̂ᵢ = [exogᵢ, Θᵀzᵢ].
+    With ``roots`` (R, p, p) = R_t (``method="preconditioned"``) the stage-2 per-sample gradient
+    is the whitened R_t x̂ᵢ(x̂ᵢᵀβ − yᵢ), clipped in the whitened coordinates.
     """
     Z, X, Y = data
     R = theta.shape[0]
@@ -116,8 +144,54 @@ def clipped_mean_gradients(data, theta: np.ndarray, beta: np.ndarray, n_exog: in
     g1 = _clip_rows(per1.reshape(R, n, -1), CLIP1).mean(axis=1).reshape(theta.shape)
     x_hat = np.concatenate([np.broadcast_to(X[None, :, :n_exog], (R, n, n_exog)), fitted], axis=2)
     resid = np.einsum("rnj,rj->rn", x_hat, beta) - Y[None, :]
-    g2 = _clip_rows(x_hat * resid[:, :, None], CLIP2).mean(axis=1)
+    per2 = x_hat * resid[:, :, None]  # (R, n, p)
+    if roots is not None:
+        per2 = np.einsum("rjk,rnk->rnj", roots, per2)
+    g2 = _clip_rows(per2, CLIP2).mean(axis=1)
     return g1, g2
+
+
+# ----------------------------------------------------------------------------------------
+# the auditor's own preconditioner (independent of dpivreg.engine._inverse_sqrt_preconditioner)
+# ----------------------------------------------------------------------------------------
+def claimed_ridge(lambda1: float) -> float:
+    """The documented default ridge q·(η·λ1)² + 1e-4, from the claimed λ1."""
+    return Q * (ETA * lambda1) ** 2 + 1e-4
+
+
+def sqrt_spd_2x2(A: np.ndarray) -> np.ndarray:
+    """Principal square root of a batch (R, 2, 2) of symmetric positive definite matrices, in closed form.
+
+    Cayley–Hamilton: for 2×2 SPD A with s = sqrt(det A), t = sqrt(tr A + 2s), √A = (A + s·I)/t
+    (square it: (A² + 2sA + s²I)/t² = ((tr A)·A − det A·I + 2sA + det A·I)/t² = A). No eigensolver.
+    """
+    assert A.shape[-2:] == (2, 2), "the closed form is for p = 2"
+    a, b, d = A[..., 0, 0], (A[..., 0, 1] + A[..., 1, 0]) / 2.0, A[..., 1, 1]
+    s = np.sqrt(a * d - b * b)
+    t = np.sqrt(a + d + 2.0 * s)
+    return np.stack([np.stack([a + s, b], -1), np.stack([b, d + s], -1)], -2) / t[..., None, None]
+
+
+def inverse_2x2(A: np.ndarray) -> np.ndarray:
+    """Inverse of a batch (R, 2, 2) of symmetric matrices by the adjugate."""
+    a, b, d = A[..., 0, 0], A[..., 0, 1], A[..., 1, 1]
+    adj = np.stack([np.stack([d, -b], -1), np.stack([-b, a], -1)], -2)
+    return adj / (a * d - b * b)[..., None, None]
+
+
+def preconditioner_roots(theta: np.ndarray, n_exog: int, second_moment: np.ndarray | None, ridge: float):
+    """(P_t^(1/2), R_t = P_t^(−1/2)) for a batch (R, q, p − n_exog) of released Θ⁽ᵗ⁾.
+
+    P_t = Θ̄ᵀ S Θ̄ + ridge·I with Θ̄ = [I_exog | Θ] (q × p) and S = ``second_moment`` (identity if None).
+    """
+    Rn = theta.shape[0]
+    exog = np.zeros((Rn, Q, n_exog))
+    exog[:, np.arange(n_exog), np.arange(n_exog)] = 1.0
+    full = np.concatenate([exog, theta], axis=2)  # (R, q, p)
+    S = np.eye(Q) if second_moment is None else np.asarray(second_moment, dtype=float)
+    P_t = np.einsum("rki,kl,rlj->rij", full, S, full) + ridge * np.eye(P)
+    half = sqrt_spd_2x2(P_t)
+    return half, inverse_2x2(half)
 
 
 # ----------------------------------------------------------------------------------------
@@ -149,6 +223,7 @@ def expected_mu_lb(mu: float, runs: int = RUNS) -> tuple[float, float]:
 class Audit:
     calibration: str
     n_exog: int
+    method: str
     runs: int
     fp: int  # runs on D′ with S > 0
     fn: int  # runs on D with S <= 0
@@ -171,13 +246,21 @@ class Audit:
 
 
 def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: int = RUNS,
-              rho1: float = RHO1, rho2: float = RHO2) -> Audit:
+              rho1: float = RHO1, rho2: float = RHO2, method: str = "gd", second_moment: str = "identity",
+              blank: bool = False) -> Audit:
     """Run DP-2S-GD ``runs`` times on each neighbour and audit the released paths.
 
     Calls ``dpivreg.engine.dp_2s_gd`` at call time, so monkeypatched engine internals are audited.
+    ``method="preconditioned"``: the engine gets ``second_moment=SECOND_MOMENTS[second_moment]`` and
+    its default ridge; the auditor rebuilds R_t = P_t^(−1/2) from the released Θ⁽ᵗ⁾ with its own
+    closed form (ridge from the claimed λ1), recovers the whitened noisy mean
+    G̃ₜ = R_t⁻¹(βₜ − βₜ₊₁)/α = P_t^(1/2)(βₜ − βₜ₊₁)/α and compares it with both datasets' clipped
+    means of R_t x̂ᵢ eᵢ.
     """
-    worlds = neighbours(n_exog)
+    worlds = neighbours(n_exog, blank=blank)
     lam1, lam2 = claimed_lambdas(calibration, rho1, rho2)
+    S_public = SECOND_MOMENTS[second_moment]
+    extra = {} if method == "gd" else {"method": method, "second_moment": S_public}
     S = np.zeros((2, runs))
     mu2 = np.zeros((2, runs))
     d_norms = np.zeros((2, runs, T, 2))
@@ -188,17 +271,22 @@ def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: i
         thetas, betas = [], []
         for s in seeds:
             path = engine.dp_2s_gd(Zw, Xw, Yw, T=T, rho1=rho1, rho2=rho2, eta=ETA, alpha=ALPHA, clip1=CLIP1,
-                                   clip2=CLIP2, calibration=calibration, seed=s, n_exog=n_exog)
+                                   clip2=CLIP2, calibration=calibration, seed=s, n_exog=n_exog, **extra)
             thetas.append(path.theta)
             betas.append(path.beta)
         accountant.add(path.privacy.rho)
         released.add((path.lambda1, path.lambda2))
         theta, beta = np.stack(thetas), np.stack(betas)  # (R, T+1, q, pe), (R, T+1, p)
         for t in range(T):
-            gD1, gD2 = clipped_mean_gradients(worlds[0], theta[:, t], beta[:, t], n_exog)
-            gE1, gE2 = clipped_mean_gradients(worlds[1], theta[:, t], beta[:, t], n_exog)
+            half = roots = None
+            if method == "preconditioned":
+                half, roots = preconditioner_roots(theta[:, t], n_exog, S_public, claimed_ridge(lam1))
+            gD1, gD2 = clipped_mean_gradients(worlds[0], theta[:, t], beta[:, t], n_exog, roots)
+            gE1, gE2 = clipped_mean_gradients(worlds[1], theta[:, t], beta[:, t], n_exog, roots)
             G1 = (theta[:, t] - theta[:, t + 1]) / ETA
             G2 = (beta[:, t] - beta[:, t + 1]) / ALPHA
+            if half is not None:
+                G2 = np.einsum("rjk,rk->rj", half, G2)  # R_t⁻¹ = P_t^(1/2)
             d1, d2 = gD1 - gE1, gD2 - gE2
             S[w] += np.sum((G1 - (gD1 + gE1) / 2) * d1, axis=(1, 2)) / lam1**2
             S[w] += np.sum((G2 - (gD2 + gE2) / 2) * d2, axis=1) / lam2**2
@@ -210,14 +298,16 @@ def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: i
     assert len(accountant) == 1 and len(released) == 1
     fp = int(np.count_nonzero(S[1] > 0))
     fn = int(np.count_nonzero(S[0] <= 0))
-    return Audit(calibration, n_exog, runs, fp, fn, mu_lower_bound(fp, fn, runs), accountant.pop(),
+    return Audit(calibration, n_exog, method, runs, fp, fn, mu_lower_bound(fp, fn, runs), accountant.pop(),
                  rho1 + rho2, released.pop(), mu2, S, d_norms, np.concatenate(noise))
 
 
 @functools.lru_cache(maxsize=None)
-def _audit(calibration: str, n_exog: int, seed: int, rho1: float = RHO1, rho2: float = RHO2) -> Audit:
+def _audit(calibration: str, n_exog: int, seed: int, rho1: float = RHO1, rho2: float = RHO2,
+           method: str = "gd", second_moment: str = "identity") -> Audit:
     """Correct-engine audits are shared between tests (no monkeypatching involved)."""
-    return run_audit(calibration, seed=seed, n_exog=n_exog, rho1=rho1, rho2=rho2)
+    return run_audit(calibration, seed=seed, n_exog=n_exog, rho1=rho1, rho2=rho2, method=method,
+                     second_moment=second_moment)
 
 
 def mu_attained(n_exog: int, rho1: float, rho2: float) -> float:
@@ -242,10 +332,72 @@ def mean_clipped_mean_outer(A, B, norm_A, clip):
     return mean, 0
 
 
+class WhitenAfterClipping:
+    """Bug (c), ``method="preconditioned"``: clip the raw x̂ᵢeᵢ to γ2 and whiten the clipped mean afterwards.
+
+    The step becomes β ← β − α R (R·(1/n)Σ CLIP_γ2(x̂ᵢeᵢ) − ν): the quantity the noise is added to has
+    sensitivity 2γ2‖R‖/n, not 2γ2/n (‖R‖ = P_t^(−1/2) is up to 1/sqrt(ridge) ≈ 15.6 here).
+
+    Injected through two engine internals, which the engine looks up at call time: the
+    preconditioner is wrapped to remember the R_t it returns, and the next ``_clipped_mean_outer``
+    call (the stage-2 one, which in ``dp_2s_gd`` immediately follows the preconditioner) un-whitens
+    its input x̃ᵢ = R_t x̂ᵢ back to x̂ᵢ, clips x̂ᵢeᵢ and returns R_t·mean. Stage-1 calls pass through.
+    ``calls`` counts the stage-2 calls that were altered, so a refactored engine in which this
+    injection no longer lands fails loudly instead of silently auditing the correct mechanism.
+    """
+
+    def __init__(self) -> None:
+        self._preconditioner = engine._inverse_sqrt_preconditioner
+        self._clipped_mean = engine._clipped_mean_outer
+        self._root = None
+        self.calls = 0
+
+    def preconditioner(self, *args, **kwargs):
+        self._root = self._preconditioner(*args, **kwargs)
+        return self._root
+
+    def clipped_mean_outer(self, A, B, norm_A, clip):
+        if self._root is None:
+            return self._clipped_mean(A, B, norm_A, clip)
+        root, self._root = self._root, None
+        assert B.shape[1] == 1 and A.shape[1] == root.shape[0], "not the stage-2 call: the injection is misplaced"
+        x_hat = np.linalg.solve(root, A.T).T  # A = x̂ R with R symmetric
+        mean, clipped = self._clipped_mean(x_hat, B, np.sqrt(np.sum(x_hat * x_hat, axis=1)), clip)
+        self.calls += 1
+        return root @ mean, clipped
+
+    def patches(self) -> dict:
+        return {"_inverse_sqrt_preconditioner": self.preconditioner, "_clipped_mean_outer": self.clipped_mean_outer}
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A deliberately broken engine: ``patches()`` gives fresh replacements for ``dpivreg.engine``
+    attributes; the audit is run with ``method`` on the ``blank`` or ordinary neighbours (n_exog = 0)."""
+
+    patches: Callable[[], dict]
+    method: str = "gd"
+    blank: bool = False
+
+
 BROKEN = {
-    "halved_noise": ("noise_std", halved_noise_std),
-    "mean_clipping": ("_clipped_mean_outer", mean_clipped_mean_outer),
+    "halved_noise": Broken(lambda: {"noise_std": halved_noise_std}),
+    "mean_clipping": Broken(lambda: {"_clipped_mean_outer": mean_clipped_mean_outer}),
+    "whiten_after_clipping": Broken(lambda: WhitenAfterClipping().patches(), method="preconditioned", blank=True),
 }
+
+
+def apply_broken(bug: str, setattr_) -> dict:
+    """Install bug ``bug`` with ``setattr_(target, value)`` (``monkeypatch.setattr``); return its patches.
+
+    The engine's own budget self-check (``_check_spent``) would stop the halved-noise bug before any
+    release; it is switched off so that the audit itself is shown to catch the bug.
+    """
+    patches = BROKEN[bug].patches()
+    for name, value in patches.items():
+        setattr_(f"dpivreg.engine.{name}", value)
+    setattr_("dpivreg.engine._check_spent", lambda *args, **kwargs: None)
+    return patches
 
 
 # ----------------------------------------------------------------------------------------
@@ -281,6 +433,90 @@ def test_auditor_gradients_match_reference_and_noiseless_engine():
             np.testing.assert_allclose(g2[t], r2, rtol=1e-10, atol=1e-14)
 
 
+def test_auditor_preconditioner_matches_reference_and_noiseless_engine():
+    """method="preconditioned": the auditor's R_t and whitened clipped means are right.
+
+    * the closed-form √P (Cayley–Hamilton, no eigensolver) equals ``scipy.linalg.sqrtm`` and the
+      auditor's R_t equals the engine's ``_inverse_sqrt_preconditioner`` at every released Θ⁽ᵗ⁾
+      (a cross-check only: the audit itself never calls the engine's function);
+    * with ρ = ∞ (no noise, clipping kept, default ridge = 1e-4) the engine's increments satisfy
+      P_t^(1/2)(βₜ − βₜ₊₁)/α = the auditor's clipped mean of R_t x̂ᵢeᵢ, and (θₜ − θₜ₊₁)/η = its
+      first-stage clipped mean (unchanged by the method);
+    * at one iterate the whitened clipped mean equals a row-by-row loop with R = sqrtm(P)⁻¹.
+    Both cases of the audit: (n_exog = 0, S = I) and (n_exog = 1, S = SECOND_MOMENTS["skewed"]).
+    """
+    from scipy import linalg
+
+    rng = np.random.default_rng(7)
+    A = rng.standard_normal((50, 2, 2))
+    A = A @ np.swapaxes(A, 1, 2) + 1e-3 * np.eye(2)
+    np.testing.assert_allclose(sqrt_spd_2x2(A), [linalg.sqrtm(a).real for a in A], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(inverse_2x2(A), np.linalg.inv(A), rtol=1e-9, atol=1e-12)
+
+    for n_exog, name in PRECONDITIONED_CASES:
+        S_public = SECOND_MOMENTS[name]
+        S_engine = np.eye(Q) if S_public is None else S_public
+        for data in neighbours(n_exog):
+            Z, X, Y = data
+            with pytest.warns(PrivacyLeakWarning):
+                path = engine.dp_2s_gd(Z, X, Y, T=T, rho1=math.inf, rho2=math.inf, eta=ETA, alpha=ALPHA,
+                                       clip1=CLIP1, clip2=CLIP2, n_exog=n_exog, method="preconditioned",
+                                       second_moment=S_public)
+            ridge = claimed_ridge(0.0)
+            half, roots = preconditioner_roots(path.theta[:-1], n_exog, S_public, ridge)
+            for t in range(T):
+                np.testing.assert_allclose(
+                    roots[t], engine._inverse_sqrt_preconditioner(path.theta[t], S_engine, n_exog, ridge),
+                    rtol=1e-8, atol=1e-10)
+            g1, g2 = clipped_mean_gradients(data, path.theta[:-1], path.beta[:-1], n_exog, roots)
+            G2 = np.einsum("rjk,rk->rj", half, (path.beta[:-1] - path.beta[1:]) / ALPHA)
+            np.testing.assert_allclose((path.theta[:-1] - path.theta[1:]) / ETA, g1, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(G2, g2, rtol=1e-8, atol=1e-10)
+            # row-by-row reference at one iterate
+            t = T // 2
+            th, b = path.theta[t], path.beta[t]
+            full = np.concatenate([np.eye(Q, n_exog), th], axis=1)
+            R = np.linalg.inv(linalg.sqrtm(full.T @ S_engine @ full + ridge * np.eye(P)).real)
+            r2 = np.zeros_like(b)
+            for i in range(len(Y)):
+                xh = np.concatenate([X[i, :n_exog], th.T @ Z[i]])
+                gi = R @ xh * (xh @ b - Y[i])
+                r2 += gi * min(1.0, CLIP2 / max(np.linalg.norm(gi), 1e-300)) / len(Y)
+            np.testing.assert_allclose(g2[t], r2, rtol=1e-8, atol=1e-12)
+
+
+def _check_sound_and_tight(a: Audit) -> None:
+    """The checks shared by the correct-engine audits at ρ1 = 1.5, ρ2 = 1 ("exact")."""
+    mu = math.sqrt(2.0 * (RHO1 + RHO2))
+    mu_eff = mu_attained(a.n_exog, RHO1, RHO2)
+
+    # the accountant claims exactly what was asked, with the noise it released
+    assert a.rho_accountant == pytest.approx(RHO1 + RHO2, rel=1e-12)
+    np.testing.assert_allclose(a.lambdas_released, claimed_lambdas("exact"), rtol=1e-12)
+
+    # the neighbours are worst case at every step
+    want = np.broadcast_to([2 * CLIP1 / N_ROWS, 2 * CLIP2 / N_ROWS], a.d_norms.shape).copy()
+    if a.n_exog == 0:
+        want[:, :, 0, 1] = 0.0
+    np.testing.assert_allclose(a.d_norms, want, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(a.mu2, mu_eff**2, rtol=1e-9)
+
+    # S ~ N(±μ²/2, μ²)
+    for w, sign in ((0, +1.0), (1, -1.0)):
+        std = (a.S[w] - sign * mu_eff**2 / 2) / mu_eff
+        assert stats.kstest(std, "norm").pvalue > 1e-6
+        assert abs(std.mean()) < 5 / math.sqrt(a.runs)
+        assert abs(std.std(ddof=1) - 1.0) < 5 / math.sqrt(2 * a.runs)
+
+    # soundness against the accountant
+    assert a.mu_lb <= a.mu_accountant, f"privacy violation: mu_lb={a.mu_lb:.3f} > claimed mu={a.mu_accountant:.3f}"
+
+    # tightness
+    expected, sd = expected_mu_lb(mu_eff, a.runs)
+    assert TIGHT * mu <= expected - 3.5 * sd, "tolerance no longer justified by the run count"
+    assert a.mu_lb >= TIGHT * mu, f"audit not tight: mu_lb={a.mu_lb:.3f} < {TIGHT}*{mu:.3f}"
+
+
 @pytest.mark.parametrize("n_exog", [0, 1])
 def test_audit_exact_calibration_is_sound_and_tight(n_exog):
     """calibration="exact": the audit must not beat the accountant, and must nearly reach it.
@@ -305,35 +541,36 @@ def test_audit_exact_calibration_is_sound_and_tight(n_exog):
     both worlds (KS p > 1e-6, mean and sd within 5 standard errors), and every ‖dₜ‖ is exactly
     2γk/n (0 for stage 2 at t = 0 when n_exog = 0).
     """
-    a = _audit("exact", n_exog, 101)
-    mu = math.sqrt(2.0 * (RHO1 + RHO2))
-    mu_eff = mu_attained(n_exog, RHO1, RHO2)
+    _check_sound_and_tight(_audit("exact", n_exog, 101))
 
-    # the accountant claims exactly what was asked, with the noise it released
-    assert a.rho_accountant == pytest.approx(RHO1 + RHO2, rel=1e-12)
-    np.testing.assert_allclose(a.lambdas_released, claimed_lambdas("exact"), rtol=1e-12)
 
-    # the neighbours are worst case at every step
-    want = np.broadcast_to([2 * CLIP1 / N_ROWS, 2 * CLIP2 / N_ROWS], a.d_norms.shape).copy()
-    if n_exog == 0:
-        want[:, :, 0, 1] = 0.0
-    np.testing.assert_allclose(a.d_norms, want, rtol=1e-9, atol=1e-15)
-    np.testing.assert_allclose(a.mu2, mu_eff**2, rtol=1e-9)
+@pytest.mark.parametrize("n_exog, second_moment", PRECONDITIONED_CASES)
+def test_audit_preconditioned_is_sound_and_tight(n_exog, second_moment):
+    """method="preconditioned", calibration="exact": sound and tight, with the same criterion as "gd".
 
-    # S ~ N(±μ²/2, μ²)
-    for w, sign in ((0, +1.0), (1, -1.0)):
-        std = (a.S[w] - sign * mu_eff**2 / 2) / mu_eff
-        assert stats.kstest(std, "norm").pvalue > 1e-6
-        assert abs(std.mean()) < 5 / math.sqrt(a.runs)
-        assert abs(std.std(ddof=1) - 1.0) < 5 / math.sqrt(2 * a.runs)
+    Same design, 2,000 runs per dataset, ρ1 = 1.5, ρ2 = 1: claimed μ = sqrt(5) = 2.236, default
+    ridge q·(η·λ1)² + 1e-4 = 0.00410; S = I (n_exog = 0) or the public ``SECOND_MOMENTS["skewed"]``
+    (n_exog = 1). The auditor rebuilds R_t = P_t^(−1/2) from the released Θ⁽ᵗ⁾ in closed form,
+    recovers the whitened noisy mean G̃ₜ = P_t^(1/2)(βₜ − βₜ₊₁)/α and compares it with both
+    datasets' clipped means of R_t x̂ᵢeᵢ. The canary's whitened stage-2 gradient R_t x̂(x̂ᵀβ ∓ M)
+    is clipped to ∓γ2·R_t x̂/‖R_t x̂‖, so ‖dₜ‖ = 2γ2/n exactly, as for "gd" (0 at t = 0 when
+    n_exog = 0, x̂ = 0): attained μ = 2.191 / 2.236. Observed (seed 404): μ_lb = 1.962
+    (n_exog = 0; 264 false positives, 282 false negatives) and 2.001 (n_exog = 1; 273 / 255).
 
-    # soundness against the accountant
-    assert a.mu_lb <= a.mu_accountant, f"privacy violation: mu_lb={a.mu_lb:.3f} > claimed mu={a.mu_accountant:.3f}"
-
-    # tightness
-    expected, sd = expected_mu_lb(mu_eff, a.runs)
-    assert TIGHT * mu <= expected - 3.5 * sd, "tolerance no longer justified by the run count"
-    assert a.mu_lb >= TIGHT * mu, f"audit not tight: mu_lb={a.mu_lb:.3f} < {TIGHT}*{mu:.3f}"
+    Soundness μ_lb ≤ 2.236 and tightness μ_lb ≥ 0.8·2.236 = 1.789 with the justification of the
+    "gd" test (same attained μ, same run count: the floor is 3.9 / 4.8 binomial sd below the
+    expected μ_lb 1.961 / 2.001). The law of S is checked the same way, and the recovered
+    whitened noise (G̃ₜ − own clipped mean)/λ is N(0, 1) (KS p > 1e-6): a
+    wrong R_t in the auditor or the engine (e.g. S or the ridge mishandled) would make
+    R_t⁻¹ applied to the released step mix the clipped mean into the "noise" and fail it.
+    (320,000 / 200,000 draws for n_exog = 0 / 1; observed p = 0.15 / 0.27.)
+    Over 20 other seeds μ_lb ranged 1.888–2.048 (n_exog = 0) and 1.921–2.060 (n_exog = 1, S), and
+    1.814–2.097 on the blank neighbours of the teeth test (``benchmarks/privacy_audit.py --power 20``).
+    """
+    a = _audit("exact", n_exog, 404, method="preconditioned", second_moment=second_moment)
+    _check_sound_and_tight(a)
+    assert a.noise.size == 2 * a.runs * T * (Q * (P - n_exog) + P)
+    assert stats.kstest(a.noise, "norm").pvalue > 1e-6
 
 
 def test_audit_paper_calibration_spends_half():
@@ -378,33 +615,47 @@ def test_injected_noise_is_standard_normal():
 def test_audit_catches_broken_mechanisms(bug, monkeypatch):
     """The audit has teeth: deliberately broken engines are caught (μ_lb > sqrt(2ρ_requested)).
 
-    Same design as the exact test (2,000 runs per dataset, ρ1 = 1.5, ρ2 = 1, requested
-    μ = sqrt(5) = 2.236):
+    2,000 runs per dataset, ρ1 = 1.5, ρ2 = 1, requested μ = sqrt(5) = 2.236, seed 303, n_exog = 0:
 
-    * halved_noise (``dpivreg.engine.noise_std`` returns λ/2): true μ = 4.38, observed
-      μ_lb = 3.883 (33 false positives, 27 false negatives). The accountant is computed from the noise std actually used, so it reports
-      ρ = 10 (μ = 4.47): it is not fooled, the *user's* requested ρ = 2.5 is violated, and the
-      audit is still consistent with the accountant (μ_lb ≤ 4.47). The KS test rejects the noise.
-    * mean_clipping (``_clipped_mean_outer`` clips the mean's norm, not each row's): the canary
-      alone moves the mean by ~M/n, so the sensitivity is ~2γ instead of 2γ/n; D and D′ are
-      perfectly separated (0 errors), μ_lb = 5.34 — the largest value 2,000 runs can certify.
-      The accountant still claims ρ = 2.5.
+    * halved_noise (``dpivreg.engine.noise_std`` returns λ/2; "gd", ordinary neighbours): true
+      μ = 4.38, observed μ_lb = 3.883 (33 false positives, 27 false negatives). The accountant is
+      computed from the noise std actually used, so it reports ρ = 10 (μ = 4.47): it is not
+      fooled, the *user's* requested ρ = 2.5 is violated, and the audit is still consistent with
+      the accountant (μ_lb ≤ 4.47). The KS test rejects the noise.
+    * mean_clipping (``_clipped_mean_outer`` clips the mean's norm, not each row's; "gd",
+      ordinary neighbours): the canary alone moves the mean by ~M/n, so the sensitivity is ~2γ
+      instead of 2γ/n; D and D′ are perfectly separated (0 errors), μ_lb = 5.34 — the largest
+      value 2,000 runs can certify. The accountant still claims ρ = 2.5.
+    * whiten_after_clipping (:class:`WhitenAfterClipping`; "preconditioned", *blank*
+      neighbours): the noise is added to R_t·(clipped mean of x̂ᵢeᵢ), whose canary difference is
+      (2γ2/n)·‖R_t x̂‖/‖x̂‖ instead of 2γ2/n. On the ordinary neighbours the bug does leak more
+      (at t = 1 Θ⁽ᵗ⁾ is still small and ‖R_t x̂‖/‖x̂‖ ≈ 4.9; the canary's true μ is ≈ 3.3, median
+      over 300 paths, min 2.8) but the audit does NOT catch it (μ_lb 2.038, 318 / 202, same
+      seed): the statistic subtracts the *claimed* midpoint, and the ordinary rows' clipped means
+      differ between "whiten, then clip" and "clip, then whiten" (early on R_t x̂ᵢeᵢ exceeds γ2
+      where x̂ᵢeᵢ does not), a path-dependent shift of S that swamps the extra signal (hence the
+      lopsided errors). Zeroing the n − 1 shared rows removes the shift (their gradients are 0
+      under every variant) and leaves Θ⁽ᵗ⁾ mostly first-stage noise, small and isotropic:
+      ‖R_t x̂‖/‖x̂‖ ≈ 11 at t = 1 falling to 4.7 at t = 9 (medians), true μ ≈ 10.4 (median, min
+      5.6): observed μ_lb = 5.247 (1 false positive, 0 false negatives). The same blank
+      neighbours audit the *correct* preconditioned engine at μ_lb = 1.948 (seed 404),
+      so the catch is the bug's, not the design's. The accountant still claims ρ = 2.5.
 
     Power: over 20 other seeds each bug was caught 20/20 times, min μ_lb 3.811 (halved; expected
-    3.92 ± 0.064, i.e. 26 sd above 2.236) and 5.340 (mean clipping) against the threshold 2.236
-    (``python benchmarks/privacy_audit.py --power 20``).
+    3.92 ± 0.064, i.e. 26 sd above 2.236), 5.340 (mean clipping) and 4.806 (whiten after
+    clipping, blank neighbours; 0/20 on the ordinary neighbours, max μ_lb 2.123) against the threshold 2.236 (``python benchmarks/privacy_audit.py --power 20``).
     """
-    name, broken = BROKEN[bug]
-    monkeypatch.setattr(f"dpivreg.engine.{name}", broken)
-    # The engine's own budget check would stop the halved-noise bug before any release; switch it off
-    # so that the audit itself is shown to catch it.
-    monkeypatch.setattr("dpivreg.engine._check_spent", lambda *args, **kwargs: None)
-    a = run_audit("exact", seed=303)
+    broken = BROKEN[bug]
+    patches = apply_broken(bug, monkeypatch.setattr)
+    a = run_audit("exact", seed=303, method=broken.method, blank=broken.blank)
     assert a.mu_lb > a.mu_requested, f"{bug} not caught: mu_lb={a.mu_lb:.3f} <= {a.mu_requested:.3f}"
     if bug == "halved_noise":
         assert a.rho_accountant == pytest.approx(4 * (RHO1 + RHO2), rel=1e-12)
         assert a.mu_lb <= a.mu_accountant
         assert stats.kstest(a.noise, "norm").pvalue < 1e-6
-    else:
+    elif bug == "mean_clipping":
         assert a.rho_accountant == pytest.approx(RHO1 + RHO2, rel=1e-12)
         assert a.fp == 0 and a.fn == 0
+    else:
+        assert a.rho_accountant == pytest.approx(RHO1 + RHO2, rel=1e-12)
+        assert patches["_clipped_mean_outer"].__self__.calls == 2 * a.runs * T, "the injection did not land"
