@@ -54,7 +54,7 @@ def budget(route: str, rho: float) -> dict:
 def fit_error(model: DPIV2SLS, reference: np.ndarray, route: str, rho: float, bounds: dict, seed: int) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)
-        res = model.fit(T=20, bounds=bounds, seed=seed, **budget(route, rho), **ROUTES[route])
+        res = model.fit(T=20, bounds=bounds, seed=seed, inference=False, **budget(route, rho), **ROUTES[route])
     return float(np.linalg.norm(res.params.to_numpy() - reference))
 
 

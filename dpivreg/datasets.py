@@ -10,12 +10,14 @@ import pandas as pd
 
 __all__ = ["load_labsup", "simulate_iv", "SimulatedIV", "LABSUP_DESCRIPTION", "LABSUP_CITATION", "LABSUP_BOUNDS"]
 
+#: Citation of the labour-supply data (Angrist & Evans 1998, as distributed by Wooldridge).
 LABSUP_CITATION = (
     "Angrist, J. D. and W. N. Evans (1998). Children and Their Parents' Labor Supply: Evidence from "
     "Exogenous Variation in Family Size. American Economic Review 88(3), 450-477. Data as distributed with "
     "Wooldridge, J. M., Introductory Econometrics (data set 'labsup', Python package 'wooldridge')."
 )
 
+#: What the labour-supply data contain.
 LABSUP_DESCRIPTION = (
     "Labour supply of 31,857 black or Hispanic mothers with at least two children, 1980 US Census "
     "(the subset of Angrist & Evans (1998) distributed as Wooldridge's 'labsup'). Key variables: "

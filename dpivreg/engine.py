@@ -381,7 +381,7 @@ def dp_2s_gd(
 
     Notes
     -----
-    Per-sample clipping uses ‖zᵢ(zᵢᵀΘ − xᵢᵀ)‖_F = ‖zᵢ‖·‖rᵢ‖ and ‖x̂ᵢ eᵢ‖ = ‖x̂ᵢ‖·|eᵢ|, so
+    Per-sample clipping uses ‖zᵢ(zᵢᵀΘ − xᵢᵀ)‖_F = ‖zᵢ‖·‖rᵢ‖ and ‖x̂ᵢ eᵢ‖ = ‖x̂ᵢ‖·abs(eᵢ), so
     one step costs O(n·q·p) flops and O(n(p+q)) memory, with no loop over rows.
     """
     Z, X, Y, n_exog = _validate_data(Z, X, Y, n_exog)

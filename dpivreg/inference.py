@@ -119,7 +119,7 @@ def noise_covariance(path: DP2SGDPath, *, replications: int, rng: np.random.Gene
     (R, q, q); identity when None), Z̃ᵀX̃_endog/n = S_r Θ⁽ᵀ⁾ and Z̃ᵀỹ/n = S_r Θ̄⁽ᵀ⁾β̃⁽ᵀ⁾, so that its 2SLS
     solution is the released (Θ⁽ᵀ⁾, β̃⁽ᵀ⁾). The simulated iteration is the run's: same T, step sizes,
     method, ridge, noise scales, and a preconditioner built with S = I as in the run; drawing S_r
-    from the moment release's noise (:meth:`WorkingScale.instrument_moment_draws`) propagates the
+    from the moment release's noise (:meth:`dpivreg.preprocess.WorkingScale.instrument_moment_draws`) propagates the
     imperfect whitening too.
 
     Returns the covariance of the simulated β̃⁽ᵀ⁾ and their mean minus β̃⁽ᵀ⁾ (the plug-in worlds'

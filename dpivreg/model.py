@@ -186,7 +186,8 @@ class DPIV2SLS:
             η = α = min(1, 6/T) (public: the contraction (1 − 6/T)^T ≈ e⁻⁶ while the noise of
             the last ≈ T/6 steps is averaged; 1 when both stages are noiseless); with ``method="gd"`` the paper's experimental
             rule η = 1/(1+δ(τ))², α = 2/(2γ̄(τ)+γ̲(τ)) with δ, γ̄, γ̲ read from the data's
-            eigenvalues (a ``PrivacyLeakWarning``; see :func:`_paper_step_sizes_from_data`).
+            eigenvalues: (1+δ)² = λ_max(Z̃ᵀZ̃/n) and γ̄, γ̲ the extreme eigenvalues of the first-stage
+            fit's Θ̂ᵀ(Z̃ᵀZ̃/n)Θ̂ on the working scale (a ``PrivacyLeakWarning``).
         clip : None, "theorem", "rms", float, (float, float), {"c0": float} or False
             Clipping thresholds on the working scale (all choices are public). ``None`` or
             ``"theorem"``: the Theorem's γ1 = γ2 = c0(√q + √(τ + log(nT)))² with c0 = 1, which

@@ -6,26 +6,33 @@ estimate back exactly, so the estimand (the 2SLS coefficient on the original dat
 
 Three routes (``fit(preprocess=...)``)
 --------------------------------------
-``"bounds"``   every column is clipped to its public bounds and divided by max(|lo|, |hi|).
-               Nothing is read from the data, no budget is spent.
-``"private"``  (default) as ``"bounds"``, then one Gaussian release of the second-moment matrix
-               of the bounded columns ("Analyze Gauss", Dwork, Talwar, Thakurta & Zhang 2014),
-               paid for with ρ0. From it, by post-processing only: column means (used to centre
-               when the model has an intercept, which absorbs the shift), column scales, and the
-               instruments' covariance, used to whiten them so that E[z̃z̃ᵀ] ≈ I.
-``"data"``     the same transformations from the exact (non-private) moments: the paper's
-               practice, kept for reproduction; it raises a PrivacyLeakWarning.
+``"bounds"``
+    Every column is clipped to its public bounds and divided by max(abs(lo), abs(hi)).
+    Nothing is read from the data, no budget is spent.
+``"private"``
+    (default) As ``"bounds"``, then one Gaussian release of the second-moment matrix of the
+    bounded columns ("Analyze Gauss", Dwork, Talwar, Thakurta & Zhang 2014), paid for with ρ0.
+    From it, by post-processing only: column means (used to centre when the model has an
+    intercept, which absorbs the shift), column scales, and the instruments' covariance, used
+    to whiten them so that E[z̃z̃ᵀ] ≈ I.
+``"data"``
+    The same transformations from the exact (non-private) moments: the paper's practice, kept
+    for reproduction; it raises a PrivacyLeakWarning.
 
 The transformation
 ------------------
-With the constant column (if any) left untouched,
+With the constant column (if any) left untouched::
+
     ỹ = (y − c_y)/s_y,   X̃ = (X − c_X) A_X,   Z̃ = (Z − c_Z) A_Z,
+
 where Z = [exog, instruments], X = [exog, endog], A_Z is block upper triangular (the whitened
 exogenous columns depend on the exogenous columns only, so X̃ and Z̃ still share them exactly)
 and A_X acts on the exogenous block like A_Z and scales the endogenous columns. If the working
-fit is ỹ ≈ X̃ b̃ and X̃_endog ≈ Z̃ Θ̃, then on the original scale
+fit is ỹ ≈ X̃ b̃ and X̃_endog ≈ Z̃ Θ̃, then on the original scale::
+
     β = s_y A_X b̃, except the constant's coefficient, which gains (c_y − c_Xᵀβ)/v,
     Θ = A_Z Θ̃ diag(s_endog), except the constant's row, which gains (c_endog − c_Zᵀ Θ)/v,
+
 with v the constant's value. This is exact: 2SLS is equivariant under these maps.
 Centring is only done when the model has a constant; without one, a shift would change the
 estimand, so only scaling and (uncentred) whitening are applied.
@@ -59,7 +66,7 @@ class WorkingScale:
     route : str
         ``"private"``, ``"bounds"`` or ``"data"``.
     bound_scales : pandas.Series
-        max(|lo|, |hi|) per column (from bounds, or from the data: a leak), 1 for constants.
+        max(abs(lo), abs(hi)) per column (from bounds, or from the data: a leak), 1 for constants.
     source : pandas.Series
         Where each column's bound came from: ``"bounds"``, ``"data"`` or ``"constant"``.
     clipped_values : pandas.Series
@@ -228,7 +235,7 @@ def _constant_name(design: IVDesign) -> str | None:
 
 
 def _bounded_columns(design: IVDesign, bounds: dict[str, tuple[float, float]], constant: str | None):
-    """Clip each column to its bounds and divide it by max(|lo|, |hi|) (or its data maximum: a leak)."""
+    """Clip each column to its bounds and divide it by max(abs(lo), abs(hi)) (or its data maximum: a leak)."""
     frame = pd.concat([design.dependent, design.exog, design.endog, design.instruments], axis=1)
     scales, source, clipped, columns = {}, {}, {}, {}
     for name in _all_columns(design):

@@ -21,14 +21,17 @@ the paper's noise and the budget object records what was actually spent (ρk/2).
 
 Conversions to (ε, δ)
 ---------------------
-``"bun-steinke"``  ε = ρ + 2·sqrt(ρ·log(1/δ)) (Bun & Steinke 2016, Proposition 1.3; the paper's
-footnote), valid for any ρ-zCDP mechanism but loose.
-``"cks"``          Canonne, Kamath & Steinke (2020), Proposition 12, minimised over the Rényi
-order: the tightest conversion valid for *any* ρ-zCDP mechanism.
-``"gaussian"``     (default) the exact privacy profile of the Gaussian mechanism. All releases of
-DP-2S-GD are Gaussian mechanisms composed adaptively, so the whole fit is μ-GDP with
-μ = sqrt(Σ Δ²/σ²) = sqrt(2ρ) (Dong, Roth & Su 2022, Corollary 3.3) and
-δ(ε) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2) (Balle & Wang 2018, Theorem 8).
+``"bun-steinke"``
+    ε = ρ + 2·sqrt(ρ·log(1/δ)) (Bun & Steinke 2016, Proposition 1.3; the paper's footnote),
+    valid for any ρ-zCDP mechanism but loose.
+``"cks"``
+    Canonne, Kamath & Steinke (2020), Proposition 12, minimised over the Rényi order: the
+    tightest conversion valid for *any* ρ-zCDP mechanism.
+``"gaussian"``
+    (default) The exact privacy profile of the Gaussian mechanism. All releases of DP-2S-GD
+    are Gaussian mechanisms composed adaptively, so the whole fit is μ-GDP with
+    μ = sqrt(Σ Δ²/σ²) = sqrt(2ρ) (Dong, Roth & Su 2022, Corollary 3.3) and
+    δ(ε) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2) (Balle & Wang 2018, Theorem 8).
 """
 
 from __future__ import annotations

@@ -425,7 +425,7 @@ class DPIVResults:
     def _bound_table(self) -> SimpleTable:
         rows = self.bound.rows()
         c = self.contraction
-        rows.append(("κ_β, κ_Θ (released Θ, isotropy)", f"{_fmt(c.kappa_beta)}, {_fmt(c.kappa_theta)}"))
+        rows.append(("κ_β, κ_Θ (second, first stage)", f"{_fmt(c.kappa_beta)}, {_fmt(c.kappa_theta)}"))
         return SimpleTable(
             [[v] for _, v in rows], stubs=[k for k, _ in rows], txt_fmt=copy.deepcopy(fmt_2cols),
             title="Error bound components (Theorem, up to constants)",

@@ -6,7 +6,7 @@ iteration count). Nothing reads data, so nothing here costs privacy.
 The bound
 ---------
 The Theorem of the paper (Section 3, eq. ``(e_beta(T) bound thm2)``) states that, with
-probability at least ``1 − c2·exp(−τ)``,
+probability at least ``1 − c2·exp(−τ)``::
 
     ‖β⁽ᵀ⁾ − β̂‖ ≲ κ(τ)^(T/2)                                   (optimization term)
                + √p (√q + √τ)³ √T / (n √min(ρ1, ρ2))            (privacy term)
@@ -783,10 +783,10 @@ def preconditioned_contraction_rates(delta: float, eta: float, alpha: float) -> 
     """Contraction of the preconditioned iteration (``method="preconditioned"``), in the κ^(T/2) form.
 
     Not from the paper, whose Theorem is proved for the plain iteration: with whitened
-    instruments the first stage contracts per step by max |1 − η·λ| over the eigenvalues
+    instruments the first stage contracts per step by max abs(1 − η·λ) over the eigenvalues
     λ ∈ [(1−δ)², (1+δ)²] of ZᵀZ/n, and the second stage, stepping along P_t⁻¹·gradient with
-    P_t ≈ the second-stage Hessian, by |1 − α|. Since the optimization term is κ^(T/2), each
-    per-step factor enters squared: κ_Θ = max|1 − ηλ|², κ_β = (1 − α)², κ = max (clamped to [0, 1]).
+    P_t ≈ the second-stage Hessian, by abs(1 − α). Since the optimization term is κ^(T/2), each
+    per-step factor enters squared: κ_Θ = max abs(1 − ηλ)², κ_β = (1 − α)², κ = max (clamped to [0, 1]).
     """
     delta = _check_delta(delta)
     upper, lower = _pow(1.0 + delta, 2), _pow(max(1.0 - delta, 0.0), 2)

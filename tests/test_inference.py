@@ -85,7 +85,7 @@ def test_coverage_needs_the_privacy_noise_term():
 
     200 replications, fixed seeds. Nominal 95%: the binomial standard error is
     sqrt(0.95·0.05/200) = 0.0154, so the private intervals must cover at least 0.95 − 3·0.0154 = 0.904
-    (measured 0.98 over 150 replications in benchmarks/coverage.py). Intervals built from the sampling
+    (see benchmarks/coverage.py and the docs' coverage table). Intervals built from the sampling
     part alone — the privacy-noise term dropped — covered 0.28 there; the test asserts they fall below
     the same threshold, so it fails if the noise term goes missing.
     """
@@ -93,8 +93,7 @@ def test_coverage_needs_the_privacy_noise_term():
     for run in range(200):
         s = simulate_iv(1000, 1, 1, seed=run)
         model = DPIV2SLS(s.data["y"], None, s.data[["x1"]], s.data[["z1"]])
-        res = model.fit(rho1=2 / 2.3, rho2=2 / 2.3, rho0=2 / 23, rho_inf=2 / 46, T=20, bounds=s.bounds,
-                        seed=10_000 + run)
+        res = model.fit(rho1=2 / 2.3, rho2=2 / 2.3, T=20, bounds=s.bounds, seed=10_000 + run)  # total 2
         ci = res.conf_int()
         covered.append(bool(ci["lower"].iloc[0] <= s.beta[0] <= ci["upper"].iloc[0]))
         half = 1.959964 * math.sqrt(res.inference.cov_sampling[0, 0])
