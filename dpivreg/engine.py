@@ -120,7 +120,7 @@ def check_positive(value, name: str, *, allow_none: bool = False) -> float | Non
     return value
 
 
-def _check_T(T) -> int:
+def check_T(T) -> int:
     if isinstance(T, bool) or not isinstance(T, numbers.Integral):
         raise TypeError(f"T must be an integer number of iterations >= 1, got {T!r}.")
     if T < 1:
@@ -387,7 +387,7 @@ def dp_2s_gd(
     Z, X, Y, n_exog = _validate_data(Z, X, Y, n_exog)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
-    T = _check_T(T)
+    T = check_T(T)
     rho1 = check_rho(rho1, "rho1")
     rho2 = check_rho(rho2, "rho2")
     eta = check_positive(eta, "eta")

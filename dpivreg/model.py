@@ -11,7 +11,7 @@ import numpy as np
 from formulaic.utils.context import capture_context
 
 from .design import IVDesign, design_from_arrays, design_from_formula
-from .engine import METHODS, DivergenceError, check_positive, dp_2s_gd, make_rng
+from .engine import METHODS, DivergenceError, check_positive, check_T, dp_2s_gd, make_rng
 from .inference import private_inference
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, working_scale
 from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, check_delta, check_rho
@@ -236,7 +236,7 @@ class DPIV2SLS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
         if preprocess not in PREPROCESS_ROUTES:
             raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {preprocess!r}.")
-        T_checked = _check_T(T)
+        T_checked = check_T(T)
         tau = _check_tau(tau)
         rng = make_rng(seed)
         leaks: list[str] = []
@@ -324,13 +324,6 @@ class DPIV2SLS:
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
                            inference_note=inference_note)
 
-
-def _check_T(T) -> int:
-    if isinstance(T, bool) or not isinstance(T, numbers.Integral):
-        raise TypeError(f"T must be an integer number of iterations >= 1, got {T!r}.")
-    if T < 1:
-        raise ValueError(f"T must be >= 1, got {T}.")
-    return int(T)
 
 
 def _check_step_stability(eta: float, alpha: float, *, method: str, n: int, q: int, tau: float) -> None:

@@ -2,21 +2,16 @@
 
 import numpy as np
 
+from dpivreg.datasets import simulate_iv
+
 
 def simulate_iv_arrays(n, p, q, *, seed, r=None):
-    """The synthetic IV design of the paper's section 5.1 (z, u, noise standard normal;
-    β ~ N(0, I), Θ = 5·I + E, Φ, φ standard normal). Returns Z, X, Y, β, Θ."""
-    rng = np.random.default_rng(seed)
-    r = p if r is None else r
-    beta = rng.standard_normal(p)
-    theta = 5.0 * np.eye(q, p) + rng.standard_normal((q, p))
-    Phi = rng.standard_normal((r, p))
-    phi = rng.standard_normal(r)
-    Z = rng.standard_normal((n, q))
-    U = rng.standard_normal((n, r))
-    X = Z @ theta + U @ Phi + rng.standard_normal((n, p))
-    Y = X @ beta + U @ phi + rng.standard_normal(n)
-    return Z, X, Y, beta, theta
+    """The paper's synthetic design (:func:`dpivreg.datasets.simulate_iv`) as arrays Z, X, Y, β, Θ."""
+    sim = simulate_iv(n, p, q, r, seed=seed)
+    data = sim.data
+    X = data[[f"x{j + 1}" for j in range(p)]].to_numpy()
+    Z = data[[f"z{j + 1}" for j in range(q)]].to_numpy()
+    return Z, X, data["y"].to_numpy(), sim.beta, sim.theta
 
 
 def two_sls(Z, X, Y):
