@@ -304,6 +304,8 @@ class DPIV2SLS:
                 inference_result = private_inference(
                     path, scale, rho=math.inf if preprocess == "data" else rho_inf, tau=tau, rng=rng)
                 inference_note = ""
+                if not inference_result.reliable:
+                    warnings.warn(_unreliable_message(inference_result), UserWarning, stacklevel=2)
             except OverflowError as exc:
                 inference_note = f"unavailable: {exc}"
         inference_releases = [inference_result.release] if inference_result and inference_result.release else []
@@ -324,6 +326,16 @@ class DPIV2SLS:
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
                            inference_note=inference_note)
 
+
+
+def _unreliable_message(inference) -> str:
+    return (
+        "the private standard errors may be unreliable: the privacy noise left in the first stage is "
+        f"{inference.first_stage_noise_ratio:.2g} of its smallest singular value (flag above "
+        f"{inference.MAX_NOISE_RATIO:.2g}) and the private whitening is off by {inference.whitening_error:.2g} "
+        f"(flag above {inference.MAX_WHITENING_ERROR:.2g}). Nominal 95% intervals then cover anywhere from "
+        "about 0.8 to 1.0 (docs: coverage study). Increase n, rho0 (whitening) or rho1 (first stage)."
+    )
 
 
 def _check_step_stability(eta: float, alpha: float, *, method: str, n: int, q: int, tau: float) -> None:

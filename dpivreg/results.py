@@ -437,7 +437,11 @@ class DPIVResults:
                     "noise and are not private.")
         inf = self._inference
         share = np.diag(inf.cov_noise) / np.diag(inf.cov)
-        return (
+        caution = "" if inf.reliable else (
+            "CAUTION: private std. errors flagged unreliable (first-stage noise ratio "
+            f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); coverage may be "
+            "anywhere from about 0.8 to 1.0. ")
+        return caution + (
             "Private std. errors (normal approx., 95% CI): homoskedastic 2SLS sampling variance from a private "
             f"residual variance (rho_inf) + privacy-noise variance by parametric bootstrap of the iteration "
             f"({inf.replications} paths; noise share of the variance {np.min(share):.0%}-{np.max(share):.0%}). "

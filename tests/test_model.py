@@ -115,7 +115,7 @@ def test_data_route_leaks(frame):
 def test_default_fit_with_bounds_has_no_leak(frame):
     model = DPIV2SLS.from_formula("y ~ 1 + w + [x1 ~ z1 + z2]", frame)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", PrivacyLeakWarning)
         res = model.fit(rho1=0.4, rho2=0.6, rho0=0.25, T=20, bounds={**_wide_bounds(model), "w": (0, 10)}, seed=1)
     # rho_inf defaults to 0.05·(rho1 + rho2) = 0.05 (the inference release)
     assert res.privacy.rho == pytest.approx(0.25 + 0.4 + 0.6 + 0.05, rel=1e-12)
@@ -131,7 +131,7 @@ def test_private_fit_with_bounds_and_public_steps_has_no_leak(frame):
     model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
     bounds = {"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8)}
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        warnings.simplefilter("error", PrivacyLeakWarning)
         res = model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3)
     assert res.leaks == () and res.is_private
     assert res.privacy.rho == pytest.approx(2.3)  # rho0 = 0.1·(rho1 + rho2), rho_inf = 0.05·(rho1 + rho2)
