@@ -1156,9 +1156,12 @@ class Plan:
 
 
 def _default_T_max(T_rec: int, t_limit: float) -> int:
-    """max(100, 4·recommended T, ⌈2·T limit⌉ when finite), capped at :data:`T_MAX_CAP`."""
-    candidates = [100, 4 * T_rec]
-    if math.isfinite(t_limit):
+    """max(100, 4·recommended T, ⌈2·T limit⌉ when that is at most 10 times the others), capped at
+    :data:`T_MAX_CAP`: the table passes the minimum and shows the T condition when it is nearby,
+    without hundreds of thousands of rows when the limit is far away (n = 31,857 gives 2e5)."""
+    base = max(100, 4 * T_rec)
+    candidates = [base]
+    if math.isfinite(t_limit) and 2.0 * t_limit <= 10 * base:
         candidates.append(math.ceil(2.0 * t_limit))
     return int(min(T_MAX_CAP, max(candidates)))
 
@@ -1192,9 +1195,9 @@ def plan(
         Contraction rate in (0, 1). Under this module's definitions κ ≥ 1/2, so 0.5 is the
         most optimistic value.
     T_max : int, optional
-        Largest T of the table. Default: ``max(100, 4·recommended T, ⌈2·T condition limit⌉)``
-        (the last entry only when the limit is finite), capped at ``10**6`` — enough to pass
-        both the minimum of the total and the T condition limit when the cap allows.
+        Largest T of the table. Default: ``max(100, 4·recommended T)``, extended to
+        ``⌈2·T condition limit⌉`` when that is at most ten times as far, capped at ``10**6``:
+        enough to pass the minimum of the total, and the T condition limit when it is nearby.
 
     Returns
     -------

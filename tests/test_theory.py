@@ -310,8 +310,9 @@ def test_plan_table_and_recommendation():
     assert pl.bound.T == 6 and pl.bound.total == pytest.approx(pl.table["total"].min())
     text = repr(pl)
     assert "recommended T" in text and text == pl.summary()
-    # default T_max passes the T condition limit: 2 * 2500 = 5000 at n = 10^4
-    assert th.plan(1e4, 5, 5, 1.0, 1.0).T_max == 5000
+    # default T_max = max(100, 4·recommended) = 100 at n = 10^4, recommended T = 14; the T condition
+    # limit (2500) is more than 10 times farther, so the table does not stretch to 2·2500
+    assert th.plan(1e4, 5, 5, 1.0, 1.0).T_max == 100
 
 
 @pytest.mark.parametrize(
@@ -335,7 +336,7 @@ def test_plan_without_privacy_and_for_large_n():
     assert pl.t_condition_limit == INF and np.all(pl.table["privacy"] == 0)
     assert pl.bound.total == pl.bound.statistical  # the optimization term has vanished in floating point
     big = th.plan(1e8, 5, 5, 1.0, 1.0)
-    assert big.T_max == th.T_MAX_CAP and big.recommended_T == 42
+    assert big.T_max == 168 and big.recommended_T == 42  # 4·42: the T limit (2.5e11) is far away
     assert big.recommended_T == int(big.table["total"].idxmin())
 
 
