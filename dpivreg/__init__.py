@@ -7,7 +7,8 @@ The estimator is the noisy two-stage gradient descent (DP-2S-GD) of Liang, Balas
 from .engine import DivergenceError, DP2SGDPath, dp_2s_gd
 from .model import DPIV2SLS
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, delta_from_rho, epsilon_from_rho
-from .results import DPIVResults
+from .results import DPIVResults, InferenceUnavailableError
+from .theory import plan, smallest_n, smallest_rho
 
 __version__ = "0.1.0"
 
@@ -22,5 +23,9 @@ __all__ = [
     "Release",
     "epsilon_from_rho",
     "delta_from_rho",
+    "InferenceUnavailableError",
+    "plan",
+    "smallest_n",
+    "smallest_rho",
     "__version__",
 ]

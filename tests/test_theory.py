@@ -567,3 +567,9 @@ def test_simulate_iv_int_seed_reproduces_numpy_default_rng():
 
     a, b = simulate_iv(20, 2, 3, seed=11), simulate_iv(20, 2, 3, seed=np.random.default_rng(11))
     pd.testing.assert_frame_equal(a.data, b.data)
+
+
+def test_plan_is_exported_at_the_top_level():
+    import dpivreg
+
+    assert dpivreg.plan is th.plan and dpivreg.smallest_n is th.smallest_n and dpivreg.smallest_rho is th.smallest_rho
