@@ -415,8 +415,8 @@ class DPIVResults:
         else:
             private = {c: [_fmt(self.params[c])] for c in names}
             private_headers = ["DP-2S-GD"]
-        rows = [private[c] + [_fmt(ref[c]), _fmt(se[c]), _fmt(diff[c] / se[c], 3)] for c in names]
-        headers = private_headers + ["IV2SLS*", "Std. Err.*", "Diff./SE*"]
+        rows = [private[c] + [_fmt(ref[c]), _fmt(se[c]), _fmt(diff[c]), _fmt(diff[c] / se[c], 3)] for c in names]
+        headers = private_headers + ["IV2SLS*", "Std. Err.*", "Diff.*", "Diff./SE*"]
         return SimpleTable(
             rows, headers=headers, stubs=names, txt_fmt=copy.deepcopy(fmt_params),
             title="Parameter Estimates (private: DP-2S-GD; * = NON-PRIVATE benchmark)",
@@ -453,8 +453,9 @@ class DPIVResults:
         d, sc = self.design, self._scale
         notes = [
             "Private release: the DP-2S-GD columns (beta^(T) and its inference); their cost is the total rho above.",
-            "* NON-PRIVATE: the IV2SLS estimate, its robust std. err. and the difference in its std. errs. are",
-            "  computed from the raw data without noise. Use them to validate; never publish them.",
+            "* NON-PRIVATE: the IV2SLS estimate, its robust std. err., the difference DP-2S-GD - IV2SLS and that",
+            "  difference in IV2SLS std. errs. are computed from the raw data without noise. Use them to validate;",
+            "  never publish them.",
             self._inference_text(),
             "Error bound: the Theorem's terms with all constants set to 1 (shapes, not calibrated errors); "
             "no privacy cost. " + ("kappa from the released Theta^(T) (method 'gd')."
