@@ -172,10 +172,8 @@ def _validate_data(Z, X, Y, n_exog) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 # ----------------------------------------------------------------------------------------
 # the iteration
 # ----------------------------------------------------------------------------------------
-def _clip_factors(norms: np.ndarray, clip: float | None) -> np.ndarray | None:
-    """Per-row factors min(1, γ/‖g_i‖) of CLIP_γ(g) = g·min(1, γ/‖g‖); None when not clipping."""
-    if clip is None:
-        return None
+def _clip_factors(norms: np.ndarray, clip: float) -> np.ndarray:
+    """Per-row factors min(1, γ/‖g_i‖) of CLIP_γ(g) = g·min(1, γ/‖g‖)."""
     with np.errstate(divide="ignore"):
         return np.minimum(1.0, clip / norms)
 

@@ -16,6 +16,7 @@ from .inference import private_inference
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, working_scale
 from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, check_delta, check_rho
 from .results import DPIVResults, FitSettings
+from .theory import delta_tau
 
 __all__ = ["DPIV2SLS", "theorem_clip", "standardized_clip"]
 
@@ -276,8 +277,8 @@ class DPIV2SLS:
             )
 
         eta, alpha = check_positive(eta, "eta"), check_positive(alpha, "alpha")
-        if preprocess != "bounds":  # data-derived steps (the paper's rule) use the actual spectrum instead
-            _check_step_stability(eta if eta_source != "data" else 1.0, alpha if alpha_source != "data" else 1.0,
+        if preprocess != "bounds":
+            _check_step_stability(None if eta_source == "data" else eta, None if alpha_source == "data" else alpha,
                                   method=method, n=n, q=q, tau=tau)
 
         with warnings.catch_warnings(record=True) as caught:
@@ -338,8 +339,12 @@ def _unreliable_message(inference) -> str:
     )
 
 
-def _check_step_stability(eta: float, alpha: float, *, method: str, n: int, q: int, tau: float) -> None:
+def _check_step_stability(eta: float | None, alpha: float | None, *, method: str, n: int, q: int,
+                          tau: float) -> None:
     """Reject step sizes beyond the stability limits of the whitened working scale (public quantities).
+
+    ``None`` skips a step size derived from the data's own spectrum (the paper's rule), which
+    is stable for the actual data even where the isotropic limit below would not say so.
 
     With E[z̃z̃ᵀ] = I the eigenvalues of Z̃ᵀZ̃/n lie in [(1−δ)², (1+δ)²], δ = (√q+√τ)/√n (see
     :func:`dpivreg.theory.delta_tau`), so the first stage diverges for η > 2/(1−δ)² and is only
@@ -347,21 +352,17 @@ def _check_step_stability(eta: float, alpha: float, *, method: str, n: int, q: i
     diverges for α ≥ 2. Clipped gradients would hide the divergence (the iterates bounce instead of
     overflowing), hence the up-front check.
     """
-    from .theory import delta_tau
-
-    delta = delta_tau(n, q, tau)
-    limit = 2.0 / max(1.0 - delta, 1e-12) ** 2
-    if eta > limit:
+    limit = 2.0 / max(1.0 - delta_tau(n, q, tau), 1e-12) ** 2
+    if eta is not None and eta > limit:
         raise DivergenceError(
             f"the step size eta={eta:g} is too large: the first stage diverges on the whitened working scale "
             f"(stability limit about 2/(1-δ)² = {limit:.3g}). Lower eta (e.g. to 1)."
         )
-    if method == "preconditioned" and alpha >= 2.0:
+    if method == "preconditioned" and alpha is not None and alpha >= 2.0:
         raise DivergenceError(
             f"the step size alpha={alpha:g} is too large: the preconditioned second stage diverges for "
             "alpha >= 2. Lower alpha (e.g. to 1)."
         )
-
 
 
 def _check_tau(tau) -> float:
