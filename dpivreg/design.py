@@ -890,6 +890,11 @@ def _check_enough_rows(blocks: dict[str, pd.DataFrame], n_dropped: int = 0) -> N
     """Raise if there are fewer than 2 rows or fewer rows than columns of Z = [exog, instruments]."""
     nobs = blocks["dependent"].shape[0]
     ncol = blocks["exog"].shape[1] + blocks["instruments"].shape[1]
+    _check_row_count(nobs, ncol, n_dropped)
+
+
+def _check_row_count(nobs: int, ncol: int, n_dropped: int = 0) -> None:
+    """Raise if ``nobs`` rows are fewer than 2 or fewer than the ``ncol`` columns of Z."""
     noun = "row" if nobs == 1 else "rows"
     left = (
         f" (left after dropping {n_dropped} row(s) with a missing value)" if n_dropped else ""
@@ -932,40 +937,52 @@ def _check_instruments(
     for j, name in enumerate(instruments.columns):
         column = z[:, j]
         if np.all(column == column[0]):
-            if n_dropped == 0:
-                raise ValueError(
-                    f"instrument {name!r} is constant ({column[0]:g} in every row); a "
-                    "constant instrument does not identify anything. Remove it (the "
-                    "intercept belongs in exog, e.g. '1 + ...')."
-                )
             varied = (
                 full_instruments is not None
                 and name in full_instruments.columns
                 and _varies(full_instruments[name].to_numpy(dtype=np.float64))
             )
-            detail = (
-                "; it varies only in rows that were dropped" if varied else ""
-            )
-            raise ValueError(
-                f"instrument {name!r} is constant ({column[0]:g}) in the {column.size} "
-                f"rows left after dropping {n_dropped} row(s) with a missing value in "
-                f"the dependent variable, regressors or instruments{detail}. A constant "
-                "instrument does not identify anything: impute or fix the missing "
-                "values so that more rows are kept, or remove the instrument."
-            )
+            raise _constant_instrument_error(name, column[0], column.size, n_dropped, varied)
         for i, other in enumerate(exog.columns):
             if np.array_equal(column, x[:, i]):
-                raise ValueError(
-                    f"instrument {name!r} has the same values as exog column "
-                    f"{other!r}; an exogenous regressor is already its own "
-                    "instrument. Remove the duplicate."
-                )
+                raise _duplicate_instrument_error(name, other, "exog")
         for i in range(j):
             if np.array_equal(column, z[:, i]):
-                raise ValueError(
-                    f"instrument {name!r} has the same values as instrument "
-                    f"{instruments.columns[i]!r}. Remove the duplicate."
-                )
+                raise _duplicate_instrument_error(name, instruments.columns[i], "instruments")
+
+
+def _constant_instrument_error(
+    name: Hashable, value: float, size: int, n_dropped: int, varied: bool
+) -> ValueError:
+    """The error for an instrument that takes one value in all ``size`` kept rows."""
+    if n_dropped == 0:
+        return ValueError(
+            f"instrument {name!r} is constant ({value:g} in every row); a "
+            "constant instrument does not identify anything. Remove it (the "
+            "intercept belongs in exog, e.g. '1 + ...')."
+        )
+    detail = "; it varies only in rows that were dropped" if varied else ""
+    return ValueError(
+        f"instrument {name!r} is constant ({value:g}) in the {size} "
+        f"rows left after dropping {n_dropped} row(s) with a missing value in "
+        f"the dependent variable, regressors or instruments{detail}. A constant "
+        "instrument does not identify anything: impute or fix the missing "
+        "values so that more rows are kept, or remove the instrument."
+    )
+
+
+def _duplicate_instrument_error(name: Hashable, other: Hashable, block: str) -> ValueError:
+    """The error for an instrument equal to an exog column or an earlier instrument."""
+    if block == "exog":
+        return ValueError(
+            f"instrument {name!r} has the same values as exog column "
+            f"{other!r}; an exogenous regressor is already its own "
+            "instrument. Remove the duplicate."
+        )
+    return ValueError(
+        f"instrument {name!r} has the same values as instrument "
+        f"{other!r}. Remove the duplicate."
+    )
 
 
 def _unit_columns(values: np.ndarray) -> np.ndarray:
@@ -1017,11 +1034,16 @@ def _check_rank(frame: pd.DataFrame, label: str) -> None:
     rank = int(np.linalg.matrix_rank(values))
     if rank == values.shape[1]:
         return
-    bad = frame.columns[_first_dependent_column(values)]
-    raise ValueError(
-        f"{label} does not have full column rank (rank {rank} < {values.shape[1]} "
-        f"columns): column {bad!r} is a linear combination of the columns before "
-        f"it in {list(frame.columns)}. Drop a collinear column (e.g. {bad!r})."
+    raise _rank_error(list(frame.columns), rank, _first_dependent_column(values), label)
+
+
+def _rank_error(columns: list[Hashable], rank: int, bad: int, label: str) -> ValueError:
+    """The error for a rank-deficient block; ``bad`` is the first collinear column's position."""
+    name = columns[bad]
+    return ValueError(
+        f"{label} does not have full column rank (rank {rank} < {len(columns)} "
+        f"columns): column {name!r} is a linear combination of the columns before "
+        f"it in {columns}. Drop a collinear column (e.g. {name!r})."
     )
 
 
