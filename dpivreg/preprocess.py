@@ -283,11 +283,24 @@ def analyze_gauss(W: np.ndarray, *, rho: float, rng: np.random.Generator, row_bo
     sigma : float
         The noise standard deviation per entry.
     """
-    n, d = W.shape
+    n = W.shape[0]
+    return release_second_moments(clipped_outer_sum(W, row_bound) / n, n, rho=rho, rng=rng, row_bound=row_bound,
+                                  name=name, stage=stage)
+
+
+def clipped_outer_sum(W: np.ndarray, row_bound: float) -> np.ndarray:
+    """Σᵢ wᵢwᵢᵀ over the rows of W, each clipped to L2 norm ``row_bound`` (the data part of
+    :func:`analyze_gauss`; a sum, so it can be accumulated block by block)."""
     norms = np.sqrt(np.einsum("ij,ij->i", W, W))
     with np.errstate(divide="ignore"):
         W = W * np.minimum(1.0, row_bound / norms)[:, None]
-    M = W.T @ W / n
+    return W.T @ W
+
+
+def release_second_moments(M: np.ndarray, n: int, *, rho: float, rng: np.random.Generator, row_bound: float,
+                           name: str = "second moments", stage: str = "rho0") -> tuple[np.ndarray, Release, float]:
+    """Add the symmetric Gaussian noise of :func:`analyze_gauss` to the exact M = Σ clipped wwᵀ / n."""
+    d = M.shape[0]
     sensitivity = math.sqrt(2.0) * row_bound**2 / n
     sigma = 0.0 if math.isinf(rho) else sensitivity / math.sqrt(2.0 * rho)
     upper = np.triu(rng.standard_normal((d, d)) * sigma)
@@ -315,15 +328,28 @@ def _moments(W: np.ndarray, *, has_constant: bool, route: str, rho0: float, rng:
     # Exact moments (non-private routes) are computed on columns rescaled to max |w| = 1 and scaled
     # back, so that absurdly loose bounds (entries ~1e-200, squares underflowing) stay exact. The
     # private release must use the bounded scale itself: its sensitivity is stated there.
-    unit = np.ones(d)
-    if math.isinf(rho):
-        largest = np.max(np.abs(W), axis=0) if n else unit
-        unit = np.where(largest > 0, largest, 1.0)
+    unit = _moment_units(np.max(np.abs(W), axis=0) if n else np.ones(d), rho)
     V = W / unit
     V = np.column_stack([np.ones(n), V]) if has_constant else V
     row_bound = math.sqrt(V.shape[1])  # every entry lies in [−1, 1]
-    M, release, sigma = analyze_gauss(V, rho=rho, rng=rng, row_bound=row_bound,
-                                      name="second moments of the bounded columns (Analyze Gauss)")
+    return _moments_from_sum(clipped_outer_sum(V, row_bound), n, unit=unit, has_constant=has_constant,
+                             route=route, rho=rho, rng=rng, n_instruments=n_instruments)
+
+
+def _moment_units(largest: np.ndarray, rho: float) -> np.ndarray:
+    """Column units of the moment computation: 1 for a release, max |w| (or 1 if 0) when exact."""
+    if not math.isinf(rho):
+        return np.ones(largest.shape[0])
+    return np.where(largest > 0, largest, 1.0)
+
+
+def _moments_from_sum(outer_sum: np.ndarray, n: int, *, unit: np.ndarray, has_constant: bool, route: str,
+                      rho: float, rng: np.random.Generator, n_instruments: int):
+    """Release Σ vvᵀ/n of V = [1, W/unit] (or W/unit) and post-process it as :func:`_moments` says."""
+    d = unit.shape[0]
+    row_bound = math.sqrt(d + has_constant)
+    M, release, sigma = release_second_moments(outer_sum / n, n, rho=rho, rng=rng, row_bound=row_bound,
+                                               name="second moments of the bounded columns (Analyze Gauss)")
     if has_constant:
         means = np.clip(M[0, 1:], -1.0, 1.0)
         second = M[1:, 1:] - np.outer(means, means)
@@ -359,7 +385,7 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     Parameters
     ----------
     design : IVDesign
-        The model's design.
+        The model's design (a Dask design gives lazy Dask working arrays, see :mod:`dpivreg._dask`).
     bounds : dict, optional
         Public (lower, upper) bounds by design column name.
     route : {"bounds", "private", "data"}
@@ -372,29 +398,65 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     if route not in PREPROCESS_ROUTES:
         raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {route!r}.")
     bounds = validate_bounds(bounds, design)
+    if route == "private":
+        rho0 = check_rho(rho0, "rho0")
+    rng = rng if rng is not None else np.random.default_rng()
+    if getattr(design, "is_dask", False):
+        from ._dask import dask_working_scale  # noqa: PLC0415 - dask is optional
+
+        return dask_working_scale(design, bounds, route=route, rho0=rho0, rng=rng)
     constant = _constant_name(design)
     columns, bound_scales, source, clipped = _bounded_columns(design, bounds, constant)
-    exog, endog, instr = design.exog_names, design.endog_names, design.instrument_names
+    free = free_columns(design, constant)
+    W = np.column_stack([columns[c] for c in free])
+    if route == "bounds":
+        moments = None
+    else:
+        moments = _moments(W, has_constant=constant is not None, route=route,
+                           rho0=rho0 if route == "private" else math.inf, rng=rng,
+                           n_instruments=n_free_instruments(design, constant))
+    constant_value = float(design.exog[constant].iloc[0]) if constant is not None else 1.0
+    maps = affine_maps(design, route=route, constant=constant, constant_value=constant_value,
+                       bound_scales=bound_scales, moments=moments)
+    raw = {c: columns[c] * bound_scales[c] for c in _all_columns(design)}  # clipped, original units
+    k = len(design.exog_names)
+    Z = (np.column_stack([raw[c] for c in design.z_names]) - maps["z_center"]) @ maps["A_z"]
+    X = (np.column_stack([raw[c] for c in design.regressor_names]) - maps["x_center"]) @ maps["A_x"]
+    X[:, :k] = Z[:, :k]  # identical by construction; remove rounding differences
+    Y = (raw[design.dependent_name] - maps["y_center"]) / maps["y_scale"]
+    return WorkingScale(route=route, bound_scales=bound_scales, source=source, clipped_values=clipped,
+                        Z=Z, X=X, Y=Y, n_exog=k, **maps)
+
+
+def free_columns(design: IVDesign, constant: str | None) -> list:
+    """The non-constant columns in the order of the moment release: [exog, instruments, endog, dependent]."""
+    return ([c for c in design.exog_names if c != constant] + list(design.instrument_names)
+            + list(design.endog_names) + [design.dependent_name])
+
+
+def n_free_instruments(design: IVDesign, constant: str | None) -> int:
+    """Number of non-constant columns of Z = [exog, instruments] (they lead :func:`free_columns`)."""
+    return len(design.exog_names) - (constant is not None) + len(design.instrument_names)
+
+
+def affine_maps(design: IVDesign, *, route: str, constant: str | None, constant_value: float,
+                bound_scales: pd.Series, moments: tuple | None) -> dict:
+    """The centres and linear maps of the working scale (every field of :class:`WorkingScale` that
+    does not hold data), from the bound scales and, off route "bounds", the moments of
+    :func:`_moments` over :func:`free_columns`."""
+    exog, endog = design.exog_names, design.endog_names
     dep = design.dependent_name
     k, p_endog = len(exog), len(endog)
     z_names, x_names = design.z_names, design.regressor_names
     const_idx = exog.index(constant) if constant is not None else None
-    constant_value = float(design.exog[constant].iloc[0]) if constant is not None else 1.0
-
-    # Non-constant columns in the order [exog (non-constant), instruments, endog, dependent].
-    free = [c for c in exog if c != constant] + list(instr) + list(endog) + [dep]
-    W = np.column_stack([columns[c] for c in free])
-    if route == "bounds":
+    free = free_columns(design, constant)
+    if moments is None:
         means, scales = np.zeros(len(free)), np.ones(len(free))
         releases: tuple[Release, ...] = ()
         z_cov = None
         moment_sigma = 0.0
     else:
-        rho0 = check_rho(rho0, "rho0") if route == "private" else math.inf
-        n_z_free = len(exog) - (constant is not None) + len(instr)
-        means, scales, z_cov, releases, moment_sigma = _moments(W, has_constant=constant is not None, route=route, rho0=rho0,
-                                                  rng=rng if rng is not None else np.random.default_rng(),
-                                                  n_instruments=n_z_free)
+        means, scales, z_cov, releases, moment_sigma = moments
     index = {c: i for i, c in enumerate(free)}
 
     def center(c: str) -> float:
@@ -416,19 +478,8 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     A_x = np.zeros((k + p_endog, k + p_endog))
     A_x[:k, :k] = A_z[:k, :k]
     A_x[k:, k:] = np.diag([1.0 / scale(c) for c in endog])
-
-    z_center = np.array([center(c) for c in z_names])
-    x_center = np.array([center(c) for c in x_names])
-    raw = {c: columns[c] * bound_scales[c] for c in _all_columns(design)}  # clipped, original units
-    Z_orig = np.column_stack([raw[c] for c in z_names])
-    X_orig = np.column_stack([raw[c] for c in x_names])
-    Z = (Z_orig - z_center) @ A_z
-    X = (X_orig - x_center) @ A_x
-    X[:, :k] = Z[:, :k]  # identical by construction; remove rounding differences
-    Y = (raw[dep] - center(dep)) / scale(dep)
-    return WorkingScale(
-        route=route, bound_scales=bound_scales, source=source, clipped_values=clipped,
-        y_center=center(dep), y_scale=scale(dep), x_center=x_center, A_x=A_x, z_center=z_center, A_z=A_z,
-        constant_index=const_idx, constant_value=constant_value, Z=Z, X=X, Y=Y, n_exog=k, releases=releases,
-        moment_noise_std=moment_sigma, z_names=tuple(z_names),
+    return dict(
+        y_center=center(dep), y_scale=scale(dep), x_center=np.array([center(c) for c in x_names]), A_x=A_x,
+        z_center=np.array([center(c) for c in z_names]), A_z=A_z, constant_index=const_idx,
+        constant_value=constant_value, releases=releases, moment_noise_std=moment_sigma, z_names=tuple(z_names),
     )
