@@ -1256,8 +1256,12 @@ def _warn_encoded_missing(
 ) -> None:
     """Warn if the design keeps rows where a variable of the formula is missing."""
     columns, n_rows = _encoded_missing(data, parts, kept)
-    if not columns:
-        return
+    if columns:
+        _emit_encoded_missing(columns, n_rows, stacklevel=stacklevel + 1)
+
+
+def _emit_encoded_missing(columns: list[Hashable], n_rows: int, stacklevel: int) -> None:
+    """Warn that ``n_rows`` kept rows have a missing value in ``columns`` that the formula encoded."""
     warnings.warn(
         f"{n_rows} row(s) kept in the design have a missing value in column(s) "
         f"{columns} of `data`: the formula turned the missing value into a number "

@@ -10,6 +10,7 @@ from typing import Mapping
 import numpy as np
 from formulaic.utils.context import capture_context
 
+from ._dask import is_dask_collection
 from .design import IVDesign, design_from_arrays, design_from_formula
 from .engine import METHODS, DivergenceError, check_positive, check_T, dp_2s_gd, make_rng
 from .inference import private_inference
@@ -41,10 +42,18 @@ def _paper_step_sizes_from_data(scale: WorkingScale) -> tuple[float, float]:
     """
     Z, X, k = scale.Z, scale.X, scale.n_exog
     n = Z.shape[0]
-    eta = 1.0 / np.linalg.eigvalsh(Z.T @ Z / n)[-1]
-    theta_endog = np.linalg.lstsq(Z, X[:, k:], rcond=None)[0]
-    x_hat = np.column_stack([X[:, :k], Z @ theta_endog])
-    eigenvalues = np.linalg.eigvalsh(x_hat.T @ x_hat / n)
+    if is_dask_collection(Z):  # one pass for both cross-products; the fit from the normal equations
+        import dask  # noqa: PLC0415
+
+        ZZ, ZX = dask.compute(Z.T @ Z / n, Z.T @ X[:, k:] / n)
+        eta = 1.0 / np.linalg.eigvalsh(ZZ)[-1]
+        theta_full = np.concatenate([np.eye(Z.shape[1], k), np.linalg.solve(ZZ, ZX)], axis=1)
+        eigenvalues = np.linalg.eigvalsh(theta_full.T @ ZZ @ theta_full)
+    else:
+        eta = 1.0 / np.linalg.eigvalsh(Z.T @ Z / n)[-1]
+        theta_endog = np.linalg.lstsq(Z, X[:, k:], rcond=None)[0]
+        x_hat = np.column_stack([X[:, :k], Z @ theta_endog])
+        eigenvalues = np.linalg.eigvalsh(x_hat.T @ x_hat / n)
     gamma_under, gamma_bar = max(eigenvalues[0], 0.0), eigenvalues[-1]
     if not gamma_bar > 0:
         raise ValueError(
@@ -88,7 +97,12 @@ class DPIV2SLS:
     """
 
     def __init__(self, dependent, exog, endog, instruments) -> None:
-        self._design = design_from_arrays(dependent, exog, endog, instruments)
+        if any(is_dask_collection(value) for value in (dependent, exog, endog, instruments)):
+            from ._dask import dask_design_from_arrays  # noqa: PLC0415 - dask is optional
+
+            self._design = dask_design_from_arrays(dependent, exog, endog, instruments)
+        else:
+            self._design = design_from_arrays(dependent, exog, endog, instruments)
 
     @classmethod
     def _from_design(cls, design: IVDesign) -> "DPIV2SLS":
@@ -106,16 +120,34 @@ class DPIV2SLS:
             E.g. ``"weeks ~ 1 + educ + [kids ~ samesex]"``. With a bracket there is no implicit
             intercept: write ``1 +`` for one. Functions and variables of the caller's namespace
             (``np.log``, user functions) resolve as in linearmodels.
-        data : pandas.DataFrame
+        data : pandas.DataFrame or dask.dataframe.DataFrame
             The data; never modified. Rows with a missing value in any part are dropped jointly.
+            A Dask DataFrame gives a lazy design (see the docs' Dask page): the formula is
+            applied per partition, categories must be known, and only ``"formulaic"`` is
+            supported.
         formula_engine : {"formulaic", "patsy"}
             ``"formulaic"`` builds exactly linearmodels' ``IV2SLS.from_formula`` design;
             ``"patsy"`` uses patsy's naming and coding (statsmodels users).
         """
         context = capture_context(1)
+        if is_dask_collection(data):
+            from ._dask import dask_design_from_formula  # noqa: PLC0415 - dask is optional
+
+            return cls._from_design(
+                dask_design_from_formula(formula, data, context=context, formula_engine=formula_engine))
         return cls._from_design(
             design_from_formula(formula, data, context=context, formula_engine=formula_engine)
         )
+
+    def persist(self) -> "DPIV2SLS":
+        """A model whose Dask design is computed once and kept in the (cluster's) memory.
+
+        Each iteration of ``fit`` is one pass over the design; without persisting, every pass
+        reads the source and applies the formula again. Returns ``self`` for in-memory data.
+        """
+        if not getattr(self._design, "is_dask", False):
+            return self
+        return type(self)._from_design(self._design.persist())
 
     @property
     def design(self) -> IVDesign:

@@ -326,11 +326,16 @@ class DPIVResults:
         """NON-PRIVATE benchmark: linearmodels ``IV2SLS`` (robust covariance) on the same design.
 
         Computed from the raw data without noise: use it to validate the private estimate,
-        never publish it.
+        never publish it. For a Dask design it is computed from cross-products
+        (:class:`dpivreg._dask.CrossProductIV2SLS`, the same estimate and robust covariance).
         """
         from linearmodels.iv import IV2SLS
 
         d = self.design
+        if getattr(d, "is_dask", False):
+            from ._dask import dask_benchmark  # noqa: PLC0415 - dask is optional
+
+            return dask_benchmark(d)
         exog = d.exog if d.exog.shape[1] else None
         return IV2SLS(d.dependent, exog, d.endog, d.instruments).fit()
 

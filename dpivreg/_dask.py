@@ -1,0 +1,992 @@
+"""Dask support: lazy designs, preprocessing and the 2SLS benchmark for data larger than memory.
+
+``DPIV2SLS.from_formula(formula, ddf)`` with a ``dask.dataframe.DataFrame`` and ``DPIV2SLS(...)``
+with Dask arrays, DataFrames or Series build a :class:`DaskIVDesign`: the design specification
+(formulaic's ``ModelSpec``) is built ONCE from a synthetic non-empty frame with the data's column
+types (``dask.dataframe.utils.meta_nonempty``, no data is read) and applied per partition; rows
+with a missing value are dropped per partition (row-wise, jointly, as on the pandas path). Nothing
+is collected to the driver but small reductions:
+
+* building the design: one pass (row counts, per-column minima and maxima, non-finite counts, the
+  column-scaled cross-product matrix, equality of instrument columns), from which the pandas
+  path's checks are repeated with the same messages where possible (rank from the cross-product
+  eigenvalues);
+* ``fit``: one pass for the clipped values and the Analyze-Gauss moment release (route
+  "private" or "data"; only the clipping counts on route "bounds"), then the engine's passes
+  (one per iteration), then one pass for the private residual variance of the inference;
+* the NON-PRIVATE benchmark: one pass (the cross-products ZᵀZ, ZᵀX, Zᵀy come from the design's
+  pass) for the residuals and the robust (HC0) covariance's Σ zᵢzᵢᵀeᵢ².
+
+The privacy releases, their noise and the order of the random draws are those of the pandas
+path, so for the same seed the results agree up to the summation order.
+
+Dask is optional: this module is imported only when a Dask collection is passed, and
+:func:`is_dask_collection` detects one without importing Dask.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import warnings
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from .design import (
+    _BLOCKS,
+    _FormulaParts,
+    _as_float_blocks,
+    _block_error,
+    _block_formulas,
+    _check_array_dtype,
+    _check_column_dtype,
+    _check_counts,
+    _check_data_columns,
+    _check_row_count,
+    _check_unique_names,
+    _constant_instrument_error,
+    _duplicate_instrument_error,
+    _emit_encoded_missing,
+    _empty_block,
+    _formula_factors,
+    _formula_variables,
+    _is_text_dtype,
+    _numpy_columns,
+    _rank_error,
+    _split_formula,
+    _warn_dropped,
+)
+
+__all__ = [
+    "DaskIVDesign",
+    "is_dask_collection",
+    "dask_design_from_formula",
+    "dask_design_from_arrays",
+    "dask_working_scale",
+    "dask_benchmark",
+    "CrossProductIV2SLS",
+]
+
+#: Eigenvalues of the unit-scaled cross-product matrix below this fraction of the largest count
+#: as zero when judging the rank (a singular-value ratio of about 3e-6).
+RANK_RTOL = 1e-11
+
+_STATEFUL_HELP = (
+    "With a Dask DataFrame the design is built once from the column types, not from the data, so "
+    "transforms that learn parameters from the data (center(), scale(), poly(), bs(), ...) cannot be "
+    "used. Compute the transformed column with Dask first, e.g. "
+    "ddf['x_c'] = ddf['x'] - ddf['x'].mean(), and use it in the formula."
+)
+
+
+def is_dask_collection(obj: Any) -> bool:
+    """Whether ``obj`` is a Dask collection (array, DataFrame, Series), detected without importing Dask."""
+    module = type(obj).__module__ or ""
+    return module == "dask" or module.startswith("dask.")
+
+
+# ---------------------------------------------------------------------------
+# The design
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DesignStats:
+    """Column statistics of a Dask design from its building pass (NON-PRIVATE; never released).
+
+    Attributes
+    ----------
+    minimum, maximum : ndarray (d,)
+        Per-column extremes over the kept rows.
+    scale : ndarray (d,)
+        max |value| per column over the kept rows, 1 for an all-zero column.
+    gram : ndarray (d, d)
+        Σ vᵢvᵢᵀ of the columns divided by ``scale`` (the cross-products in units of max |value|).
+    """
+
+    minimum: np.ndarray
+    maximum: np.ndarray
+    scale: np.ndarray
+    gram: np.ndarray
+
+    def cross_products(self, rows: list[int], cols: list[int]) -> np.ndarray:
+        """Σ aᵢbᵢᵀ in original units for the columns at positions ``rows`` and ``cols``."""
+        return self.gram[np.ix_(rows, cols)] * np.outer(self.scale[rows], self.scale[cols])
+
+
+@dataclass(frozen=True, eq=False)
+class DaskIVDesign:
+    """A validated IV design held lazily in a Dask array (the counterpart of :class:`~dpivreg.design.IVDesign`).
+
+    Parameters
+    ----------
+    values : dask.array.Array
+        ``nobs`` by ``d`` float64 with known row chunks and one column chunk, the columns in the
+        order [dependent, exog, endog, instruments], rows with a missing value dropped.
+    names : tuple of four tuples
+        Column names of the dependent variable, exog, endog and instruments.
+    nobs : int
+        Number of rows (public in the privacy model).
+    stats : DesignStats
+        Column statistics of the building pass (non-private).
+    formula, formula_engine : str, optional
+        The formula and engine the design was built with (None for arrays).
+    n_dropped : int
+        Rows dropped because of a missing value.
+    """
+
+    values: Any
+    names: tuple[tuple[Hashable, ...], ...]
+    nobs: int
+    stats: DesignStats
+    formula: str | None = None
+    formula_engine: str | None = None
+    n_dropped: int = 0
+
+    is_dask: ClassVar[bool] = True
+
+    @property
+    def dependent_name(self) -> Hashable:
+        """Name of the dependent variable."""
+        return self.names[0][0]
+
+    @property
+    def exog_names(self) -> list[Hashable]:
+        """Names of the exogenous regressors."""
+        return list(self.names[1])
+
+    @property
+    def endog_names(self) -> list[Hashable]:
+        """Names of the endogenous regressors."""
+        return list(self.names[2])
+
+    @property
+    def instrument_names(self) -> list[Hashable]:
+        """Names of the excluded instruments."""
+        return list(self.names[3])
+
+    @property
+    def regressor_names(self) -> list[Hashable]:
+        """Names of ``X = [exog, endog]``, the order of the parameters."""
+        return self.exog_names + self.endog_names
+
+    @property
+    def z_names(self) -> list[Hashable]:
+        """Names of ``Z = [exog, instruments]``, the first-stage regressors."""
+        return self.exog_names + self.instrument_names
+
+    @property
+    def positions(self) -> dict[str, list[int]]:
+        """Column positions in :attr:`values` of ``"dependent"``, ``"exog"``, ``"endog"``, ``"instruments"``,
+        ``"x"`` (= [exog, endog]) and ``"z"`` (= [exog, instruments])."""
+        return _positions(tuple(len(block) for block in self.names))
+
+    @property
+    def constant_name(self) -> Hashable | None:
+        """Name of the first exog column that is constant and nonzero, or None."""
+        index = self._constant_position()
+        return None if index is None else self.exog_names[index - 1]
+
+    @property
+    def constant_value(self) -> float:
+        """The value of :attr:`constant_name` (1.0 without a constant)."""
+        index = self._constant_position()
+        return 1.0 if index is None else float(self.stats.minimum[index])
+
+    @property
+    def has_constant(self) -> bool:
+        """Whether an exog column is constant and nonzero (e.g. ``Intercept``)."""
+        return self.constant_name is not None
+
+    def _constant_position(self) -> int | None:
+        lo, hi = self.stats.minimum, self.stats.maximum
+        for j in self.positions["exog"]:
+            if lo[j] == hi[j] and lo[j] != 0:
+                return j
+        return None
+
+    def block(self, name: str) -> Any:
+        """One block (``"dependent"``, ``"exog"``, ``"endog"``, ``"instruments"``) as a lazy Dask DataFrame."""
+        import dask.dataframe as dd  # noqa: PLC0415
+
+        cols = self.positions[name]
+        labels = list(self.names[_BLOCKS.index(name)])
+        if not cols:
+            return dd.from_pandas(_empty_block(pd.RangeIndex(0)), npartitions=1)
+        return dd.from_dask_array(self.values[:, cols], columns=labels)
+
+    @property
+    def dependent(self) -> Any:
+        """The dependent variable (lazy Dask DataFrame)."""
+        return self.block("dependent")
+
+    @property
+    def exog(self) -> Any:
+        """The exogenous regressors (lazy Dask DataFrame)."""
+        return self.block("exog")
+
+    @property
+    def endog(self) -> Any:
+        """The endogenous regressors (lazy Dask DataFrame)."""
+        return self.block("endog")
+
+    @property
+    def instruments(self) -> Any:
+        """The instruments (lazy Dask DataFrame)."""
+        return self.block("instruments")
+
+    def persist(self) -> "DaskIVDesign":
+        """The same design with its float64 columns computed and kept in the cluster's memory.
+
+        Every iteration of the fit is one pass over the design; persisting evaluates the formula
+        (and reads the source) once instead of once per pass. Needs nobs × d × 8 bytes of
+        (distributed) memory.
+        """
+        return DaskIVDesign(self.values.persist(), self.names, self.nobs, self.stats, self.formula,
+                            self.formula_engine, self.n_dropped)
+
+
+def _positions(widths: tuple[int, ...]) -> dict[str, list[int]]:
+    starts = np.cumsum((0,) + widths)
+    pos = {block: list(range(starts[i], starts[i + 1])) for i, block in enumerate(_BLOCKS)}
+    pos["x"] = pos["exog"] + pos["endog"]
+    pos["z"] = pos["exog"] + pos["instruments"]
+    return pos
+
+
+# ---------------------------------------------------------------------------
+# Per-partition work (top-level functions: they are shipped to the workers)
+# ---------------------------------------------------------------------------
+
+
+def _complete_rows(raw: np.ndarray) -> np.ndarray:
+    """The rows of ``raw`` without a missing value."""
+    return raw[~np.isnan(raw).any(axis=1)]
+
+
+def _block_stats(raw: np.ndarray, widths: tuple[int, ...], pairs: tuple[tuple[int, int], ...]) -> dict:
+    """Statistics of one partition of the raw design (missing values kept), see :func:`_combine`."""
+    d = raw.shape[1]
+    missing = np.isnan(raw).any(axis=1)
+    clean = raw[~missing]
+    finite = np.isfinite(clean)
+    starts = np.cumsum((0,) + widths)
+    bad_rows = [int(np.count_nonzero(~finite[:, a:b].all(axis=1))) if b > a else 0
+                for a, b in zip(starts[:-1], starts[1:])]
+    magnitude = np.where(finite, np.abs(clean), 0.0)
+    scale = np.max(magnitude, axis=0, initial=0.0)
+    unit = np.where(scale > 0, scale, 1.0)
+    scaled = np.where(finite, clean, 0.0) / unit
+    return {
+        "n_raw": raw.shape[0],
+        "n": clean.shape[0],
+        "raw_min": np.fmin.reduce(raw, axis=0, initial=np.inf) if raw.size else np.full(d, np.inf),
+        "raw_max": np.fmax.reduce(raw, axis=0, initial=-np.inf) if raw.size else np.full(d, -np.inf),
+        "min": np.min(clean, axis=0, initial=np.inf),
+        "max": np.max(clean, axis=0, initial=-np.inf),
+        "bad_rows": np.array(bad_rows, dtype=np.int64),
+        "scale": scale,
+        "gram": scaled.T @ scaled,
+        "equal": np.array([np.array_equal(clean[:, j], clean[:, i]) for j, i in pairs], dtype=bool),
+    }
+
+
+def _combine(parts: list[dict]) -> dict:
+    """Combine the statistics of the partitions (sums, extremes, the rescaled cross-products)."""
+    scale = np.max([p["scale"] for p in parts], axis=0)
+    unit = np.where(scale > 0, scale, 1.0)
+    gram = np.zeros_like(parts[0]["gram"])
+    for p in parts:
+        ratio = p["scale"] / unit
+        gram += p["gram"] * np.outer(ratio, ratio)
+    return {
+        "n_raw": sum(p["n_raw"] for p in parts),
+        "n": sum(p["n"] for p in parts),
+        "lengths": [p["n"] for p in parts],
+        "raw_min": np.min([p["raw_min"] for p in parts], axis=0),
+        "raw_max": np.max([p["raw_max"] for p in parts], axis=0),
+        "min": np.min([p["min"] for p in parts], axis=0),
+        "max": np.max([p["max"] for p in parts], axis=0),
+        "bad_rows": np.sum([p["bad_rows"] for p in parts], axis=0),
+        "scale": unit,
+        "gram": gram,
+        "equal": np.all([p["equal"] for p in parts], axis=0),
+        "encoded": _combine_encoded(parts),
+    }
+
+
+def _combine_encoded(parts: list[dict]) -> tuple[np.ndarray, int] | None:
+    if "encoded_columns" not in parts[0]:
+        return None
+    return (np.any([p["encoded_columns"] for p in parts], axis=0),
+            int(sum(p["encoded_rows"] for p in parts)))
+
+
+# ---------------------------------------------------------------------------
+# Validation from the statistics (the checks of design._validate)
+# ---------------------------------------------------------------------------
+
+
+def _gram_rank(gram: np.ndarray) -> int:
+    """Rank of the columns whose (unit-scaled) cross-product matrix is ``gram``."""
+    if gram.shape[0] == 0:
+        return 0
+    eigenvalues = np.linalg.eigvalsh(gram)
+    if not eigenvalues[-1] > 0:
+        return 0
+    return int(np.count_nonzero(eigenvalues > RANK_RTOL * eigenvalues[-1]))
+
+
+def _check_gram_rank(gram: np.ndarray, columns: list[Hashable], label: str) -> None:
+    """Raise the pandas path's rank error if the columns of ``gram`` are collinear."""
+    rank = _gram_rank(gram)
+    if rank == gram.shape[0]:
+        return
+    lo, hi = 1, gram.shape[0]
+    while lo < hi:  # the first prefix that is rank deficient
+        mid = (lo + hi) // 2
+        if _gram_rank(gram[:mid, :mid]) < mid:
+            hi = mid
+        else:
+            lo = mid + 1
+    raise _rank_error(columns, rank, lo - 1, label)
+
+
+def _instrument_pairs(widths: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """(instrument, other) column pairs whose equality the pandas path checks, in its order."""
+    pos = _positions(widths)
+    pairs = []
+    for j, col in enumerate(pos["instruments"]):
+        pairs.extend((col, other) for other in pos["exog"])
+        pairs.extend((col, other) for other in pos["instruments"][:j])
+    return tuple(pairs)
+
+
+def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...]) -> None:
+    """The checks of :func:`dpivreg.design._drop_missing` and ``_validate`` from the pass's statistics."""
+    total, nobs = stats["n_raw"], stats["n"]
+    if total == 0:
+        raise ValueError("the data have no rows; the design needs observations.")
+    if nobs == 0:
+        raise ValueError(
+            f"no rows left: all {total} rows have a missing value in the dependent "
+            "variable, the exogenous or endogenous regressors or the instruments."
+        )
+    widths = tuple(len(block) for block in names)
+    pos = _positions(widths)
+    for b, block in enumerate(_BLOCKS):
+        if stats["bad_rows"][b]:
+            lo, hi = stats["min"][pos[block]], stats["max"][pos[block]]
+            bad = [names[b][j] for j in range(widths[b]) if not (np.isfinite(lo[j]) and np.isfinite(hi[j]))]
+            raise ValueError(
+                f"{block} column(s) {bad} contain infinite values (e.g. log of 0) in "
+                f"{stats['bad_rows'][b]} row(s); remove those rows or transform the variable."
+            )
+    n_dropped = total - nobs
+    _check_row_count(nobs, widths[1] + widths[3], n_dropped)
+    labels = {c: name for block, b in zip(_BLOCKS, range(4)) for c, name in zip(pos[block], names[b])}
+    equal = dict(zip(_instrument_pairs(widths), stats["equal"]))
+    exog = set(pos["exog"])
+    for col in pos["instruments"]:
+        if stats["min"][col] == stats["max"][col]:
+            varied = bool(stats["raw_min"][col] < stats["raw_max"][col])
+            raise _constant_instrument_error(labels[col], stats["min"][col], nobs, n_dropped, varied)
+        for other in pos["exog"] + [c for c in pos["instruments"] if c < col]:
+            if equal[(col, other)]:
+                raise _duplicate_instrument_error(labels[col], labels[other],
+                                                  "exog" if other in exog else "instruments")
+    gram = stats["gram"]
+    for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
+        cols = pos[key]
+        _check_gram_rank(gram[np.ix_(cols, cols)], [labels[c] for c in cols], label)
+
+
+def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...], ...], *, formula: str | None,
+            formula_engine: str | None, source: str, stacklevel: int,
+            encoded_columns: list[Hashable] | None = None) -> DaskIVDesign:
+    """Run the building pass, validate, warn and assemble the lazy design."""
+    import dask  # noqa: PLC0415
+    import dask.array as da  # noqa: PLC0415
+
+    if not stats_parts:
+        raise ValueError("the data have no partitions; the design needs observations.")
+    stats = _combine(list(dask.compute(*stats_parts)))
+    _validate(stats, names)
+    d = sum(len(block) for block in names)
+    chunks = [
+        da.from_delayed(dask.delayed(_complete_rows)(raw), shape=(m, d), dtype=np.float64,
+                        meta=np.empty((0, d), dtype=np.float64))
+        for raw, m in zip(raw_parts, stats["lengths"]) if m > 0
+    ]
+    values = chunks[0] if len(chunks) == 1 else da.concatenate(chunks, axis=0)
+    design = DaskIVDesign(
+        values=values, names=names, nobs=int(stats["n"]),
+        stats=DesignStats(stats["min"], stats["max"], stats["scale"], stats["gram"]),
+        formula=formula, formula_engine=formula_engine, n_dropped=int(stats["n_raw"] - stats["n"]),
+    )
+    _warn_dropped(design, source, stacklevel=stacklevel + 1)
+    if stats["encoded"] is not None and encoded_columns:
+        flags, n_rows = stats["encoded"]
+        bad = [c for c, flag in zip(encoded_columns, flags) if flag]
+        if bad:
+            _emit_encoded_missing(bad, n_rows, stacklevel=stacklevel + 1)
+    return design
+
+
+# ---------------------------------------------------------------------------
+# Formulas
+# ---------------------------------------------------------------------------
+
+#: Per block: does linearmodels' parser ask formulaic for a full-rank block?
+_FULL_RANK = {"dependent": False, "exog": True, "endog": False, "instruments": False}
+
+
+@dataclass(frozen=True)
+class _FormulaicBuilder:
+    """Apply the blocks' formulaic ``ModelSpec``s (built once) to a pandas partition.
+
+    Calling it returns the raw float64 design (missing values kept, columns in block order).
+    """
+
+    specs: tuple[Any, ...]
+    context: Mapping[str, Any]
+
+    def frames(self, data: pd.DataFrame) -> dict[str, pd.DataFrame]:
+        """The four named blocks on ``data``'s rows (missing values kept)."""
+        from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
+
+        blocks = {}
+        with warnings.catch_warnings():
+            # A missing category is coded as the reference level (as on the pandas path, which
+            # warns with EncodedMissingWarning); formulaic's own warning would repeat per partition.
+            warnings.simplefilter("ignore", DataMismatchWarning)
+            for block, spec in zip(_BLOCKS, self.specs):
+                if spec is None:
+                    blocks[block] = _empty_block(data.index)
+                else:
+                    blocks[block] = pd.DataFrame(spec.get_model_matrix(data, context=self.context))
+        return blocks
+
+    def __call__(self, data: pd.DataFrame) -> np.ndarray:
+        parts = [frame.to_numpy(dtype=np.float64, na_value=np.nan)
+                 for frame in self.frames(data).values() if frame.shape[1]]
+        return np.column_stack(parts) if parts else np.empty((data.shape[0], 0))
+
+
+def _formula_stats(part: pd.DataFrame, builder: _FormulaicBuilder, used: list[Hashable],
+                   widths: tuple[int, ...], pairs: tuple[tuple[int, int], ...]) -> dict:
+    """:func:`_block_stats` of a partition, plus which formula variables are missing in kept rows."""
+    raw = builder(part)
+    stats = _block_stats(raw, widths, pairs)
+    kept = ~np.isnan(raw).any(axis=1)
+    missing = part[used].isna().to_numpy()[kept] if used else np.zeros((int(kept.sum()), 0), dtype=bool)
+    stats["encoded_columns"] = missing.any(axis=0)
+    stats["encoded_rows"] = int(missing.any(axis=1).sum())
+    return stats
+
+
+def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts) -> None:
+    """Raise for columns whose encoding would depend on the data: text, or categories not known."""
+    from dask.dataframe.utils import has_known_categories  # noqa: PLC0415
+
+    for col in _formula_variables(parts, meta):
+        dtype = meta[col].dtype
+        fix = (f"Make it a category with known categories first, e.g. "
+               f"ddf[{col!r}] = ddf[{col!r}].astype('category').cat.as_known() (or set the categories "
+               f"explicitly with .cat.set_categories([...]), which also fixes their order).")
+        if _is_text_dtype(dtype):
+            raise ValueError(
+                f"column {col!r} has dtype {dtype}: with a Dask DataFrame the formula cannot read the levels "
+                f"of a text column from the data (they may differ between partitions). {fix}"
+            )
+        if isinstance(dtype, pd.CategoricalDtype) and not has_known_categories(meta[col]):
+            raise ValueError(
+                f"column {col!r} is a Dask category with unknown categories: the formula needs all levels "
+                f"to build the same dummy columns in every partition. {fix}"
+            )
+
+
+def _formula_context(specs: tuple[Any, ...], context: Mapping[str, Any], columns: set) -> dict[str, Any]:
+    """The variables of ``context`` that the formula's expressions name (shipped to the workers)."""
+    names: set[str] = set()
+    for spec in specs:
+        if spec is None:
+            continue
+        for term in spec.formula:
+            for factor in term.factors:
+                try:
+                    tree = ast.parse(str(factor.expr), mode="eval")
+                except SyntaxError:
+                    continue
+                names.update(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
+    out = {}
+    for name in sorted(names - columns):
+        try:
+            if name in context:
+                out[name] = context[name]
+        except Exception:  # noqa: BLE001 - an odd mapping: the name is simply not shipped
+            continue
+    return out
+
+
+def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame) -> None:
+    """Raise for stateful transforms and for categories whose levels would be read from the sample."""
+    if spec.transform_state:
+        raise ValueError(
+            f"the {block} block {text!r} uses the stateful transform(s) {sorted(spec.transform_state)}. "
+            + _STATEFUL_HELP
+        )
+    reads: dict[str, set] = {}
+    for term in spec.formula:
+        for factor in term.factors:
+            reads[str(factor.expr)] = set(getattr(factor, "required_variables", set()) or set())
+    for expr, (kind, _state) in spec.encoder_state.items():
+        if getattr(kind, "value", kind) != "categorical":
+            continue
+        for col in reads.get(str(expr), set()):
+            if col in meta.columns and not isinstance(meta[col].dtype, pd.CategoricalDtype):
+                raise ValueError(
+                    f"{expr!r} in the {block} block treats column {col!r} (dtype {meta[col].dtype}) as a "
+                    "category, whose levels formulaic would read from the data; with a Dask DataFrame every "
+                    "partition must see the same levels. Make it a category with known categories first, "
+                    f"e.g. ddf[{col!r}] = ddf[{col!r}].astype('category').cat.as_known()."
+                )
+
+
+def _formulaic_builder(formula: str, sample: pd.DataFrame, parts: _FormulaParts,
+                       context: Mapping[str, Any]) -> _FormulaicBuilder:
+    """Build the blocks' model specs once on ``sample`` (a frame with the data's column types)."""
+    from formulaic import Formula  # noqa: PLC0415
+    from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
+
+    from .design import _formulaic_context  # noqa: PLC0415
+
+    ctx = _formulaic_context(context)
+    specs = []
+    for block, text in _block_formulas(parts).items():
+        if text is None:
+            specs.append(None)
+            continue
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore", DataMismatchWarning)
+                matrix = Formula(text).get_model_matrix(
+                    sample, context=ctx, ensure_full_rank=_FULL_RANK[block], na_action="ignore")
+        except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
+            raise _block_error(block, text, "formulaic", exc) from exc
+        _check_spec(matrix.model_spec, block, text, sample)
+        specs.append(matrix.model_spec if matrix.shape[1] or block != "exog" else None)
+    specs_t = tuple(specs)
+    shipped = _formula_context(specs_t, ctx, set(sample.columns))
+    builder = _FormulaicBuilder(specs_t, shipped)
+    try:
+        builder(sample)
+    except Exception:  # noqa: BLE001 - a name we could not see in the expressions: ship everything
+        builder = _FormulaicBuilder(specs_t, dict(ctx))
+    return builder
+
+
+def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, Any],
+                             formula_engine: str = "formulaic") -> DaskIVDesign:
+    """Build a lazy, validated IV design from a formula and a Dask DataFrame.
+
+    Parameters
+    ----------
+    formula : str
+        ``dependent ~ exog + [endog ~ instruments]`` as for
+        :func:`dpivreg.design.design_from_formula`.
+    data : dask.dataframe.DataFrame
+        The data; never modified. Columns used as categories must have known categories.
+    context : Mapping
+        Variables and functions of the formula (the caller's namespace); only those the formula
+        names are shipped to the workers.
+    formula_engine : {"formulaic"}
+        Only formulaic is supported with Dask.
+
+    Returns
+    -------
+    DaskIVDesign
+
+    Raises
+    ------
+    ValueError
+        As :func:`dpivreg.design.design_from_formula`, and for text columns, categories with
+        unknown categories, stateful transforms or ``formula_engine="patsy"``.
+    """
+    if formula_engine != "formulaic":
+        raise ValueError(
+            f"formula_engine={formula_engine!r} is not supported with a Dask DataFrame (patsy's design "
+            "information cannot be shipped to Dask workers). Use formula_engine='formulaic' (the default, "
+            "linearmodels' naming) or compute the data into pandas first."
+        )
+    if not isinstance(formula, str):
+        raise TypeError(f"formula must be a string, got {type(formula).__name__}.")
+    if not hasattr(data, "to_delayed") or not hasattr(data, "columns"):
+        raise TypeError(f"data must be a dask.dataframe.DataFrame, got {type(data).__name__}.")
+    from dask import delayed  # noqa: PLC0415
+    from dask.dataframe.utils import meta_nonempty  # noqa: PLC0415
+
+    parts = _split_formula(formula)
+    meta = data._meta
+    _check_dask_columns(meta, parts)
+    _check_data_columns(meta, parts)
+    sample = meta_nonempty(meta)
+    builder = _formulaic_builder(formula, sample, parts, context)
+    sample_blocks = builder.frames(sample)
+    _check_counts(sample_blocks)
+    _as_float_blocks(sample_blocks)  # complex-valued blocks
+    _check_unique_names(sample_blocks)
+    names = tuple(tuple(sample_blocks[block].columns) for block in _BLOCKS)
+    widths = tuple(len(block) for block in names)
+    pairs = _instrument_pairs(widths)
+    used = _formula_variables(parts, meta)
+    partitions = list(data.to_delayed())
+    stats = [delayed(_formula_stats)(part, builder, used, widths, pairs) for part in partitions]
+    raws = [delayed(builder)(part) for part in partitions]
+    return _finish(raws, stats, names, formula=formula, formula_engine="formulaic",
+                   source="design_from_formula", stacklevel=3, encoded_columns=used)
+
+
+# ---------------------------------------------------------------------------
+# Arrays
+# ---------------------------------------------------------------------------
+
+
+def _is_dask_array(value: Any) -> bool:
+    return is_dask_collection(value) and hasattr(value, "chunks") and hasattr(value, "ndim")
+
+
+def _frame_names(value: Any, name: str) -> list[Hashable]:
+    """Column names of a Dask DataFrame or Series input (dtype and duplicate checks included)."""
+    meta = value._meta
+    if isinstance(meta, pd.Series):
+        _check_column_dtype(meta.dtype, meta.name if meta.name else name, name)
+        return [meta.name if meta.name else name]
+    columns = list(meta.columns)
+    if len(set(columns)) != len(columns):
+        dupes = sorted({str(c) for c in columns if columns.count(c) > 1})
+        raise ValueError(f"{name} has duplicate column names {dupes}; column names must be distinct.")
+    for column, dtype in meta.dtypes.items():
+        _check_column_dtype(dtype, column, name)
+    return columns
+
+
+def _array_names(value: Any, name: str) -> list[str]:
+    """IVData-style column names of a Dask array input (dtype and shape checks included)."""
+    if value.ndim not in (1, 2):
+        raise ValueError(f"{name} must be 1- or 2-dimensional, got {value.ndim} dimensions.")
+    _check_array_dtype(value, name)
+    ncol = 1 if value.ndim == 1 else value.shape[1]
+    if isinstance(ncol, float) and math.isnan(ncol):
+        raise ValueError(f"{name} has an unknown number of columns; compute its shape first.")
+    return _numpy_columns(int(ncol), name)
+
+
+@dataclass(frozen=True)
+class _ArrayBuilder:
+    """Column-stack one partition of each input into the raw float64 design (missing values kept)."""
+
+    blocks: tuple[str, ...]
+    labelled: bool
+
+    def __call__(self, *parts: Any) -> np.ndarray:
+        columns = []
+        reference = None
+        nrows = parts[0].shape[0]
+        for block, part in zip(self.blocks, parts):
+            if part.shape[0] != nrows:
+                raise ValueError(
+                    f"{block} has {part.shape[0]} rows in a partition where dependent has {nrows}; the "
+                    "inputs must be partitioned alike (same rows in every chunk or partition)."
+                )
+            if self.labelled:
+                if reference is None:
+                    reference = (block, part.index)
+                elif not part.index.equals(reference[1]):
+                    raise ValueError(
+                        f"the index of {block} differs from the index of {reference[0]}; pandas inputs must "
+                        "share the same index (same labels in the same order). Align them, e.g. take every "
+                        "input from the same Dask DataFrame."
+                    )
+                values = part.to_numpy(dtype=np.float64, na_value=np.nan)
+            else:
+                values = np.asarray(part, dtype=np.float64)
+            columns.append(values.reshape(nrows, -1))
+        return np.column_stack(columns)
+
+
+def _block_raw_stats(*parts: Any, builder: _ArrayBuilder, widths: tuple[int, ...],
+                     pairs: tuple[tuple[int, int], ...]) -> dict:
+    return _block_stats(builder(*parts), widths, pairs)
+
+
+def _array_partitions(inputs: dict[str, Any]) -> list[list]:
+    """Per input, its partitions (delayed), aligned: Dask arrays are rechunked to the dependent's rows."""
+    if all(_is_dask_array(value) for value in inputs.values()):
+        dep = inputs["dependent"]
+        rows = dep.chunks[0]
+        known = not any(math.isnan(c) for c in rows)
+        out = []
+        for block, value in inputs.items():
+            if known and not any(math.isnan(c) for c in value.chunks[0]):
+                if value.shape[0] != dep.shape[0]:
+                    raise ValueError(
+                        f"{block} has {value.shape[0]} rows but dependent has {dep.shape[0]}; all inputs "
+                        "must have the same number of rows."
+                    )
+                value = value.rechunk({0: rows, 1: -1} if value.ndim == 2 else {0: rows})
+            elif len(value.chunks[0]) != len(rows):
+                raise ValueError(
+                    f"{block} has unknown chunk sizes and {len(value.chunks[0])} row chunks where dependent "
+                    f"has {len(rows)}; compute the chunk sizes first (x.compute_chunk_sizes()) or build the "
+                    "inputs from the same source."
+                )
+            elif value.ndim == 2:
+                value = value.rechunk({1: -1})
+            out.append(list(value.to_delayed().ravel()))
+        return out
+    if all(hasattr(value, "npartitions") for value in inputs.values()):
+        counts = {block: value.npartitions for block, value in inputs.items()}
+        if len(set(counts.values())) != 1:
+            raise ValueError(
+                f"the Dask DataFrame/Series inputs have different numbers of partitions {counts}; take them "
+                "from the same Dask DataFrame (or repartition them alike)."
+            )
+        return [list(value.to_delayed()) for value in inputs.values()]
+    raise TypeError(
+        "the Dask inputs mix Dask arrays with Dask DataFrames/Series; pass one kind, e.g. convert the "
+        "frames with .to_dask_array(lengths=True)."
+    )
+
+
+def dask_design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any) -> DaskIVDesign:
+    """Build a lazy, validated IV design from Dask arrays, DataFrames or Series.
+
+    The counterpart of :func:`dpivreg.design.design_from_arrays`: same naming of unnamed
+    columns, rows with a missing value dropped jointly (per partition), the same checks.
+    All inputs must be Dask collections of one kind (arrays, or DataFrames/Series) and
+    partitioned alike; ``exog`` may be None.
+    """
+    from dask import delayed  # noqa: PLC0415
+
+    inputs = {"dependent": dependent, "exog": exog, "endog": endog, "instruments": instruments}
+    present = {}
+    for block, value in inputs.items():
+        if value is None:
+            if block != "exog":
+                raise TypeError(
+                    f"{block} is required (got None); only exog may be None."
+                    + (" For a model without endogenous variables use OLS." if block == "endog" else "")
+                )
+            continue
+        if not is_dask_collection(value):
+            raise TypeError(
+                f"{block} is a {type(value).__name__} while other inputs are Dask collections; pass all inputs "
+                "as Dask collections (e.g. dask.array.from_array(x, chunks=...)) or all in memory."
+            )
+        present[block] = value
+    names = {block: (_array_names(v, block) if _is_dask_array(v) else _frame_names(v, block))
+             for block, v in present.items()}
+    names.setdefault("exog", [])
+    blocks = {block: pd.DataFrame(columns=names[block], dtype=np.float64) for block in _BLOCKS}
+    _check_counts(blocks)
+    _check_unique_names(blocks)
+    order = tuple(block for block in _BLOCKS if block in present)
+    partitions = _array_partitions({block: present[block] for block in order})
+    builder = _ArrayBuilder(order, labelled=not _is_dask_array(present["dependent"]))
+    names_t = tuple(tuple(names[block]) for block in _BLOCKS)
+    widths = tuple(len(block) for block in names_t)
+    pairs = _instrument_pairs(widths)
+    per_partition = list(zip(*partitions))
+    stats = [delayed(_block_raw_stats)(*parts, builder=builder, widths=widths, pairs=pairs) for parts in per_partition]
+    raws = [delayed(builder)(*parts) for parts in per_partition]
+    return _finish(raws, stats, names_t, formula=None, formula_engine=None, source="design_from_arrays",
+                   stacklevel=3)
+
+
+# ---------------------------------------------------------------------------
+# Passes over the design
+# ---------------------------------------------------------------------------
+
+
+def blockwise_sum(values: Any, func: Any, *args: Any) -> Any:
+    """Σ over the row blocks of ``values`` of ``func(block, *args)`` (arrays or tuples of arrays), in ONE
+    pass (one ``dask.compute``); the partial results are summed at the driver."""
+    import dask  # noqa: PLC0415
+
+    blocks = values.to_delayed().ravel()
+    results = dask.compute(*[dask.delayed(func)(block, *args) for block in blocks])
+    if isinstance(results[0], tuple):
+        return tuple(sum(r[i] for r in results) for i in range(len(results[0])))
+    return sum(results)
+
+
+def _preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, scales: np.ndarray, free: list[int],
+                      unit: np.ndarray | None, has_constant: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Clipping counts per column and (unless ``unit`` is None) Σ clipped vvᵀ of the moment release."""
+    from .preprocess import clipped_outer_sum  # noqa: PLC0415
+
+    counts = np.count_nonzero((block < lo) | (block > hi), axis=0).astype(np.int64)
+    if unit is None:
+        return counts, np.zeros((0, 0))
+    W = np.clip(block[:, free], lo[free], hi[free]) / scales[free]
+    V = W / unit
+    if has_constant:
+        V = np.column_stack([np.ones(V.shape[0]), V])
+    return counts, clipped_outer_sum(V, math.sqrt(V.shape[1]))
+
+
+def dask_working_scale(design: DaskIVDesign, bounds: dict[str, tuple[float, float]], *, route: str,
+                       rho0: float, rng: np.random.Generator):
+    """:func:`dpivreg.preprocess.working_scale` for a Dask design: one pass, lazy working arrays.
+
+    The pass counts the values outside the bounds and, on routes "private" and "data", forms
+    Σ vᵢvᵢᵀ of the bounded columns for the moment release; the noise, the means, scales and
+    whitening are then computed at the driver exactly as for pandas. Z, X and Y are lazy affine
+    maps of the design's columns.
+    """
+    import dask.array as da  # noqa: PLC0415
+
+    from .preprocess import (  # noqa: PLC0415
+        WorkingScale,
+        _all_columns,
+        _moment_units,
+        _moments_from_sum,
+        affine_maps,
+        free_columns,
+        n_free_instruments,
+    )
+
+    names = _all_columns(design)
+    d = len(names)
+    constant = design.constant_name
+    lo, hi, scales = np.full(d, -np.inf), np.full(d, np.inf), np.ones(d)
+    source = {}
+    for j, name in enumerate(names):
+        if name == constant and name not in bounds:
+            source[name] = "constant"
+        elif name in bounds:
+            lo[j], hi[j] = bounds[name]
+            scales[j], source[name] = max(abs(lo[j]), abs(hi[j])), "bounds"
+        else:
+            largest = max(abs(design.stats.minimum[j]), abs(design.stats.maximum[j]))
+            scales[j], source[name] = (largest if largest > 0 else 1.0), "data"
+    index = {name: j for j, name in enumerate(names)}
+    free = [index[c] for c in free_columns(design, constant)]
+    unit = None
+    if route != "bounds":
+        # max |clip(v)| per column is reached at the column's minimum or maximum (clip is monotone)
+        largest = np.maximum(np.abs(np.clip(design.stats.minimum, lo, hi)), np.abs(np.clip(design.stats.maximum, lo, hi)))
+        rho = math.inf if route == "data" else rho0
+        unit = _moment_units((largest / scales)[free], rho)
+    counts, outer = blockwise_sum(design.values, _preprocess_block, lo, hi, scales, free, unit, constant is not None)
+    moments = None
+    if route != "bounds":
+        moments = _moments_from_sum(outer, design.nobs, unit=unit, has_constant=constant is not None, route=route,
+                                    rho=rho, rng=rng, n_instruments=n_free_instruments(design, constant))
+    bound_scales = pd.Series(dict(zip(names, scales)), name="bound scale", dtype=float)
+    maps = affine_maps(design, route=route, constant=constant, constant_value=design.constant_value,
+                       bound_scales=bound_scales, moments=moments)
+    raw = da.clip(design.values, lo, hi) / scales * scales  # clipped, original units (as on the pandas path)
+    pos = design.positions
+    k = len(design.exog_names)
+    Z = (raw[:, pos["z"]] - maps["z_center"]) @ maps["A_z"]
+    X_endog = (raw[:, pos["endog"]] - maps["x_center"][k:]) @ maps["A_x"][k:, k:]
+    X = da.concatenate([Z[:, :k], X_endog], axis=1) if k else X_endog
+    Y = (raw[:, 0] - maps["y_center"]) / maps["y_scale"]
+    return WorkingScale(
+        route=route, bound_scales=bound_scales, source=pd.Series(source, name="source", dtype=object),
+        clipped_values=pd.Series(dict(zip(names, counts)), name="clipped values (non-private)", dtype=np.int64),
+        Z=Z, X=X, Y=Y, n_exog=k, **maps,
+    )
+
+
+# ---------------------------------------------------------------------------
+# The NON-PRIVATE 2SLS benchmark from cross-products
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrossProductIV2SLS:
+    """NON-PRIVATE 2SLS on a Dask design, from cross-products (never publish it).
+
+    Matches ``linearmodels.iv.IV2SLS(...).fit()`` (robust, HC0 covariance, no debiasing) up to
+    rounding: ``params``, ``std_errors``, ``cov``, ``tstats``, ``pvalues``, ``conf_int()``,
+    ``nobs``, ``cov_type``, ``resid_ss``.
+    """
+
+    params: pd.Series
+    cov: pd.DataFrame
+    nobs: int
+    resid_ss: float
+    cov_type: str = "robust"
+
+    @property
+    def std_errors(self) -> pd.Series:
+        """Robust standard errors (sqrt of the diagonal of ``cov``)."""
+        return pd.Series(np.sqrt(np.diag(self.cov.to_numpy())), index=self.params.index, name="stderr")
+
+    @property
+    def tstats(self) -> pd.Series:
+        """params / std_errors."""
+        return (self.params / self.std_errors).rename("tstat")
+
+    @property
+    def pvalues(self) -> pd.Series:
+        """Two-sided p-values under the normal approximation."""
+        from scipy import stats  # noqa: PLC0415
+
+        return pd.Series(2.0 * stats.norm.sf(np.abs(self.tstats.to_numpy())), index=self.params.index,
+                         name="pvalue")
+
+    def conf_int(self, level: float = 0.95) -> pd.DataFrame:
+        """Normal confidence intervals, columns ``lower`` and ``upper``."""
+        from scipy import stats  # noqa: PLC0415
+
+        half = stats.norm.ppf(0.5 + level / 2.0) * self.std_errors
+        return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
+
+
+def _equilibrated_solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """solve(A, B) for a symmetric positive definite A, after scaling A to unit diagonal."""
+    d = np.sqrt(np.diag(A))
+    d = np.where(d > 0, d, 1.0)
+    return np.linalg.solve(A / np.outer(d, d), B / d[:, None]) / d[:, None]
+
+
+def _residual_block(block: np.ndarray, beta: np.ndarray, x_pos: list[int], z_pos: list[int]):
+    e = block[:, 0] - block[:, x_pos] @ beta
+    ze = block[:, z_pos] * e[:, None]
+    return float(e @ e), ze.T @ ze
+
+
+def dask_benchmark(design: DaskIVDesign) -> CrossProductIV2SLS:
+    """NON-PRIVATE 2SLS with linearmodels' default robust (HC0) covariance, from cross-products.
+
+    ZᵀZ, ZᵀX and Zᵀy come from the design's building pass; one more pass forms the residuals'
+    Σeᵢ² and Σ zᵢzᵢᵀeᵢ² (the robust covariance's middle matrix is Πᵀ(Σ zᵢzᵢᵀeᵢ²)Π with x̂ᵢ = Πᵀzᵢ).
+    """
+    pos = design.positions
+    z, x = pos["z"], pos["x"]
+    ZZ = design.stats.cross_products(z, z)
+    ZX = design.stats.cross_products(z, x)
+    Zy = design.stats.cross_products(z, [0])[:, 0]
+    Pi = _equilibrated_solve(ZZ, ZX)  # first stage, x̂ᵢ = Πᵀzᵢ
+    XhXh = ZX.T @ Pi
+    XhXh = (XhXh + XhXh.T) / 2.0
+    beta = _equilibrated_solve(XhXh, (Pi.T @ Zy)[:, None])[:, 0]
+    resid_ss, meat_z = blockwise_sum(design.values, _residual_block, beta, x, z)
+    n = design.nobs
+    bread = _equilibrated_solve(XhXh, np.eye(len(x)))
+    cov = bread @ (Pi.T @ meat_z @ Pi) @ bread
+    cov = (cov + cov.T) / 2.0
+    names = design.regressor_names
+    return CrossProductIV2SLS(
+        params=pd.Series(beta, index=names, name="parameter"),
+        cov=pd.DataFrame(cov, index=names, columns=names),
+        nobs=n, resid_ss=resid_ss,
+    )
