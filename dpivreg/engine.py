@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .backends import DaskRows, InMemoryRows, RowSource, is_dask_collection
+from .kernels import KERNELS, pass_matrix
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, check_rho, noise_std, CALIBRATIONS
 
 __all__ = ["dp_2s_gd", "DP2SGDPath", "DivergenceError", "METHODS"]
@@ -89,24 +91,39 @@ class DP2SGDPath:
 # validation
 # ----------------------------------------------------------------------------------------
 def _as_float_matrix(a, name: str, *, ndim: int) -> np.ndarray:
+    """``a`` as a C-contiguous float64 array of ``ndim`` dimensions, checked finite (no copy when it already is one)."""
     try:
         arr = np.asarray(a)
     except Exception as exc:  # pragma: no cover - numpy raises many types here
         raise TypeError(f"{name} must be array-like of numbers: {exc}") from exc
-    if np.iscomplexobj(arr):
+    _check_number_dtype(arr.dtype, name)
+    arr = _fix_ndim(arr, name, ndim)
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if not _all_finite(arr):
+        raise ValueError(f"{name} contains NaN or infinite values: drop or impute those rows first.")
+    return arr
+
+
+def _check_number_dtype(dtype, name: str) -> None:
+    if np.issubdtype(dtype, np.complexfloating):
         raise TypeError(f"{name} holds complex numbers; pass real values (e.g. the real part, if that is meant).")
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise TypeError(f"{name} must hold numbers, got dtype {arr.dtype}. Encode categories as numeric columns first.")
-    arr = arr.astype(np.float64)
+    if dtype == object or not (np.issubdtype(dtype, np.number) or dtype == bool):
+        raise TypeError(f"{name} must hold numbers, got dtype {dtype}. Encode categories as numeric columns first.")
+
+
+def _fix_ndim(arr, name: str, ndim: int):
     if ndim == 2 and arr.ndim == 1:
         arr = arr[:, None]
     if ndim == 1 and arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}.")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or infinite values: drop or impute those rows first.")
     return arr
+
+
+def _all_finite(arr: np.ndarray, rows: int = 1 << 16) -> bool:
+    """np.isfinite(arr).all() in row blocks, without an array-sized temporary."""
+    return all(np.isfinite(arr[start:start + rows]).all() for start in range(0, arr.shape[0], rows))
 
 
 def check_positive(value, name: str, *, allow_none: bool = False) -> float | None:
@@ -144,14 +161,33 @@ def make_rng(seed) -> np.random.Generator:
     )
 
 
-def _validate_data(Z, X, Y, n_exog) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _validate_data(Z, X, Y, n_exog, *, kernel: str = "auto", n_threads: int | None = None) -> tuple[RowSource, int, int]:
+    """Check the data and wrap it as a :class:`~dpivreg.backends.RowSource`; returns (rows, p, n_exog)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}.")
+    if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(n_threads, numbers.Integral)
+                                  or n_threads < 1):
+        raise ValueError(f"n_threads must be None or an integer >= 1, got {n_threads!r}.")
+    dask_inputs = [is_dask_collection(a) for a in (Z, X, Y)]
+    if any(dask_inputs):
+        if not all(dask_inputs):
+            raise TypeError("Z, X and Y must be all Dask arrays or all in-memory arrays, not a mix: "
+                            "wrap the in-memory ones with dask.array.from_array(...).")
+        return _validate_dask_data(Z, X, Y, n_exog, kernel=kernel)
     Z = _as_float_matrix(Z, "Z", ndim=2)
     X = _as_float_matrix(X, "X", ndim=2)
     Y = _as_float_matrix(Y, "Y", ndim=1)
-    n, q = Z.shape
-    p = X.shape[1]
-    if X.shape[0] != n or Y.shape[0] != n:
-        raise ValueError(f"Z, X and Y must have the same number of rows, got {n}, {X.shape[0]} and {Y.shape[0]}.")
+    n_exog = _check_shapes(Z.shape, X.shape, Y.shape, n_exog)
+    if n_exog and not np.array_equal(X[:, :n_exog], Z[:, :n_exog]):
+        raise ValueError(_exog_mismatch_message(n_exog))
+    return InMemoryRows(Z, X[:, n_exog:], Y, kernel=kernel, n_threads=n_threads), X.shape[1], n_exog
+
+
+def _check_shapes(z_shape, x_shape, y_shape, n_exog) -> int:
+    n, q = z_shape
+    p = x_shape[1]
+    if x_shape[0] != n or y_shape[0] != n:
+        raise ValueError(f"Z, X and Y must have the same number of rows, got {n}, {x_shape[0]} and {y_shape[0]}.")
     if n < 1:
         raise ValueError("the data has no rows.")
     if q < p:
@@ -161,66 +197,54 @@ def _validate_data(Z, X, Y, n_exog) -> tuple[np.ndarray, np.ndarray, np.ndarray,
         )
     if isinstance(n_exog, bool) or not isinstance(n_exog, numbers.Integral) or not 0 <= n_exog < p:
         raise ValueError(f"n_exog must be an integer in [0, p) = [0, {p}), got {n_exog!r}.")
-    if n_exog and not np.array_equal(X[:, :n_exog], Z[:, :n_exog]):
-        raise ValueError(
-            f"n_exog={n_exog} says the first {n_exog} columns of X are exogenous, but they differ from the "
-            f"first {n_exog} columns of Z: put each exogenous regressor first in both X and Z."
-        )
-    return Z, X, Y, int(n_exog)
+    return int(n_exog)
+
+
+def _exog_mismatch_message(n_exog: int) -> str:
+    return (
+        f"n_exog={n_exog} says the first {n_exog} columns of X are exogenous, but they differ from the "
+        f"first {n_exog} columns of Z: put each exogenous regressor first in both X and Z."
+    )
+
+
+def _validate_dask_data(Z, X, Y, n_exog, *, kernel: str) -> tuple[RowSource, int, int]:
+    """The checks of the in-memory path on Dask arrays, in one pass over the data."""
+    import dask
+    import dask.array as da
+
+    arrays = {}
+    for name, a, ndim in (("Z", Z, 2), ("X", X, 2), ("Y", Y, 1)):
+        if not isinstance(a, da.Array):
+            a = a.to_dask_array(lengths=True) if hasattr(a, "to_dask_array") else a
+        if not isinstance(a, da.Array):
+            raise TypeError(f"{name} must be a dask.array.Array (or a Dask DataFrame/Series), got {type(a).__name__}.")
+        _check_number_dtype(a.dtype, name)
+        a = _fix_ndim(a, name, ndim)
+        if any(math.isnan(c) for c in a.chunks[0]):
+            a = a.compute_chunk_sizes()
+        arrays[name] = a.astype(np.float64)
+    Z, X, Y = arrays["Z"], arrays["X"], arrays["Y"]
+    n_exog = _check_shapes(Z.shape, X.shape, Y.shape, n_exog)
+    X = X.rechunk({0: Z.chunks[0]})
+    checks = [da.isfinite(Z).all(), da.isfinite(X).all(), da.isfinite(Y).all()]
+    if n_exog:
+        checks.append((X[:, :n_exog] == Z[:, :n_exog]).all())
+    results = dask.compute(*checks)
+    for ok, name in zip(results[:3], "ZXY"):
+        if not ok:
+            raise ValueError(f"{name} contains NaN or infinite values: drop or impute those rows first.")
+    if n_exog and not results[3]:
+        raise ValueError(_exog_mismatch_message(n_exog))
+    return DaskRows(Z, X[:, n_exog:], Y, kernel=kernel), X.shape[1], n_exog
 
 
 # ----------------------------------------------------------------------------------------
 # the iteration
 # ----------------------------------------------------------------------------------------
-def _clip_factors(norms: np.ndarray, clip: float) -> np.ndarray:
-    """Per-row factors min(1, γ/‖g_i‖) of CLIP_γ(g) = g·min(1, γ/‖g‖)."""
-    with np.errstate(divide="ignore"):
-        return np.minimum(1.0, clip / norms)
-
-
-def _clipped_mean_outer(A: np.ndarray, B: np.ndarray, norm_A: np.ndarray, clip: float | None) -> tuple[np.ndarray, int]:
-    """(1/n) Σᵢ CLIP_γ(aᵢ bᵢᵀ) without forming the n outer products.
-
-    ‖aᵢ bᵢᵀ‖_F = ‖aᵢ‖·‖bᵢ‖, so clipping scales each row of B by min(1, γ/(‖aᵢ‖‖bᵢ‖)).
-    Rows whose gradient norm overflows float64 are clipped through their unit vectors,
-    γ·(aᵢ/‖aᵢ‖)(bᵢ/‖bᵢ‖)ᵀ, instead of silently vanishing. Returns the mean and the number of
-    rows clipped.
-    """
-    n = A.shape[0]
-    if clip is None:
-        return A.T @ B / n, 0
-    norm_B = _row_norms(B)
-    norms = norm_A * norm_B
-    factors = _clip_factors(norms, clip)
-    scaled = B * factors[:, None]
-    huge = ~np.isfinite(norms)
-    if huge.any():
-        norm_A_huge, norm_B_huge = _safe_row_norms(A[huge]), _safe_row_norms(B[huge])
-        live = (norm_A_huge > 0) & (norm_B_huge > 0)  # a zero factor makes the gradient zero
-        rows = np.zeros_like(B[huge])
-        rows[live] = clip * (B[huge][live] / norm_B_huge[live, None]) / norm_A_huge[live, None]
-        scaled[huge] = rows
-        factors[huge] = np.where(live, 0.0, 1.0)  # counted as clipped
-    return A.T @ scaled / n, int(np.count_nonzero(factors < 1.0))
-
-
-def _safe_row_norms(A: np.ndarray) -> np.ndarray:
-    """Row norms that do not overflow: max|aᵢⱼ|·‖aᵢ/max|aᵢⱼ|‖."""
-    largest = np.max(np.abs(A), axis=1)
-    norms = np.zeros_like(largest)
-    nonzero = largest > 0
-    norms[nonzero] = largest[nonzero] * _row_norms(A[nonzero] / largest[nonzero, None])
-    return norms
-
-
 def default_ridge(q: int, eta: float, lambda1: float) -> float:
     """Regularisation of the second-stage preconditioner: the first stage's per-step noise level
     q·(η·λ1)² plus a floor of 1e-4, on the working scale."""
     return q * (eta * lambda1) * (eta * lambda1) + 1e-4
-
-
-def _row_norms(A: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.einsum("ij,ij->i", A, A))
 
 
 def _check_second_moment(second_moment, q: int) -> np.ndarray:
@@ -300,6 +324,8 @@ def dp_2s_gd(
     method: str = "gd",
     second_moment=None,
     ridge: float | None = None,
+    kernel: str = "auto",
+    n_threads: int | None = None,
 ) -> DP2SGDPath:
     """Noisy two-stage gradient descent (Algorithm DP-2S-GD), releasing the whole path.
 
@@ -380,9 +406,15 @@ def dp_2s_gd(
     Notes
     -----
     Per-sample clipping uses ‖zᵢ(zᵢᵀΘ − xᵢᵀ)‖_F = ‖zᵢ‖·‖rᵢ‖ and ‖x̂ᵢ eᵢ‖ = ‖x̂ᵢ‖·abs(eᵢ), so
-    one step costs O(n·q·p) flops and O(n(p+q)) memory, with no loop over rows.
+    one step is one pass over the rows (:mod:`dpivreg.kernels`): O(n·q·p) flops, no n-length
+    temporaries and no loop over rows in Python.
+
+    ``Z``, ``X`` and ``Y`` may be Dask arrays (all three): each iteration then computes the
+    per-block clipped sums on Dask's current scheduler, adds them at the driver and draws the
+    noise there, so the path for a given seed equals the in-memory one up to the order of
+    summation. The arrays are not persisted: call ``.persist()`` first if they fit in the
+    cluster's memory, otherwise every iteration reads them again from their source.
     """
-    Z, X, Y, n_exog = _validate_data(Z, X, Y, n_exog)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
     T = check_T(T)
@@ -395,9 +427,20 @@ def dp_2s_gd(
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
     rng = make_rng(seed)
+    rows, p, n_exog = _validate_data(Z, X, Y, n_exog, kernel=kernel, n_threads=n_threads)
+    try:
+        return _run(rows, p, n_exog, T=T, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1, clip2=clip2,
+                    calibration=calibration, rng=rng, method=method, second_moment=second_moment, ridge=ridge)
+    finally:
+        rows.close()
 
-    n, q = Z.shape
-    p = X.shape[1]
+
+def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: float, eta: float, alpha: float,
+         clip1: float | None, clip2: float | None, calibration: str, rng: np.random.Generator, method: str,
+         second_moment, ridge: float | None) -> DP2SGDPath:
+    """The iteration of :func:`dp_2s_gd` on checked arguments."""
+
+    n, q = rows.n, rows.q
     lambda1 = _stage_noise_std(clip1, n, T, rho1, calibration, "1")
     lambda2 = _stage_noise_std(clip2, n, T, rho2, calibration, "2")
     privacy = PrivacyBudget(
@@ -410,15 +453,10 @@ def dp_2s_gd(
     _check_spent(privacy, rho1, rho2, calibration)
     _warn_if_not_private(privacy)
 
-    exog = Z[:, :n_exog]
-    X_endog = X[:, n_exog:]
     p_endog = p - n_exog
-    norm_z = _row_norms(Z)
     theta = np.zeros((T + 1, q, p_endog))
     beta = np.zeros((T + 1, p))
     clipped_rows = np.zeros((T, 2), dtype=np.int64)
-    x_hat = np.empty((n, p))
-    x_hat[:, :n_exog] = exog
     preconditioner = None
     if method == "preconditioned":
         S = _check_second_moment(second_moment, q)
@@ -439,21 +477,13 @@ def dp_2s_gd(
             xi = rng.standard_normal((q, p_endog)) * lambda1
             nu = rng.standard_normal(p) * lambda2
 
-            fitted = Z @ theta[t]  # x̂ for the endogenous block, reused by both stages
-            grad1, clipped_rows[t, 0] = _clipped_mean_outer(Z, fitted - X_endog, norm_z, clip1)
+            # One pass over the rows gives both stages' clipped sums; P_t^(-1/2) comes from the released Θ⁽ᵗ⁾ only.
+            root = None if preconditioner is None else preconditioner(theta[t])
+            grad1, grad2, clipped_rows[t] = _clipped_gradients(rows, theta[t], beta[t], root, n_exog, clip1, clip2)
             theta[t + 1] = theta[t] - eta * (grad1 - xi)
             _check_finite(theta[t + 1], "first-stage (Θ) iterate", t + 1, "eta", eta)
-
-            x_hat[:, n_exog:] = fitted
-            residual = x_hat @ beta[t] - Y
-            if preconditioner is None:
-                grad2, clipped_rows[t, 1] = _clipped_mean_outer(x_hat, residual[:, None], _row_norms(x_hat), clip2)
-                beta[t + 1] = beta[t] - alpha * (grad2[:, 0] - nu)
-            else:
-                root = preconditioner(theta[t])  # P_t^(-1/2), from the released Θ⁽ᵗ⁾ only
-                x_tilde = x_hat @ root
-                grad2, clipped_rows[t, 1] = _clipped_mean_outer(x_tilde, residual[:, None], _row_norms(x_tilde), clip2)
-                beta[t + 1] = beta[t] - alpha * (root @ (grad2[:, 0] - nu))
+            step = grad2 - nu
+            beta[t + 1] = beta[t] - alpha * (step if root is None else root @ step)
             if not np.all(np.isfinite(beta[t + 1])) and _first_stage_exploding(theta[: t + 2]):
                 _check_finite(beta[t + 1], "second-stage (β) iterate, driven by an exploding first stage (Θ),",
                               t + 1, "eta", eta)
@@ -477,6 +507,26 @@ def dp_2s_gd(
         ridge=ridge if method == "preconditioned" else None,
         clipped_rows=clipped_rows,
     )
+
+
+def _clipped_gradients(rows: RowSource, theta: np.ndarray, beta: np.ndarray, root: np.ndarray | None, n_exog: int,
+                       clip1: float | None, clip2: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(1/n)·Σᵢ CLIP_γ1(zᵢrᵢᵀ), (1/n)·Σᵢ CLIP_γ2(x̃ᵢeᵢ) and the clipped-row counts of one iteration.
+
+    The fused pass (:func:`dpivreg.kernels.block_sums`) is exact unless a row's gradient norm
+    overflows float64; then the iteration is recomputed by the overflow-safe pass.
+    """
+    gamma1 = math.inf if clip1 is None else clip1
+    gamma2 = math.inf if clip2 is None else clip2
+    M, whitened = pass_matrix(theta, beta, root, n_exog)
+    G, counts = rows.clipped_sums(M, gamma1, gamma2)
+    if counts[2]:
+        beta_full = M[:, -1]
+        S1, s2, counts = rows.safe_sums(theta, whitened, beta_full, gamma1, gamma2)
+    else:
+        p_endog = theta.shape[1]
+        S1, s2 = G[:, :p_endog], whitened.T @ G[:, p_endog]
+    return S1 / rows.n, s2 / rows.n, counts[:2]
 
 
 def _stage_noise_std(clip: float | None, n: int, T: int, rho: float, calibration: str, stage: str) -> float:
@@ -510,5 +560,5 @@ def _warn_if_not_private(privacy: PrivacyBudget) -> None:
             + ". The accountant reports rho = inf and epsilon = inf. (A noiseless first stage also voids "
             "the second stage's guarantee: the paper's remark that rho1 = inf keeps β private is wrong.)",
             PrivacyLeakWarning,
-            stacklevel=3,
+            stacklevel=4,
         )

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from dpivreg import DivergenceError, PrivacyLeakWarning, dp_2s_gd
-from dpivreg.engine import _clipped_mean_outer
+from dpivreg.kernels import block_sums, numba_available, safe_block_sums
 
 from ivsim import simulate_iv_arrays, two_sls
 
@@ -136,16 +136,35 @@ def test_paper_calibration_noise_and_accounting(iv_data):
 
 
 # --- clipping and sensitivity ----------------------------------------------------------------
-def test_clipping_bounds_each_row():
+PASSES = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(not numba_available(), reason="numba not installed")),
+          "safe"]
+
+
+def _clipped_mean_outer(A, B, clip, which="numpy"):
+    """(1/n) Σᵢ CLIP_γ(aᵢbᵢᵀ) through the engine's first-stage pass: Θ = 0 makes the residual −x = B."""
+    n, q = A.shape
+    p_endog = B.shape[1]
+    if which == "safe":
+        S1, _, counts = safe_block_sums(A, -B, np.zeros(n), np.zeros((q, p_endog)), np.zeros((q, 1)), np.zeros(q),
+                                        clip, math.inf)
+        return S1 / n, counts[0]
+    G, counts = block_sums(np.ascontiguousarray(A), -B, np.zeros(n), np.zeros((q, p_endog + 2)), clip, math.inf, which)
+    assert counts[2] == 0, "a finite norm was flagged as overflowing"
+    return G[:, :p_endog] / n, counts[0]
+
+
+@pytest.mark.parametrize("which", PASSES)
+def test_clipping_bounds_each_row(which):
     rng = np.random.default_rng(3)
     A, B = rng.standard_normal((50, 4)) * 10, rng.standard_normal((50, 3)) * 10
-    mean, n_clipped = _clipped_mean_outer(A, B, np.linalg.norm(A, axis=1), 1.0)
+    mean, n_clipped = _clipped_mean_outer(A, B, 1.0, which)
     per_row = [np.outer(a, b) * min(1, 1.0 / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(A, B)]
     np.testing.assert_allclose(mean, np.mean(per_row, axis=0), rtol=1e-12)
     assert n_clipped == 50
 
 
-def test_worst_case_neighbour_attains_sensitivity():
+@pytest.mark.parametrize("which", PASSES)
+def test_worst_case_neighbour_attains_sensitivity(which):
     """A canary whose clipped gradient flips sign moves the clipped mean by exactly 2γ/n."""
     rng = np.random.default_rng(4)
     n, gamma, M = 100, 2.5, 1e6
@@ -154,8 +173,8 @@ def test_worst_case_neighbour_attains_sensitivity():
     A[0], B[0] = np.array([1.0, 0, 0]), np.array([M, 0])
     B2 = B.copy()
     B2[0] = -B[0]
-    g, _ = _clipped_mean_outer(A, B, np.linalg.norm(A, axis=1), gamma)
-    g2, _ = _clipped_mean_outer(A, B2, np.linalg.norm(A, axis=1), gamma)
+    g, _ = _clipped_mean_outer(A, B, gamma, which)
+    g2, _ = _clipped_mean_outer(A, B2, gamma, which)
     assert np.linalg.norm(g - g2) == pytest.approx(2 * gamma / n, rel=1e-12)
 
 
@@ -167,20 +186,23 @@ def test_worst_case_neighbour_attains_sensitivity():
     row=st.integers(0, 19),
 )
 def test_replacing_one_row_moves_mean_by_at_most_2gamma_over_n(seed, gamma, scale, row):
+    """Each implementation of the pass (numpy, numba when installed, overflow-safe) has sensitivity 2γ/n."""
     rng = np.random.default_rng(seed)
     n = 20
     A, B = rng.standard_normal((n, 4)) * scale, rng.standard_normal((n, 3)) * scale
     A2, B2 = A.copy(), B.copy()
     A2[row], B2[row] = rng.standard_normal(4) * scale * 100, rng.standard_normal(3) * scale * 100
-    g, _ = _clipped_mean_outer(A, B, np.linalg.norm(A, axis=1), gamma)
-    g2, _ = _clipped_mean_outer(A2, B2, np.linalg.norm(A2, axis=1), gamma)
-    assert np.linalg.norm(g - g2) <= 2 * gamma / n * (1 + 1e-12)
+    for which in ["numpy", "safe"] + (["numba"] if numba_available() else []):
+        g, _ = _clipped_mean_outer(A, B, gamma, which)
+        g2, _ = _clipped_mean_outer(A2, B2, gamma, which)
+        assert np.linalg.norm(g - g2) <= 2 * gamma / n * (1 + 1e-12), which
 
 
-def test_zero_gradient_rows_are_not_nan():
+@pytest.mark.parametrize("which", PASSES)
+def test_zero_gradient_rows_are_not_nan(which):
     A = np.zeros((3, 2))
     B = np.ones((3, 1))
-    mean, n_clipped = _clipped_mean_outer(A, B, np.zeros(3), 1.0)
+    mean, n_clipped = _clipped_mean_outer(A, B, 1.0, which)
     assert np.all(mean == 0) and n_clipped == 0
 
 
@@ -289,7 +311,10 @@ def test_overflowing_gradient_rows_are_clipped_not_dropped():
     """A residual of 1e200 overflows ‖z‖·‖r‖; the row must still contribute its clipped gradient of norm γ."""
     A = np.array([[1.0, 0.0], [0.0, 1.0]])
     B = np.array([[1e200], [1e150]])
-    mean, n_clipped = _clipped_mean_outer(A, B, np.linalg.norm(A, axis=1), 2.0)
+    for which in ["numpy"] + (["numba"] if numba_available() else []):
+        _, counts = block_sums(A, -B, np.zeros(2), np.zeros((2, 3)), 2.0, math.inf, which)
+        assert counts[2] == 1, f"the {which} pass must flag the overflowing norm (row 0) for the safe pass"
+    mean, n_clipped = _clipped_mean_outer(A, B, 2.0, "safe")
     np.testing.assert_allclose(mean, [[1.0], [1.0]])  # each row clipped to norm 2, mean over n = 2
     assert n_clipped == 2
 

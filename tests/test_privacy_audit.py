@@ -323,13 +323,19 @@ def halved_noise_std(*args, **kwargs) -> float:
     return _true_noise_std(*args, **kwargs) / 2.0
 
 
-def mean_clipped_mean_outer(A, B, norm_A, clip):
-    """Bug (b): (1/n) Σ aᵢbᵢᵀ with the *mean's* norm clipped to γ instead of each row's."""
-    mean = A.T @ B / A.shape[0]
+def _clip_norm(mean: np.ndarray, clip: float | None) -> np.ndarray:
     norm = float(np.sqrt(np.sum(mean * mean)))
-    if clip is not None and norm > clip:
-        mean = mean * (clip / norm)
-    return mean, 0
+    return mean * (clip / norm) if clip is not None and norm > clip else mean
+
+
+def mean_clipped_gradients(rows, theta, beta, root, n_exog, clip1, clip2):
+    """Bug (b): the unclipped means (1/n) Σ zᵢrᵢᵀ and (1/n) Σ x̃ᵢeᵢ, each with the *mean's* norm clipped
+    to γ instead of each row's."""
+    grad1, grad2, counts = _true_clipped_gradients(rows, theta, beta, root, n_exog, None, None)
+    return _clip_norm(grad1, clip1), _clip_norm(grad2, clip2), counts
+
+
+_true_clipped_gradients = engine._clipped_gradients
 
 
 class WhitenAfterClipping:
@@ -338,36 +344,25 @@ class WhitenAfterClipping:
     The step becomes β ← β − α R (R·(1/n)Σ CLIP_γ2(x̂ᵢeᵢ) − ν): the quantity the noise is added to has
     sensitivity 2γ2‖R‖/n, not 2γ2/n (‖R‖ = P_t^(−1/2) is up to 1/sqrt(ridge) ≈ 15.6 here).
 
-    Injected through two engine internals, which the engine looks up at call time: the
-    preconditioner is wrapped to remember the R_t it returns, and the next ``_clipped_mean_outer``
-    call (the stage-2 one, which in ``dp_2s_gd`` immediately follows the preconditioner) un-whitens
-    its input x̃ᵢ = R_t x̂ᵢ back to x̂ᵢ, clips x̂ᵢeᵢ and returns R_t·mean. Stage-1 calls pass through.
-    ``calls`` counts the stage-2 calls that were altered, so a refactored engine in which this
-    injection no longer lands fails loudly instead of silently auditing the correct mechanism.
+    Injected through the engine's one pass per iteration, ``dpivreg.engine._clipped_gradients``
+    (looked up at call time): the pass is run with R = I (clipping x̂ᵢeᵢ) and its stage-2 mean is
+    whitened by the R_t the engine passed in; the engine then applies R_t once more with the noise.
+    ``calls`` counts the altered calls, so a refactored engine in which this injection no longer
+    lands fails loudly instead of silently auditing the correct mechanism.
     """
 
     def __init__(self) -> None:
-        self._preconditioner = engine._inverse_sqrt_preconditioner
-        self._clipped_mean = engine._clipped_mean_outer
-        self._root = None
         self.calls = 0
 
-    def preconditioner(self, *args, **kwargs):
-        self._root = self._preconditioner(*args, **kwargs)
-        return self._root
-
-    def clipped_mean_outer(self, A, B, norm_A, clip):
-        if self._root is None:
-            return self._clipped_mean(A, B, norm_A, clip)
-        root, self._root = self._root, None
-        assert B.shape[1] == 1 and A.shape[1] == root.shape[0], "not the stage-2 call: the injection is misplaced"
-        x_hat = np.linalg.solve(root, A.T).T  # A = x̂ R with R symmetric
-        mean, clipped = self._clipped_mean(x_hat, B, np.sqrt(np.sum(x_hat * x_hat, axis=1)), clip)
+    def clipped_gradients(self, rows, theta, beta, root, n_exog, clip1, clip2):
+        grad1, grad2, counts = _true_clipped_gradients(rows, theta, beta, None, n_exog, clip1, clip2)
+        if root is None:
+            return grad1, grad2, counts
         self.calls += 1
-        return root @ mean, clipped
+        return grad1, root @ grad2, counts
 
     def patches(self) -> dict:
-        return {"_inverse_sqrt_preconditioner": self.preconditioner, "_clipped_mean_outer": self.clipped_mean_outer}
+        return {"_clipped_gradients": self.clipped_gradients}
 
 
 @dataclass(frozen=True)
@@ -382,7 +377,7 @@ class Broken:
 
 BROKEN = {
     "halved_noise": Broken(lambda: {"noise_std": halved_noise_std}),
-    "mean_clipping": Broken(lambda: {"_clipped_mean_outer": mean_clipped_mean_outer}),
+    "mean_clipping": Broken(lambda: {"_clipped_gradients": mean_clipped_gradients}),
     "whiten_after_clipping": Broken(lambda: WhitenAfterClipping().patches(), method="preconditioned", blank=True),
 }
 
@@ -622,7 +617,7 @@ def test_audit_catches_broken_mechanisms(bug, monkeypatch):
       computed from the noise std actually used, so it reports ρ = 10 (μ = 4.47): it is not
       fooled, the *user's* requested ρ = 2.5 is violated, and the audit is still consistent with
       the accountant (μ_lb ≤ 4.47). The KS test rejects the noise.
-    * mean_clipping (``_clipped_mean_outer`` clips the mean's norm, not each row's; "gd",
+    * mean_clipping (``_clipped_gradients`` clips the means' norms, not each row's; "gd",
       ordinary neighbours): the canary alone moves the mean by ~M/n, so the sensitivity is ~2γ
       instead of 2γ/n; D and D′ are perfectly separated (0 errors), μ_lb = 5.34 — the largest
       value 2,000 runs can certify. The accountant still claims ρ = 2.5.
@@ -658,4 +653,4 @@ def test_audit_catches_broken_mechanisms(bug, monkeypatch):
         assert a.fp == 0 and a.fn == 0
     else:
         assert a.rho_accountant == pytest.approx(RHO1 + RHO2, rel=1e-12)
-        assert patches["_clipped_mean_outer"].__self__.calls == 2 * a.runs * T, "the injection did not land"
+        assert patches["_clipped_gradients"].__self__.calls == 2 * a.runs * T, "the injection did not land"

@@ -1,0 +1,145 @@
+"""Where the rows live: in memory (split across threads) or in a Dask array (blocks on a cluster).
+
+The engine sees one interface, :class:`RowSource`: given the small public matrix of an iteration
+it returns the clipped gradient sums over all rows (:mod:`dpivreg.kernels`). Only these sums,
+of fixed small size, travel back; the privacy noise is drawn once, by the engine, at the driver.
+So the released path for a given seed does not depend on where the rows live, up to the order
+in which the partial sums are added (rounding).
+
+Dask is optional: this module never imports it unless it is handed a Dask array.
+"""
+
+from __future__ import annotations
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import numpy as np
+
+from .kernels import block_sums, default_threads, resolve_kernel, safe_block_sums
+
+__all__ = ["RowSource", "InMemoryRows", "DaskRows", "is_dask_collection"]
+
+# Below this many rows per thread, starting threads costs more than it saves.
+_MIN_ROWS_PER_THREAD = 20_000
+
+
+def is_dask_collection(value) -> bool:
+    """True for a Dask array, DataFrame or Series (without importing dask)."""
+    if "dask" not in sys.modules:
+        return False
+    import dask
+
+    return dask.is_dask_collection(value)
+
+
+class RowSource(Protocol):
+    """The rows of the working arrays Z (n×q), X_endog (n×p_endog) and Y (n,), wherever they are."""
+
+    n: int
+    q: int
+
+    def clipped_sums(self, M: np.ndarray, clip1: float, clip2: float) -> tuple[np.ndarray, np.ndarray]:
+        """Σ over all rows of :func:`dpivreg.kernels.block_sums`: (G, counts)."""
+
+    def safe_sums(self, theta: np.ndarray, whitened: np.ndarray, beta_full: np.ndarray, clip1: float,
+                  clip2: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Σ over all rows of :func:`dpivreg.kernels.safe_block_sums`: (S1, s2, counts)."""
+
+    def close(self) -> None:
+        """Release threads or other resources."""
+
+
+class InMemoryRows:
+    """Rows in numpy arrays, split into one contiguous range per thread.
+
+    The kernels release the GIL (numba ``nogil``; numpy's ufuncs and BLAS), so the threads run
+    in parallel. Partial sums are added in range order: deterministic for a given thread count.
+    """
+
+    def __init__(self, Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, *, kernel: str = "auto",
+                 n_threads: int | None = None) -> None:
+        self.Z, self.X_endog, self.Y = Z, X_endog, Y
+        self.n, self.q = Z.shape
+        self.kernel = kernel
+        threads = default_threads() if n_threads is None else n_threads
+        threads = max(1, min(threads, self.n // _MIN_ROWS_PER_THREAD))
+        edges = np.linspace(0, self.n, threads + 1).astype(int)
+        self._ranges = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+        self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
+
+    def _map(self, func, *args):
+        def run(rows: slice):
+            return func(self.Z[rows], self.X_endog[rows], self.Y[rows], *args)
+
+        if self._pool is None:
+            return [run(rows) for rows in self._ranges]
+        return list(self._pool.map(run, self._ranges))
+
+    def clipped_sums(self, M, clip1, clip2):
+        kernel = resolve_kernel(self.kernel, self.q, M.shape[1])
+        return _add(self._map(block_sums, M, clip1, clip2, kernel))
+
+    def safe_sums(self, theta, whitened, beta_full, clip1, clip2):
+        return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+
+class DaskRows:
+    """Rows in Dask arrays: each iteration is one ``dask.compute`` of per-block partial sums.
+
+    The blocks are aligned on the rows of Z and kept whole along the columns. Nothing is
+    persisted: each iteration re-reads the blocks from wherever the Dask graph gets them
+    (memory if the user persisted the arrays, disk or a computation otherwise), so the
+    driver's memory stays O(number of blocks · q · p), whatever n is. The scheduler is Dask's
+    current one: the threaded default, or a ``distributed.Client`` if one is active.
+    """
+
+    def __init__(self, Z, X_endog, Y, *, kernel: str = "auto") -> None:
+        row_chunks = Z.chunks[0]
+        self.Z = Z.rechunk({0: row_chunks, 1: -1})
+        self.X_endog = X_endog.rechunk({0: row_chunks, 1: -1})
+        self.Y = Y.rechunk({0: row_chunks})
+        self.n, self.q = (int(s) for s in self.Z.shape)
+        self.kernel = kernel
+        self.blocks = len(row_chunks)
+
+    def _map(self, func, *args):
+        import dask
+
+        task = dask.delayed(_on_block, pure=True)
+        parts = [
+            task(func, z, x, y, *args)
+            for z, x, y in zip(self.Z.to_delayed().ravel(), self.X_endog.to_delayed().ravel(),
+                               self.Y.to_delayed().ravel())
+        ]
+        return list(dask.compute(*parts))
+
+    def clipped_sums(self, M, clip1, clip2):
+        kernel = resolve_kernel(self.kernel, self.q, M.shape[1])
+        return _add(self._map(block_sums, M, clip1, clip2, kernel))
+
+    def safe_sums(self, theta, whitened, beta_full, clip1, clip2):
+        return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2))
+
+    def close(self) -> None:
+        pass
+
+
+def _on_block(func, Z, X_endog, Y, *args):
+    """Run a kernel on one block (in a Dask worker): blocks arrive as numpy arrays of any layout."""
+    return func(np.ascontiguousarray(Z, dtype=np.float64), np.ascontiguousarray(X_endog, dtype=np.float64),
+                np.ascontiguousarray(Y, dtype=np.float64), *args)
+
+
+def _add(parts: list[tuple]) -> tuple:
+    """Element-wise sum of tuples of arrays, in list order."""
+    total = [np.array(a, copy=True) for a in parts[0]]
+    for part in parts[1:]:
+        for acc, value in zip(total, part):
+            acc += value
+    return tuple(total)

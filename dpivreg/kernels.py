@@ -1,0 +1,301 @@
+"""One pass over a block of rows: the clipped gradient sums of one DP-2S-GD iteration.
+
+Both stages of an iteration read every row once. With Θ̄ = [I_exog | Θ] (q × p) the full first
+stage, x̂ᵢ = Θ̄ᵀzᵢ, and R = P_t^(−1/2) (R = I for ``method="gd"``), everything a row needs is
+``uᵢ = zᵢᵀ M`` with the small public matrix::
+
+    M = [ Θ | Θ̄R | Θ̄β ]        (q × (p_endog + p + 1))
+
+    first-stage residual   rᵢ = uᵢ[:p_endog] − xᵢ,endog        gradient zᵢ rᵢᵀ,  norm ‖zᵢ‖·‖rᵢ‖
+    whitened regressors    x̃ᵢ = uᵢ[p_endog:p_endog+p]          (= R x̂ᵢ)
+    second-stage residual  eᵢ = uᵢ[−1] − yᵢ                     gradient x̃ᵢ eᵢ,   norm ‖x̃ᵢ‖·|eᵢ|
+
+and the clipped sums are ``G = Σᵢ zᵢ [rᵢ·f1ᵢ, eᵢ·f2ᵢ]`` (q × (p_endog + 1)) with
+fᵢ = min(1, γ/norm), from which Σᵢ CLIP(zᵢrᵢᵀ) = G[:, :p_endog] and
+Σᵢ CLIP(x̃ᵢeᵢ) = (Θ̄R)ᵀ G[:, −1]. One pass, no n-length temporaries beyond a cache-sized
+block, no n×p×q tensor.
+
+Two implementations give the same numbers (to rounding): a numba kernel that fuses the per-row
+work into one loop (fastest for small p, q), and numpy on cache-sized sub-blocks with BLAS
+(no compiler; fastest for large p, q). Rows whose gradient norm overflows float64 are flagged,
+and the caller recomputes that iteration with :func:`safe_block_sums`, which clips them through
+their unit vectors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["KERNELS", "numba_available", "resolve_kernel", "block_sums", "safe_block_sums", "pass_matrix"]
+
+KERNELS = ("auto", "numba", "numpy")
+
+# Rows per numpy sub-block: a few hundred KB of temporaries, which stay in the L2 cache.
+_SUB_BLOCK_ROWS = 8192
+# Above this many multiply-adds per row (q·(p_endog + p + 1)) BLAS on sub-blocks beats the fused loop.
+_NUMBA_MAX_ROW_WORK = 1200
+
+
+def numba_available() -> bool:
+    """True when numba can be imported (the optional ``fast`` extra)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_kernel(kernel: str, q: int, width: int) -> str:
+    """The implementation to use: ``"numba"`` or ``"numpy"``.
+
+    ``"auto"`` takes numba when it is installed and the per-row work q·width is small enough for
+    the fused loop to beat BLAS; ``"numba"`` without numba installed is an ImportError.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}.")
+    if kernel == "numba" and not numba_available():
+        raise ImportError('kernel="numba" needs numba: pip install "dpivreg[fast]" (or pip install numba).')
+    if kernel == "auto":
+        return "numba" if numba_available() and q * width <= _NUMBA_MAX_ROW_WORK else "numpy"
+    return kernel
+
+
+def pass_matrix(theta: np.ndarray, beta: np.ndarray, root: np.ndarray | None, n_exog: int) -> tuple[np.ndarray, np.ndarray]:
+    """M = [Θ | Θ̄R | Θ̄β] (C-contiguous) and Θ̄R, from the released Θ⁽ᵗ⁾, β⁽ᵗ⁾ and R (None: identity)."""
+    q = theta.shape[0]
+    theta_full = np.concatenate([np.eye(q, n_exog), theta], axis=1)
+    whitened = theta_full if root is None else theta_full @ root
+    M = np.ascontiguousarray(np.concatenate([theta, whitened, (theta_full @ beta)[:, None]], axis=1))
+    return M, whitened
+
+
+def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray, clip1: float, clip2: float,
+               kernel: str) -> tuple[np.ndarray, np.ndarray]:
+    """G = Σᵢ zᵢ [rᵢ·f1ᵢ, eᵢ·f2ᵢ] over the rows of one block, and counts.
+
+    Parameters
+    ----------
+    Z, X_endog, Y : ndarray
+        The block's rows: (m, q), (m, p_endog), (m,).
+    M : ndarray, shape (q, p_endog + p + 1)
+        See :func:`pass_matrix`.
+    clip1, clip2 : float
+        Clipping thresholds; ``inf`` for none.
+    kernel : {"numba", "numpy"}
+        A resolved kernel (see :func:`resolve_kernel`).
+
+    Returns
+    -------
+    G : ndarray, shape (q, p_endog + 1)
+    counts : ndarray of int64, shape (3,)
+        Rows clipped in stage 1, in stage 2, and rows whose clipped norm was not finite (then the
+        sums are not valid: use :func:`safe_block_sums` for this iteration).
+    """
+    q, p_endog = Z.shape[1], X_endog.shape[1]
+    G = np.zeros((q, p_endog + 1))
+    counts = np.zeros(3, dtype=np.int64)
+    if kernel == "numba":
+        _numba_kernel()(Z, X_endog, Y, M, clip1, clip2, G, counts)
+    else:
+        for start in range(0, Z.shape[0], _SUB_BLOCK_ROWS):
+            stop = start + _SUB_BLOCK_ROWS
+            _numpy_sub_block(Z[start:stop], X_endog[start:stop], Y[start:stop], M, clip1, clip2, G, counts)
+    return G, counts
+
+
+def _clip_factor(norms: np.ndarray, clip: float, counts: np.ndarray, slot: int) -> np.ndarray:
+    """min(1, γ/norm) in place of ``norms``; counts clipped rows and non-finite norms."""
+    if math.isinf(clip):
+        norms.fill(1.0)
+        return norms
+    finite = np.isfinite(norms)
+    counts[2] += norms.size - np.count_nonzero(finite)
+    counts[slot] += np.count_nonzero(norms > clip)
+    with np.errstate(divide="ignore"):
+        np.divide(clip, norms, out=norms)
+    return np.minimum(norms, 1.0, out=norms)
+
+
+def _numpy_sub_block(Z, X_endog, Y, M, clip1, clip2, G, counts) -> None:
+    p_endog = X_endog.shape[1]
+    U = Z @ M
+    R1 = U[:, :p_endog]
+    R1 -= X_endog
+    norm1 = np.sqrt(np.einsum("ij,ij->i", Z, Z)) * np.sqrt(np.einsum("ij,ij->i", R1, R1))
+    R1 *= _clip_factor(norm1, clip1, counts, 0)[:, None]
+    X_tilde = U[:, p_endog:-1]
+    e = U[:, -1]
+    e -= Y
+    norm2 = np.sqrt(np.einsum("ij,ij->i", X_tilde, X_tilde)) * np.abs(e)
+    e *= _clip_factor(norm2, clip2, counts, 1)
+    G[:, :p_endog] += Z.T @ R1
+    G[:, p_endog] += Z.T @ e
+
+
+_TILE_ROWS = 128
+
+
+def _fused_rows(Z, X_endog, Y, M, clip1, clip2, G, counts):  # pragma: no cover - compiled by numba
+    """The per-row work of :func:`block_sums` in one pass, compiled by numba.
+
+    Rows are taken a tile at a time and transposed into small buffers, so that every inner loop
+    runs over the tile's rows with unit stride (SIMD), and everything between reading a row and
+    adding its clipped gradient to G stays in the L1 cache. Same arithmetic as the numpy path.
+    """
+    n, q = Z.shape
+    p_endog = X_endog.shape[1]
+    width = M.shape[1]
+    last = width - 1
+    tile = _TILE_ROWS
+    Zt = np.empty((q, tile))
+    U = np.empty((width, tile))
+    zz = np.empty(tile)
+    f1 = np.empty(tile)
+    f2 = np.empty(tile)
+    clip1_on = clip1 < np.inf
+    clip2_on = clip2 < np.inf
+    clipped1 = 0
+    clipped2 = 0
+    overflow = 0
+    for start in range(0, n, tile):
+        m = min(tile, n - start)
+        for k in range(q):
+            for i in range(m):
+                Zt[k, i] = Z[start + i, k]
+        zz[:m] = 0.0
+        for k in range(q):
+            for i in range(m):
+                zz[i] += Zt[k, i] * Zt[k, i]
+        for j in range(width):  # U = Mᵀ z for every row of the tile
+            for i in range(m):
+                U[j, i] = 0.0
+            for k in range(q):
+                mkj = M[k, j]
+                for i in range(m):
+                    U[j, i] += mkj * Zt[k, i]
+        f1[:m] = 0.0
+        for j in range(p_endog):  # first-stage residuals r and ‖r‖²
+            for i in range(m):
+                r = U[j, i] - X_endog[start + i, j]
+                U[j, i] = r
+                f1[i] += r * r
+        f2[:m] = 0.0
+        for j in range(p_endog, last):  # ‖x̃‖²
+            for i in range(m):
+                f2[i] += U[j, i] * U[j, i]
+        for i in range(m):
+            U[last, i] -= Y[start + i]  # second-stage residual e
+        for i in range(m):  # clip factors min(1, γ/norm)
+            factor = 1.0
+            if clip1_on:
+                norm = np.sqrt(zz[i]) * np.sqrt(f1[i])
+                overflow += not norm < np.inf
+                clipped1 += norm > clip1
+                factor = min(1.0, clip1 / norm)
+            f1[i] = factor
+            factor = 1.0
+            if clip2_on:
+                norm = np.sqrt(f2[i]) * abs(U[last, i])
+                overflow += not norm < np.inf
+                clipped2 += norm > clip2
+                factor = min(1.0, clip2 / norm)
+            f2[i] = factor
+        for j in range(p_endog):
+            for i in range(m):
+                U[j, i] *= f1[i]
+        for i in range(m):
+            U[last, i] *= f2[i]
+        for k in range(q):  # G += Zᵀ [r·f1, e·f2]
+            for j in range(p_endog):
+                acc = 0.0
+                for i in range(m):
+                    acc += Zt[k, i] * U[j, i]
+                G[k, j] += acc
+            acc = 0.0
+            for i in range(m):
+                acc += Zt[k, i] * U[last, i]
+            G[k, p_endog] += acc
+    counts[0] += clipped1
+    counts[1] += clipped2
+    counts[2] += overflow
+
+
+@lru_cache(maxsize=1)
+def _numba_kernel():
+    """Compile :func:`_fused_rows` on first use (cached on disk), so that importing dpivreg never needs numba."""
+    import numba
+
+    # Reassociation and FMA contraction let the row loops vectorise (rounding-level changes only); no
+    # "nnan"/"ninf": the overflow test must see infinities.
+    return numba.njit(nogil=True, cache=True, error_model="numpy",
+                      fastmath={"reassoc", "contract", "nsz"})(_fused_rows)
+
+
+def safe_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np.ndarray,
+                    whitened: np.ndarray, beta_full: np.ndarray, clip1: float, clip2: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The clipped sums of one block, robust to rows whose gradient norm overflows float64.
+
+    Slower than :func:`block_sums` (it forms the block's x̃ explicitly); used only for an
+    iteration in which :func:`block_sums` met a non-finite norm. Such rows are clipped through
+    their unit vectors, γ·(aᵢ/‖aᵢ‖)(bᵢ/‖bᵢ‖)ᵀ, instead of silently vanishing.
+
+    Returns
+    -------
+    S1 : ndarray (q, p_endog)
+        Σᵢ CLIP_γ1(zᵢrᵢᵀ).
+    s2 : ndarray (p,)
+        Σᵢ CLIP_γ2(x̃ᵢeᵢ).
+    counts : ndarray of int64 (3,)
+        Rows clipped per stage (overflowing rows count as clipped), and 0.
+    """
+    counts = np.zeros(3, dtype=np.int64)
+    R1 = Z @ theta - X_endog
+    S1, counts[0] = _clipped_sum_outer(Z, R1, clip1)
+    X_tilde = Z @ whitened
+    e = Z @ beta_full - Y
+    s2, counts[1] = _clipped_sum_outer(X_tilde, e[:, None], clip2)
+    return S1, s2[:, 0], counts
+
+
+def _clipped_sum_outer(A: np.ndarray, B: np.ndarray, clip: float) -> tuple[np.ndarray, int]:
+    """Σᵢ CLIP_γ(aᵢbᵢᵀ) via ‖aᵢbᵢᵀ‖_F = ‖aᵢ‖·‖bᵢ‖, with overflowing rows clipped through unit vectors."""
+    if math.isinf(clip):
+        return A.T @ B, 0
+    norms = _row_norms(A) * _row_norms(B)
+    with np.errstate(divide="ignore"):
+        factors = np.minimum(1.0, clip / norms)
+    scaled = B * factors[:, None]
+    huge = ~np.isfinite(norms)
+    if huge.any():
+        norm_a, norm_b = _safe_row_norms(A[huge]), _safe_row_norms(B[huge])
+        live = (norm_a > 0) & (norm_b > 0)  # a zero factor makes the gradient zero
+        rows = np.zeros_like(B[huge])
+        rows[live] = clip * (B[huge][live] / norm_b[live, None]) / norm_a[live, None]
+        scaled[huge] = rows
+        factors[huge] = np.where(live, 0.0, 1.0)  # counted as clipped
+    return A.T @ scaled, int(np.count_nonzero(factors < 1.0))
+
+
+def _row_norms(A: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.einsum("ij,ij->i", A, A))
+
+
+def _safe_row_norms(A: np.ndarray) -> np.ndarray:
+    """Row norms that do not overflow: max|aᵢⱼ|·‖aᵢ/max|aᵢⱼ|‖."""
+    largest = np.max(np.abs(A), axis=1)
+    norms = np.zeros_like(largest)
+    nonzero = largest > 0
+    norms[nonzero] = largest[nonzero] * _row_norms(A[nonzero] / largest[nonzero, None])
+    return norms
+
+
+def default_threads() -> int:
+    """Cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
