@@ -1,0 +1,287 @@
+"""Dask DataFrames and arrays: the lazy design, the fit and the benchmark equal the pandas path's."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+dask = pytest.importorskip("dask")
+dd = pytest.importorskip("dask.dataframe")
+da = pytest.importorskip("dask.array")
+
+from dask.callbacks import Callback  # noqa: E402
+from linearmodels.iv import IV2SLS  # noqa: E402
+
+from dpivreg import DPIV2SLS  # noqa: E402
+from dpivreg.design import DroppedRowsWarning, EncodedMissingWarning  # noqa: E402
+
+FORMULA = "y ~ 1 + w + C(c) + [x ~ z1 + z2]"
+BOUNDS = {"y": (-20, 20), "x": (-10, 10), "z1": (-5, 5), "z2": (-5, 5), "w": (-5, 5),
+          "C(c)[T.b]": (0, 1), "C(c)[T.c]": (0, 1)}
+FIT = dict(rho1=1.0, rho2=1.0, T=8, bounds=BOUNDS, seed=20261129)
+
+
+def _frame(n: int = 3000, seed: int = 7) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    z1, z2, w, u = rng.normal(size=(4, n))
+    x = 0.8 * z1 + 0.5 * z2 + 0.5 * u + rng.normal(size=n)
+    y = 1 + 2 * x - w + u
+    c = pd.Categorical(rng.choice(["a", "b", "c"], n), categories=["a", "b", "c"])
+    df = pd.DataFrame({"y": y, "x": x, "z1": z1, "z2": z2, "w": w, "c": c, "other": rng.normal(size=n)})
+    df.loc[[5, 2 * n // 5], "y"] = np.nan
+    df.loc[5 * n // 6, "z2"] = np.nan
+    return df
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    with dask.config.set(scheduler="threads"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def frames():
+    df = _frame()
+    return df, dd.from_pandas(df, npartitions=5)
+
+
+def _model(formula, data, **kwargs):
+    """The model, without the DroppedRowsWarning of the fixture's missing values."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DroppedRowsWarning)
+        return DPIV2SLS.from_formula(formula, data, **kwargs)
+
+
+def _quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+def _pandas_values(design) -> np.ndarray:
+    return np.column_stack([design.dependent, design.exog, design.endog, design.instruments])
+
+
+def _assert_close(a, b, rtol=1e-10):
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * max(np.max(np.abs(b)), 1e-300))
+
+
+# ----------------------------------------------------------------------------------------
+# the design
+# ----------------------------------------------------------------------------------------
+def test_formula_design_equals_pandas(frames):
+    df, ddf = frames
+    with pytest.warns(DroppedRowsWarning, match="dropped 3 of 3000 rows"):
+        lazy = DPIV2SLS.from_formula(FORMULA, ddf).design
+    eager = _quiet(DPIV2SLS.from_formula, FORMULA, df).design
+    assert lazy.is_dask and lazy.nobs == eager.nobs == 2997 and lazy.n_dropped == 3
+    assert lazy.regressor_names == eager.regressor_names == ["Intercept", "w", "C(c)[T.b]", "C(c)[T.c]", "x"]
+    assert lazy.z_names == eager.z_names and lazy.dependent_name == "y"
+    assert lazy.constant_name == "Intercept" and lazy.formula == FORMULA
+    assert not any(np.isnan(c) for c in lazy.values.chunks[0])  # known chunks: n is public
+    np.testing.assert_array_equal(lazy.values.compute(), _pandas_values(eager))
+
+
+def test_categories_are_all_levels_even_if_a_partition_lacks_some():
+    df = _frame(600)
+    df = df.sort_values("c", kind="stable").reset_index(drop=True)  # partitions hold one level each
+    ddf = dd.from_pandas(df, npartitions=3, sort=False)
+    lazy = _quiet(DPIV2SLS.from_formula, "y ~ 1 + c + [x ~ z1]", ddf).design
+    eager = _quiet(DPIV2SLS.from_formula, "y ~ 1 + c + [x ~ z1]", df).design
+    assert lazy.exog_names == eager.exog_names == ["Intercept", "c[T.b]", "c[T.c]"]
+    np.testing.assert_array_equal(lazy.values.compute(), _pandas_values(eager))
+
+
+def test_unknown_categories_and_text_columns_are_rejected(frames):
+    df, _ = frames
+    unknown = dd.from_pandas(df.assign(c=df["c"].astype(str)), npartitions=3)
+    with pytest.raises(ValueError, match=r"column 'c' has dtype .*as_known\(\)"):
+        DPIV2SLS.from_formula(FORMULA, unknown)
+    unknown = unknown.assign(c=unknown["c"].astype("category"))
+    assert not unknown["c"].cat.known
+    with pytest.raises(ValueError, match=r"'c' is a Dask category with unknown categories.*cat.as_known\(\)"):
+        DPIV2SLS.from_formula(FORMULA, unknown)
+    known = unknown.assign(c=unknown["c"].cat.as_known())
+    assert _quiet(DPIV2SLS.from_formula, FORMULA, known).design.nobs == 2997
+
+
+def test_levels_and_stateful_transforms_that_need_the_data_are_rejected(frames):
+    _, ddf = frames
+    with pytest.raises(ValueError, match=r"treats column 'w' .* as a category"):
+        DPIV2SLS.from_formula("y ~ 1 + C(w) + [x ~ z1]", ddf)
+    with pytest.raises(ValueError, match=r"stateful transform.*center"):
+        DPIV2SLS.from_formula("y ~ 1 + center(w) + [x ~ z1]", ddf)
+    with pytest.raises(ValueError, match="formula_engine='patsy' is not supported"):
+        DPIV2SLS.from_formula(FORMULA, ddf, formula_engine="patsy")
+
+
+def test_formula_errors_match_pandas(frames):
+    df, ddf = frames
+    for formula in ("y ~ 1 + nosuch + [x ~ z1]", "y ~ 1 + [x ~ z1 + z1b]", "y ~ 1 + w + [x + w2 ~ z1]"):
+        with pytest.raises(ValueError) as eager:
+            _quiet(DPIV2SLS.from_formula, formula, df)
+        with pytest.raises(ValueError) as lazy:
+            DPIV2SLS.from_formula(formula, ddf)
+        assert str(lazy.value) == str(eager.value)
+
+
+@pytest.mark.parametrize("formula, match", [
+    ("y ~ 1 + w + [x ~ one]", "instrument 'one' is constant"),
+    ("y ~ 1 + w + [x ~ w_copy]", "has the same values as exog column 'w'"),
+    ("y ~ 1 + w + w2 + [x ~ z1]", r"regressors \[exog, endog\] does not have full column rank .*'w2'"),
+    ("y ~ 1 + w + [x ~ np.log(z1 - z1)]", "contain infinite values"),
+])
+def test_validation_from_one_pass_matches_pandas(frames, formula, match):
+    df, _ = frames
+    df = df.assign(one=1.0, w_copy=df["w"], w2=2 * df["w"] - 3)
+    ddf = dd.from_pandas(df, npartitions=4)
+    with pytest.raises(ValueError, match=match) as eager:
+        _quiet(DPIV2SLS.from_formula, formula, df)
+    with pytest.raises(ValueError, match=match) as lazy:
+        _quiet(DPIV2SLS.from_formula, formula, ddf)
+    if "infinite" not in match:  # the pandas message also lists row labels
+        assert str(lazy.value) == str(eager.value)
+
+
+@pytest.mark.filterwarnings("ignore::dpivreg.design.DroppedRowsWarning")
+def test_missing_category_warns_as_pandas():
+    df = _frame(400)
+    df["c"] = df["c"].astype(object)
+    df.loc[3, "c"] = None
+    df["c"] = df["c"].astype(pd.CategoricalDtype(["a", "b", "c"]))
+    ddf = dd.from_pandas(df, npartitions=2)
+    with pytest.warns(EncodedMissingWarning, match=r"1 row\(s\) kept .* \['c'\]"):
+        lazy = DPIV2SLS.from_formula("y ~ 1 + C(c) + [x ~ z1]", ddf).design
+    eager = _quiet(DPIV2SLS.from_formula, "y ~ 1 + C(c) + [x ~ z1]", df).design
+    np.testing.assert_array_equal(lazy.values.compute(), _pandas_values(eager))
+
+
+def test_user_frame_is_not_modified(frames):
+    df, ddf = frames
+    before_columns, before_dtypes = list(ddf.columns), ddf.dtypes.copy()
+    _quiet(_model(FORMULA, ddf).fit, **FIT)
+    assert list(ddf.columns) == before_columns and ddf.dtypes.equals(before_dtypes)
+    pd.testing.assert_frame_equal(ddf.compute(), df)
+
+
+def test_arrays_and_frames(frames):
+    df, ddf = frames
+    clean = df.dropna().drop(columns=["c", "other"])
+    clean.insert(0, "const", 1.0)
+    eager = DPIV2SLS(clean["y"], clean[["const", "w"]], clean["x"], clean[["z1", "z2"]]).design
+    parts = dd.from_pandas(clean, npartitions=4)
+    from_frames = DPIV2SLS(parts["y"], parts[["const", "w"]], parts["x"], parts[["z1", "z2"]]).design
+    assert from_frames.regressor_names == ["const", "w", "x"] and from_frames.constant_name == "const"
+    np.testing.assert_array_equal(from_frames.values.compute(), _pandas_values(eager))
+    arr = da.from_array(clean.to_numpy(), chunks=(700, 3))
+    from_arrays = DPIV2SLS(arr[:, 1], arr[:, [0, 5]], arr[:, 2].rechunk(500), arr[:, 3:5]).design
+    assert from_arrays.regressor_names == ["exog.0", "exog.1", "endog"]
+    assert from_arrays.instrument_names == ["instruments.0", "instruments.1"]
+    np.testing.assert_array_equal(from_arrays.values.compute(), _pandas_values(eager))
+    with pytest.raises(TypeError, match="pass all inputs as Dask collections"):
+        DPIV2SLS(arr[:, 1], None, clean["x"].to_numpy(), arr[:, 3:5])
+
+
+# ----------------------------------------------------------------------------------------
+# the benchmark
+# ----------------------------------------------------------------------------------------
+def test_benchmark_equals_linearmodels(frames):
+    df, ddf = frames
+    res = _quiet(_model(FORMULA, ddf).fit, **FIT)
+    eager = _quiet(DPIV2SLS.from_formula, FORMULA, df).design
+    ref = IV2SLS(eager.dependent, eager.exog, eager.endog, eager.instruments).fit()
+    bench = res.benchmark
+    assert bench.nobs == ref.nobs and bench.cov_type == ref.cov_type == "robust"
+    _assert_close(bench.params, ref.params)
+    _assert_close(bench.std_errors, ref.std_errors)
+    _assert_close(bench.cov, ref.cov)
+    _assert_close(bench.resid_ss, ref.resid_ss)
+    assert list(bench.params.index) == list(ref.params.index)
+    assert "IV2SLS*" in res.summary().as_text()
+
+
+# ----------------------------------------------------------------------------------------
+# the fit
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("options", [
+    {},
+    {"preprocess": "bounds"},
+    {"preprocess": "data"},
+    {"method": "gd"},
+    {"bounds": {k: v for k, v in BOUNDS.items() if k != "w"}, "clip": "rms"},
+], ids=["private", "bounds", "data", "gd-data-steps", "leaky-bounds-rms"])
+def test_fit_equals_pandas_for_the_same_seed(frames, options):
+    df, ddf = frames
+    kwargs = {**FIT, **options}
+    lazy = _quiet(_model(FORMULA, ddf).fit, **kwargs)
+    eager = _quiet(_model(FORMULA, df).fit, **kwargs)
+    _assert_close(lazy.params, eager.params)
+    _assert_close(lazy.path, eager.path)
+    _assert_close(lazy.first_stage, eager.first_stage)
+    assert [r.rho for r in lazy.privacy.releases] == pytest.approx([r.rho for r in eager.privacy.releases],
+                                                                     rel=1e-12)
+    assert lazy.privacy.rho == pytest.approx(eager.privacy.rho, rel=1e-12)
+    assert lazy.leaks == eager.leaks
+    pd.testing.assert_series_equal(lazy.scale.clipped_values, eager.scale.clipped_values)
+    pd.testing.assert_series_equal(lazy.scale.source, eager.scale.source)
+    if options.get("preprocess") != "bounds":
+        _assert_close(lazy.bse, eager.bse)
+        _assert_close(lazy.conf_int(), eager.conf_int())
+    assert lazy.nobs == eager.nobs
+
+
+def test_clipped_values_are_counted(frames):
+    df, ddf = frames
+    tight = {**BOUNDS, "x": (-1.0, 1.0)}
+    lazy = _quiet(_model(FORMULA, ddf).fit, **{**FIT, "bounds": tight})
+    eager = _quiet(_model(FORMULA, df).fit, **{**FIT, "bounds": tight})
+    assert lazy.scale.clipped_values["x"] == eager.scale.clipped_values["x"] > 100
+    _assert_close(lazy.params, eager.params)
+
+
+class _Passes(Callback):
+    """Counts the passes over the data: one per ``dask.compute`` (threaded scheduler)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def _start(self, dsk):
+        self.count += 1
+
+
+def test_fit_makes_a_fixed_small_number_of_passes(frames):
+    _, ddf = frames
+    model = _quiet(DPIV2SLS.from_formula, FORMULA, ddf)
+    counts = {}
+    for T in (4, 7):
+        with _Passes() as passes:
+            _quiet(model.fit, **{**FIT, "T": T})
+        counts[T] = passes.count
+    # preprocessing (1) + one per iteration + the inference release (1), plus at most 1 set-up pass
+    assert counts[7] - counts[4] == 3
+    assert counts[4] <= 4 + 3
+
+
+def test_persisted_model_gives_the_same_fit(frames):
+    _, ddf = frames
+    model = _quiet(DPIV2SLS.from_formula, FORMULA, ddf)
+    persisted = model.persist()
+    assert persisted.design.nobs == model.design.nobs
+    a, b = (_quiet(m.fit, **FIT) for m in (model, persisted))
+    _assert_close(a.params, b.params, rtol=1e-12)
+
+
+def test_local_cluster(frames):
+    distributed = pytest.importorskip("distributed")
+    df, ddf = frames
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        lazy = _quiet(_model(FORMULA, ddf).fit, **FIT)
+        bench = lazy.benchmark
+    eager = _quiet(_model(FORMULA, df).fit, **FIT)
+    _assert_close(lazy.params, eager.params)
+    _assert_close(lazy.bse, eager.bse)
+    _assert_close(bench.params, eager.benchmark.params)
