@@ -17,9 +17,9 @@ n ∈ {10³, 10⁴, 10⁵}, p = q ∈ {1, 5}, total ρ ∈ {0.5, 2, 10} split by
 deviations; and a weak-instrument design (p = q = 1, first-stage coefficient 0.1, i.e. about
 0.07 of the first-stage noise scale).
 
-    python benchmarks/coverage.py                    # R = 500 per cell (about an hour on one core)
-    python benchmarks/coverage.py --quick            # a smoke run
-    python benchmarks/coverage.py --out docs/_static/coverage.csv
+    python benchmarks/interval_coverage.py                    # R = 500 per cell (about an hour on one core)
+    python benchmarks/interval_coverage.py --quick            # a smoke run
+    python benchmarks/interval_coverage.py --out docs/_static/coverage.csv
 """
 
 from __future__ import annotations

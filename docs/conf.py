@@ -51,7 +51,7 @@ import re  # noqa: E402
 
 # -- generated figures and tables ----------------------------------------------------
 # reproduction.rst shows figures and CSV tables that scripts write into docs/_static/ (the
-# examples/ reproduction scripts, benchmarks/private_pipeline.py, benchmarks/coverage.py).
+# examples/ reproduction scripts, benchmarks/private_pipeline.py, benchmarks/interval_coverage.py).
 # They take minutes to hours to produce, so a checkout may not have them yet. At build time:
 #   * a ``.. figure::`` or ``.. csv-table:: ... :file:`` whose file is missing is replaced by
 #     a visible "not generated yet" admonition (instead of a build warning);

@@ -85,7 +85,7 @@ def test_coverage_needs_the_privacy_noise_term():
 
     200 replications, fixed seeds. Nominal 95%: the binomial standard error is
     sqrt(0.95·0.05/200) = 0.0154, so the private intervals must cover at least 0.95 − 3·0.0154 = 0.904
-    (see benchmarks/coverage.py and the docs' coverage table). Intervals built from the sampling
+    (see benchmarks/interval_coverage.py and the docs' coverage table). Intervals built from the sampling
     part alone — the privacy-noise term dropped — covered 0.28 there; the test asserts they fall below
     the same threshold, so it fails if the noise term goes missing.
     """
