@@ -149,6 +149,10 @@ class DaskIVDesign:
 
     is_dask: ClassVar[bool] = True
 
+    def __repr__(self) -> str:
+        return (f"DaskIVDesign(dependent={self.dependent_name!r}, exog={self.exog_names}, endog={self.endog_names}, "
+                f"instruments={self.instrument_names}, nobs={self.nobs}, partitions={self.values.numblocks[0]})")
+
     @property
     def dependent_name(self) -> Hashable:
         """Name of the dependent variable."""

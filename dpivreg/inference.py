@@ -111,12 +111,15 @@ def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, 
                               rng: np.random.Generator) -> tuple[float, Release | None]:
     """Private mean of the clipped squared structural residuals on the working scale.
 
-    ``rho = inf`` computes it exactly (no release record; only for non-private routes).
+    ``rho = inf`` computes it exactly (no release record; only for non-private routes). With Dask
+    working arrays (a Dask design) the clipped mean is one reduction over the partitions and only
+    the scalar reaches the driver, where the noise is drawn.
     """
     n = scale.Y.shape[0]
     residual = scale.Y - scale.X @ beta_working
     clip = 2.0 * (tau + math.log(n)) * (1.0 + float(np.sum(np.abs(beta_working)))) ** 2
-    mean = float(np.mean(np.minimum(residual**2, clip)))
+    mean = np.mean(np.minimum(residual**2, clip))
+    mean = float(mean.compute() if hasattr(mean, "compute") else mean)
     if math.isinf(rho):
         return mean, None
     sensitivity = clip / n
