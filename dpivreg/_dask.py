@@ -2,8 +2,9 @@
 
 ``DPIV2SLS.from_formula(formula, ddf)`` with a ``dask.dataframe.DataFrame`` and ``DPIV2SLS(...)``
 with Dask arrays, DataFrames or Series build a :class:`DaskIVDesign`: the design specification
-(formulaic's ``ModelSpec``) is built ONCE from a synthetic non-empty frame with the data's column
-types (``dask.dataframe.utils.meta_nonempty``, no data is read) and applied per partition; rows
+(formulaic's ``ModelSpec``, or patsy's ``DesignInfo``) is built ONCE from a synthetic non-empty
+frame with the data's column types (``dask.dataframe.utils.meta_nonempty``, no data is read) and
+applied per partition; rows
 with a missing value are dropped per partition (row-wise, jointly, as on the pandas path). Nothing
 is collected to the driver but small reductions:
 
@@ -481,7 +482,7 @@ class _FormulaicBuilder:
         return np.column_stack(parts) if parts else np.empty((data.shape[0], 0))
 
 
-def _formula_stats(part: pd.DataFrame, builder: _FormulaicBuilder, used: list[Hashable],
+def _formula_stats(part: pd.DataFrame, builder: Any, used: list[Hashable],
                    widths: tuple[int, ...], pairs: tuple[tuple[int, int], ...]) -> dict:
     """:func:`_block_stats` of a partition, plus which formula variables are missing in kept rows."""
     raw = builder(part)
@@ -594,6 +595,123 @@ def _formulaic_builder(formula: str, sample: pd.DataFrame, parts: _FormulaParts,
     return builder
 
 
+class _PatsyBuilder:
+    """Apply the blocks' patsy designs to a pandas partition (the patsy counterpart of
+    :class:`_FormulaicBuilder`).
+
+    patsy's ``DesignInfo`` cannot be pickled, so the builder carries what makes it (the blocks'
+    formulas, the synthetic sample and the formula's variables) and every process rebuilds the
+    same designs once, from the same sample. Rows that patsy drops in a block (a missing value,
+    including a missing category) are missing in the raw design, so they are dropped jointly.
+    """
+
+    def __init__(self, texts: tuple[str | None, ...], sample: pd.DataFrame, context: Mapping[str, Any]) -> None:
+        self.texts = texts
+        self.sample = sample
+        self.context = dict(context)
+        self._infos: tuple[Any, ...] | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_infos"] = None
+        return state
+
+    def infos(self) -> tuple[Any, ...]:
+        """The blocks' patsy ``DesignInfo`` (None for an absent block), built on first use."""
+        if self._infos is None:
+            import patsy  # noqa: PLC0415
+
+            env = patsy.EvalEnvironment([self.context, {"np": np}])
+            self._infos = tuple(
+                None if text is None else patsy.dmatrix(
+                    text, self.sample, eval_env=env, NA_action="drop", return_type="dataframe").design_info
+                for text in self.texts
+            )
+        return self._infos
+
+    def frames(self, data: pd.DataFrame) -> dict[str, pd.DataFrame]:
+        """The four named blocks on ``data``'s rows, NaN in the rows that patsy dropped."""
+        import patsy  # noqa: PLC0415
+
+        positional = data.reset_index(drop=True)
+        blocks = {}
+        for block, info in zip(_BLOCKS, self.infos()):
+            if info is None:
+                blocks[block] = _empty_block(data.index)
+                continue
+            values = np.full((data.shape[0], len(info.column_names)), np.nan)
+            if data.shape[0]:
+                matrix = patsy.build_design_matrices([info], positional, NA_action="drop",
+                                                     return_type="dataframe")[0]
+                values[np.asarray(matrix.index, dtype=np.intp)] = matrix.to_numpy(dtype=np.float64)
+            blocks[block] = pd.DataFrame(values, index=data.index, columns=list(info.column_names))
+        return blocks
+
+    def __call__(self, data: pd.DataFrame) -> np.ndarray:
+        parts = [frame.to_numpy(dtype=np.float64) for frame in self.frames(data).values() if frame.shape[1]]
+        return np.column_stack(parts) if parts else np.empty((data.shape[0], 0))
+
+
+def _expression_names(code: str) -> set[str]:
+    """The Python names an expression reads (empty if it does not parse)."""
+    try:
+        tree = ast.parse(code, mode="eval")
+    except SyntaxError:
+        return set()
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+
+
+def _patsy_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapping[str, Any]) -> _PatsyBuilder:
+    """Build (and check) the blocks' patsy designs on ``sample``; ship only the variables they name."""
+    from .design import _formulaic_context  # noqa: PLC0415
+
+    texts = tuple(_block_formulas(parts).values())
+    ctx = _formulaic_context(context)
+    full = _PatsyBuilder(texts, sample, ctx)
+    for block, text, index in zip(_BLOCKS, texts, range(len(texts))):
+        if text is None:
+            continue
+        try:
+            info = _PatsyBuilder((text,), sample, ctx).infos()[0]
+        except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
+            raise _block_error(block, text, "patsy", exc) from exc
+        _check_patsy_info(info, block, text, sample)
+    names: set[str] = set()
+    for info in full.infos():
+        if info is not None:
+            for factor in info.factor_infos:
+                names |= _expression_names(factor.code)
+    shipped = {}
+    for name in sorted(names - set(sample.columns)):
+        try:
+            if name in ctx:
+                shipped[name] = ctx[name]
+        except Exception:  # noqa: BLE001 - an odd mapping: the name is simply not shipped
+            continue
+    return _PatsyBuilder(texts, sample, shipped)
+
+
+def _check_patsy_info(info: Any, block: str, text: str, meta: pd.DataFrame) -> None:
+    """Raise for patsy's stateful transforms and for categories whose levels come from the data."""
+    for factor, factor_info in info.factor_infos.items():
+        state = factor_info.state if isinstance(factor_info.state, dict) else {}
+        if state.get("transforms"):
+            raise ValueError(
+                f"the {block} block {text!r} uses the stateful transform in {factor.code!r}. " + _STATEFUL_HELP
+            )
+        if factor_info.type != "categorical":
+            continue
+        for col in _expression_names(factor.code) & set(meta.columns):
+            dtype = meta[col].dtype
+            if not (isinstance(dtype, pd.CategoricalDtype) or dtype == np.dtype(bool)):
+                raise ValueError(
+                    f"{factor.code!r} in the {block} block treats column {col!r} (dtype {dtype}) as a "
+                    "category, whose levels patsy would read from the data; with a Dask DataFrame every "
+                    "partition must see the same levels. Make it a category with known categories first, "
+                    f"e.g. ddf[{col!r}] = ddf[{col!r}].astype('category').cat.as_known()."
+                )
+
+
 def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, Any],
                              formula_engine: str = "formulaic") -> DaskIVDesign:
     """Build a lazy, validated IV design from a formula and a Dask DataFrame.
@@ -608,8 +726,8 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     context : Mapping
         Variables and functions of the formula (the caller's namespace); only those the formula
         names are shipped to the workers.
-    formula_engine : {"formulaic"}
-        Only formulaic is supported with Dask.
+    formula_engine : {"formulaic", "patsy"}
+        As for pandas; each process rebuilds patsy's designs once from the same synthetic sample.
 
     Returns
     -------
@@ -619,13 +737,13 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     ------
     ValueError
         As :func:`dpivreg.design.design_from_formula`, and for text columns, categories with
-        unknown categories, stateful transforms or ``formula_engine="patsy"``.
+        unknown categories and stateful transforms.
     """
-    if formula_engine != "formulaic":
+    from .design import FORMULA_ENGINES  # noqa: PLC0415
+
+    if formula_engine not in FORMULA_ENGINES:
         raise ValueError(
-            f"formula_engine={formula_engine!r} is not supported with a Dask DataFrame (patsy's design "
-            "information cannot be shipped to Dask workers). Use formula_engine='formulaic' (the default, "
-            "linearmodels' naming) or compute the data into pandas first."
+            f"formula_engine must be one of {list(FORMULA_ENGINES)}, got {formula_engine!r}."
         )
     if not isinstance(formula, str):
         raise TypeError(f"formula must be a string, got {type(formula).__name__}.")
@@ -639,7 +757,10 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     _check_dask_columns(meta, parts)
     _check_data_columns(meta, parts)
     sample = meta_nonempty(meta)
-    builder = _formulaic_builder(formula, sample, parts, context)
+    if formula_engine == "formulaic":
+        builder = _formulaic_builder(formula, sample, parts, context)
+    else:
+        builder = _patsy_builder(sample, parts, context)
     sample_blocks = builder.frames(sample)
     _check_counts(sample_blocks)
     _as_float_blocks(sample_blocks)  # complex-valued blocks
@@ -651,7 +772,7 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     partitions = list(data.to_delayed())
     stats = [delayed(_formula_stats)(part, builder, used, widths, pairs) for part in partitions]
     raws = [delayed(builder)(part) for part in partitions]
-    return _finish(raws, stats, names, formula=formula, formula_engine="formulaic",
+    return _finish(raws, stats, names, formula=formula, formula_engine=formula_engine,
                    source="design_from_formula", stacklevel=3, encoded_columns=used)
 
 

@@ -122,9 +122,9 @@ class DPIV2SLS:
             (``np.log``, user functions) resolve as in linearmodels.
         data : pandas.DataFrame or dask.dataframe.DataFrame
             The data; never modified. Rows with a missing value in any part are dropped jointly.
-            A Dask DataFrame gives a lazy design (see the docs' Dask page): the formula is
-            applied per partition, categories must be known, and only ``"formulaic"`` is
-            supported.
+            A Dask DataFrame gives a lazy design (see the docs' Dask page): the design
+            specification is built once and applied per partition, and categories must be
+            known.
         formula_engine : {"formulaic", "patsy"}
             ``"formulaic"`` builds exactly linearmodels' ``IV2SLS.from_formula`` design;
             ``"patsy"`` uses patsy's naming and coding (statsmodels users).

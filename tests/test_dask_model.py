@@ -113,8 +113,23 @@ def test_levels_and_stateful_transforms_that_need_the_data_are_rejected(frames):
         DPIV2SLS.from_formula("y ~ 1 + C(w) + [x ~ z1]", ddf)
     with pytest.raises(ValueError, match=r"stateful transform.*center"):
         DPIV2SLS.from_formula("y ~ 1 + center(w) + [x ~ z1]", ddf)
-    with pytest.raises(ValueError, match="formula_engine='patsy' is not supported"):
-        DPIV2SLS.from_formula(FORMULA, ddf, formula_engine="patsy")
+    with pytest.raises(ValueError, match=r"stateful transform in 'center\(w\)'"):
+        DPIV2SLS.from_formula("y ~ 1 + center(w) + [x ~ z1]", ddf, formula_engine="patsy")
+    with pytest.raises(ValueError, match=r"treats column 'w' .* as a category"):
+        DPIV2SLS.from_formula("y ~ 1 + C(w) + [x ~ z1]", ddf, formula_engine="patsy")
+
+
+@pytest.mark.filterwarnings("ignore::dpivreg.design.DroppedRowsWarning")
+def test_patsy_design_equals_pandas():
+    df = _frame(800).assign(b=lambda f: f["w"] > 0.3, v=lambda f: np.abs(f["other"]))
+    df.loc[[3, 11], "c"] = None  # patsy drops a missing category
+    ddf = dd.from_pandas(df, npartitions=3)
+    for formula in ("y ~ 1 + np.log(v) + C(c) + b + [x ~ z1 + z2]", "y ~ v:b + c + [x ~ z1 + z2]"):
+        lazy = DPIV2SLS.from_formula(formula, ddf, formula_engine="patsy").design
+        eager = DPIV2SLS.from_formula(formula, df, formula_engine="patsy").design
+        assert lazy.formula_engine == "patsy" and lazy.regressor_names == eager.regressor_names
+        assert lazy.n_dropped == eager.n_dropped >= 5
+        np.testing.assert_array_equal(lazy.values.compute(), _pandas_values(eager))
 
 
 def test_formula_errors_match_pandas(frames):
