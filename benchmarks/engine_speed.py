@@ -39,8 +39,11 @@ Targets (issue 9) at n = 10⁶, p = q = 5: iter/floor ≤ 3 and fit/IV2SLS ≤ 0
     python benchmarks/engine_speed.py --kernel numpy --threads 1 --csv /tmp/numpy1.csv
 
 ``--kernel {auto,numba,numpy}`` is passed to ``dp_2s_gd`` only when given and when the installed
-``dp_2s_gd`` accepts a ``kernel`` argument. ``--threads`` sets NUMBA_NUM_THREADS and the BLAS/OpenMP
-thread counts in the cell subprocesses (default: all cores available to this process).
+``dp_2s_gd`` accepts a ``kernel`` argument. ``--threads`` sets NUMBA_NUM_THREADS in the cell
+subprocesses and, when given and accepted, ``dp_2s_gd(n_threads=...)`` (default: all cores available to
+this process, the engine's own default). ``--blas-threads`` sets OMP/OPENBLAS/MKL_NUM_THREADS (default:
+as ``--threads``); they also govern IV2SLS. The engine's numpy kernel runs BLAS inside its own row
+threads, so threads × BLAS threads can exceed the cores.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ FULL_N = (10**4, 10**5, 10**6, 10**7)
 FULL_PQ = (1, 5, 50)
 QUICK_N = (10**4, 10**5)
 QUICK_PQ = (1, 5)
-THREAD_VARS = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 TARGET_CELL = (10**6, 5, 5)
 MB = 1e6
 
@@ -94,7 +97,7 @@ COLUMNS = [  # (CSV key, table header, width, format)
     ("rss_mb", "RSS MB", 8, ".0f"),
 ]
 EXTRA_CSV_KEYS = [
-    "fit_s_per_iter", "t1_s", "repeats", "iv2sls_peak_mb", "clip", "kernel", "threads",
+    "fit_s_per_iter", "t1_s", "repeats", "iv2sls_peak_mb", "clip", "kernel", "threads", "blas_threads",
     "bandwidth_gb_s", "load", "numba", "note",
 ]
 
@@ -124,10 +127,11 @@ def available_bytes() -> int:
     return 1 << 62
 
 
-def engine_accepts_kernel() -> bool:
+def engine_accepts(argument: str) -> bool:
+    """Whether the installed dp_2s_gd takes ``argument`` (the engine gained ``kernel``/``n_threads``)."""
     from dpivreg import dp_2s_gd
 
-    return "kernel" in inspect.signature(dp_2s_gd).parameters
+    return argument in inspect.signature(dp_2s_gd).parameters
 
 
 # ----------------------------------------------------------------------------------------
@@ -185,14 +189,13 @@ def make_data(n: int, p: int, q: int, seed: int = DATA_SEED,
 
 
 def engine_call(Z: np.ndarray, X: np.ndarray, Y: np.ndarray, *, T: int, clip: float, seed: int,
-                kernel: str | None) -> float:
-    """Seconds of one realistic dp_2s_gd call."""
+                options: dict) -> float:
+    """Seconds of one realistic dp_2s_gd call; ``options``: optional keywords (kernel, n_threads)."""
     from dpivreg import dp_2s_gd
 
-    extra = {} if kernel is None else {"kernel": kernel}
     start = time.perf_counter()
     dp_2s_gd(Z, X, Y, T=T, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.5, clip1=clip, clip2=clip,
-             method="preconditioned", seed=seed, **extra)
+             method="preconditioned", seed=seed, **options)
     return time.perf_counter() - start
 
 
@@ -218,28 +221,28 @@ def best_of(measure: Callable[[int], float], budget_s: float, max_repeats: int) 
     return min(timings), len(timings)
 
 
-def warm_up(p: int, q: int, kernel: str | None, with_iv2sls: bool) -> None:
+def warm_up(p: int, q: int, options: dict, with_iv2sls: bool) -> None:
     """Import everything and compile (numba) on small data, before the measured part."""
     from dpivreg.model import theorem_clip
 
     Z, X, Y = make_data(2000, p, q, seed=1)
-    engine_call(Z, X, Y, T=2, clip=theorem_clip(2000, q, 2), seed=0, kernel=kernel)
+    engine_call(Z, X, Y, T=2, clip=theorem_clip(2000, q, 2), seed=0, options=options)
     if with_iv2sls:
         iv2sls_call(Z, X, Y)
 
 
-def run_cell(n: int, p: int, q: int, *, kernel: str | None, iv2sls: bool, budget_s: float) -> dict:
+def run_cell(n: int, p: int, q: int, *, options: dict, iv2sls: bool, budget_s: float) -> dict:
     """Measure one cell; returns the raw numbers (the parent adds the floor and the ratios)."""
     from dpivreg.model import theorem_clip
 
-    warm_up(p, q, kernel, iv2sls)
+    warm_up(p, q, options, iv2sls)
     Z, X, Y = make_data(n, p, q)
     rss_data = current_rss_bytes()
     peak_before = peak_rss_bytes()
     clean = reset_peak_rss()
     clip = theorem_clip(n, q, T_FIT)
-    t1, _ = best_of(lambda s: engine_call(Z, X, Y, T=1, clip=clip, seed=s, kernel=kernel), budget_s, 10)
-    fit, repeats = best_of(lambda s: engine_call(Z, X, Y, T=T_FIT, clip=clip, seed=s, kernel=kernel), budget_s, 10)
+    t1, _ = best_of(lambda s: engine_call(Z, X, Y, T=1, clip=clip, seed=s, options=options), budget_s, 10)
+    fit, repeats = best_of(lambda s: engine_call(Z, X, Y, T=T_FIT, clip=clip, seed=s, options=options), budget_s, 10)
     engine_peak = peak_rss_bytes()
     result = {
         "n": n, "p": p, "q": q, "repeats": repeats, "clip": clip,
@@ -258,8 +261,9 @@ def run_cell(n: int, p: int, q: int, *, kernel: str | None, iv2sls: bool, budget
 
 def cell_main(args: argparse.Namespace) -> None:
     n, p, q = args.cell
-    result = run_cell(n, p, q, kernel=args.kernel if args.pass_kernel else None, iv2sls=not args.no_iv2sls,
-                      budget_s=args.budget)
+    options = {} if args.kernel is None else {"kernel": args.kernel}
+    options.update({} if args.engine_threads is None else {"n_threads": args.engine_threads})
+    result = run_cell(n, p, q, options=options, iv2sls=not args.no_iv2sls, budget_s=args.budget)
     print(json.dumps(result))
 
 
@@ -292,20 +296,22 @@ def skip_reason(n: int, p: int, q: int, max_gb: float) -> str | None:
     return None
 
 
-def cell_env(threads: int) -> dict[str, str]:
+def cell_env(threads: int, blas_threads: int) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({name: str(threads) for name in THREAD_VARS})
+    env["NUMBA_NUM_THREADS"] = str(threads)
+    env.update({name: str(blas_threads) for name in BLAS_THREAD_VARS})
     return env
 
 
-def launch_cell(n: int, p: int, q: int, args: argparse.Namespace, pass_kernel: bool) -> dict:
+def launch_cell(n: int, p: int, q: int, args: argparse.Namespace, pass_kernel: bool, pass_threads: bool) -> dict:
     """Run one cell in a fresh interpreter and parse the JSON line it prints last."""
     iv2sls = iv2sls_bytes_estimate(n, p, q) <= min(args.iv2sls_max_gb * 1e9, 0.6 * available_bytes())
     command = [sys.executable, str(Path(__file__).resolve()), "--cell", str(n), str(p), str(q)]
     command += ["--kernel", args.kernel] if pass_kernel else []
+    command += ["--engine-threads", str(args.threads)] if pass_threads else []
     command += [] if iv2sls else ["--no-iv2sls"]
     command += ["--budget", str(args.budget)]
-    done = subprocess.run(command, env=cell_env(args.threads), capture_output=True, text=True)
+    done = subprocess.run(command, env=cell_env(args.threads, args.blas_threads), capture_output=True, text=True)
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-5:])
         return {"n": n, "p": p, "q": q, "note": f"cell failed (exit {done.returncode}): {tail}"}
@@ -370,33 +376,40 @@ def numba_version() -> str:
     return numba.__version__
 
 
+def verdict(value: float | None, limit: float) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.2f} (≤ {limit:g}: {'met' if value <= limit else 'NOT met'})"
+
+
 def report_targets(rows: list[dict]) -> None:
     for row in rows:
         if (row["n"], row["p"], row["q"]) == TARGET_CELL and "s_per_iter" in row:
-            iter_ok = row["iter_over_floor"] <= 3
-            fit_ratio = row.get("fit_over_iv2sls")
-            print(f"\ntargets at n = 10^6, p = q = 5: iter/floor = {row['iter_over_floor']:.1f} (≤ 3: "
-                  f"{'met' if iter_ok else 'NOT met'}); fit/IV2SLS = "
-                  + ("n/a" if fit_ratio is None else f"{fit_ratio:.2f} (≤ 0.5: {'met' if fit_ratio <= 0.5 else 'NOT met'})")
-                  + f"; peak/data = {row['peak_over_data']:.2f}")
+            print(f"\ntargets at n = 10^6, p = q = 5: iter/floor = {verdict(row['iter_over_floor'], 3)}; "
+                  f"fit/IV2SLS = {verdict(row.get('fit_over_iv2sls'), 0.5)}; peak/data = {row['peak_over_data']:.2f}")
 
 
 def parent_main(args: argparse.Namespace) -> None:
-    accepts = engine_accepts_kernel()
+    accepts = engine_accepts("kernel")
     pass_kernel = args.kernel is not None and accepts
     if args.kernel is not None and not accepts:
         print(f"note: this dp_2s_gd has no kernel= argument; --kernel {args.kernel} is ignored")
+    pass_threads = args.threads_given and engine_accepts("n_threads")
     bandwidth = args.bandwidth * 1e9 if args.bandwidth else copy_bandwidth()
     kernel_label = args.kernel if pass_kernel else ("default" if not accepts else "auto (default)")
     print(f"numpy copy bandwidth {bandwidth / 1e9:.2f} GB/s; T = {T_FIT}; kernel {kernel_label}; "
-          f"threads {args.threads}; numba {numba_version()}; load average {os.getloadavg()[0]:.2f}")
+          f"threads {args.threads} (BLAS {args.blas_threads}); numba {numba_version()}; "
+          f"load average {os.getloadavg()[0]:.2f}")
     print(header(), flush=True)
     rows = []
     for n, p, q in grid(args):
         reason = skip_reason(n, p, q, args.max_gb)
-        row = {"n": n, "p": p, "q": q, "note": f"skipped: {reason}"} if reason else launch_cell(n, p, q, args, pass_kernel)
-        row.update(kernel=kernel_label, threads=args.threads, bandwidth_gb_s=bandwidth / 1e9, numba=numba_version(),
-                   load=os.getloadavg()[0])
+        if reason:
+            row = {"n": n, "p": p, "q": q, "note": f"skipped: {reason}"}
+        else:
+            row = launch_cell(n, p, q, args, pass_kernel, pass_threads)
+        row.update(kernel=kernel_label, threads=args.threads, blas_threads=args.blas_threads,
+                   bandwidth_gb_s=bandwidth / 1e9, numba=numba_version(), load=os.getloadavg()[0])
         rows.append(add_ratios(row, bandwidth))
         print(format_row(row), flush=True)
     report_targets(rows)
@@ -417,17 +430,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="skip IV2SLS where its estimated peak memory exceeds this (GB)")
     parser.add_argument("--kernel", choices=("auto", "numba", "numpy"), default=None,
                         help="passed to dp_2s_gd(kernel=...) if it accepts it")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
-                        help="NUMBA_NUM_THREADS / BLAS threads in the cells (default: all cores)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="engine threads: NUMBA_NUM_THREADS and dp_2s_gd(n_threads=) (default: all cores)")
+    parser.add_argument("--blas-threads", type=int, default=None,
+                        help="OMP/OPENBLAS/MKL_NUM_THREADS in the cells (default: as --threads)")
     parser.add_argument("--csv", default=None, help=f"CSV output (default {DEFAULT_CSV.relative_to(REPO)}; "
                                                     "none with --quick)")
     parser.add_argument("--budget", type=float, default=None,
-                        help="seconds per timed quantity and cell for repeats (best of up to 10; default 4, 1 with --quick)")
+                        help="seconds per timed quantity and cell spent on repeats (best of up to 10; "
+                             "default 4, 1 with --quick)")
     parser.add_argument("--bandwidth", type=float, default=None, help="GB/s; skip the copy measurement")
     parser.add_argument("--cell", type=int, nargs=3, metavar=("N", "P", "Q"), help=argparse.SUPPRESS)
     parser.add_argument("--no-iv2sls", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--engine-threads", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.pass_kernel = args.kernel is not None
+    args.threads_given = args.threads is not None
+    if args.threads is None:
+        args.threads = len(os.sched_getaffinity(0))
+    if args.blas_threads is None:
+        args.blas_threads = args.threads
     if args.budget is None:
         args.budget = 1.0 if args.quick else 4.0
     return args
