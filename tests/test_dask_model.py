@@ -339,3 +339,33 @@ def test_empty_partitions_and_unknown_chunks(frames):
     assert np.isnan(arr.chunks[0][0])
     design = DPIV2SLS(arr[:, 0], None, arr[:, 1], arr[:, 2:4]).design
     assert design.nobs == clean.shape[0] and not np.isnan(design.values.chunks[0][0])
+
+
+def _nbytes(value) -> int:
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (pd.DataFrame, pd.Series)):
+        return int(value.memory_usage(deep=True).sum()) if isinstance(value, pd.DataFrame) else value.nbytes
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 8
+
+
+def test_no_pass_brings_the_data_to_the_driver(frames, monkeypatch):
+    """Every dask.compute of the model returns small sums, never the rows (the data are 3000 × 8)."""
+    _, ddf = frames
+    sizes = []
+    real = dask.compute
+
+    def recording(*args, **kwargs):
+        out = real(*args, **kwargs)
+        sizes.append(_nbytes(out))
+        return out
+
+    monkeypatch.setattr(dask, "compute", recording)
+    res = _quiet(_model(FORMULA, ddf).fit, **FIT)
+    res.summary()
+    assert len(sizes) >= FIT["T"] + 4
+    assert max(sizes) < 3000 * 8 * 8 / 10, sizes
