@@ -53,7 +53,6 @@ from .design import (
     _duplicate_instrument_error,
     _emit_encoded_missing,
     _empty_block,
-    _formula_factors,
     _formula_variables,
     _is_text_dtype,
     _numpy_columns,
@@ -218,11 +217,8 @@ class DaskIVDesign:
         """One block (``"dependent"``, ``"exog"``, ``"endog"``, ``"instruments"``) as a lazy Dask DataFrame."""
         import dask.dataframe as dd  # noqa: PLC0415
 
-        cols = self.positions[name]
         labels = list(self.names[_BLOCKS.index(name)])
-        if not cols:
-            return dd.from_pandas(_empty_block(pd.RangeIndex(0)), npartitions=1)
-        return dd.from_dask_array(self.values[:, cols], columns=labels)
+        return dd.from_dask_array(self.values[:, self.positions[name]], columns=labels)
 
     @property
     def dependent(self) -> Any:
@@ -256,6 +252,8 @@ class DaskIVDesign:
 
 
 def _positions(widths: tuple[int, ...]) -> dict[str, list[int]]:
+    """Column positions of the blocks, [exog, endog] ("x") and [exog, instruments] ("z") given the
+    blocks' widths in the order [dependent, exog, endog, instruments]."""
     starts = np.cumsum((0,) + widths)
     pos = {block: list(range(starts[i], starts[i + 1])) for i, block in enumerate(_BLOCKS)}
     pos["x"] = pos["exog"] + pos["endog"]
