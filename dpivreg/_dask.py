@@ -28,6 +28,7 @@ Dask is optional: this module is imported only when a Dask collection is passed,
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import warnings
 from collections.abc import Hashable, Mapping
@@ -36,6 +37,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from .design import (
     _BLOCKS,
@@ -457,22 +459,22 @@ class _FormulaicBuilder:
 
     specs: tuple[Any, ...]
     context: Mapping[str, Any]
+    categorical: tuple[Hashable, ...] = ()
 
     def frames(self, data: pd.DataFrame) -> dict[str, pd.DataFrame]:
         """The four named blocks on ``data``'s rows (missing values kept)."""
-        from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
+        # A missing category is coded as the reference level, as on the pandas path (which warns
+        # with EncodedMissingWarning); replaying a spec, formulaic also warns per partition. Its
+        # warning is silenced only where it can occur, since catch_warnings is not thread-safe.
+        missing_category = any(data[c].isna().any() for c in self.categorical if c in data.columns)
+        with warnings.catch_warnings() if missing_category else contextlib.nullcontext():
+            if missing_category:
+                from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
 
-        blocks = {}
-        with warnings.catch_warnings():
-            # A missing category is coded as the reference level (as on the pandas path, which
-            # warns with EncodedMissingWarning); formulaic's own warning would repeat per partition.
-            warnings.simplefilter("ignore", DataMismatchWarning)
-            for block, spec in zip(_BLOCKS, self.specs):
-                if spec is None:
-                    blocks[block] = _empty_block(data.index)
-                else:
-                    blocks[block] = pd.DataFrame(spec.get_model_matrix(data, context=self.context))
-        return blocks
+                warnings.simplefilter("ignore", DataMismatchWarning)
+            return {block: _empty_block(data.index) if spec is None
+                    else pd.DataFrame(spec.get_model_matrix(data, context=self.context))
+                    for block, spec in zip(_BLOCKS, self.specs)}
 
     def __call__(self, data: pd.DataFrame) -> np.ndarray:
         parts = [frame.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -501,15 +503,17 @@ def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts) -> None:
         fix = (f"Make it a category with known categories first, e.g. "
                f"ddf[{col!r}] = ddf[{col!r}].astype('category').cat.as_known() (or set the categories "
                f"explicitly with .cat.set_categories([...]), which also fixes their order).")
-        if _is_text_dtype(dtype):
+        if isinstance(dtype, pd.CategoricalDtype):
+            if not has_known_categories(meta[col]):
+                raise ValueError(
+                    f"column {col!r} is a Dask category with unknown categories: the formula needs all "
+                    f"levels to build the same dummy columns in every partition. {fix}"
+                )
+        elif _is_text_dtype(dtype) or not (is_numeric_dtype(dtype) or is_bool_dtype(dtype)):
             raise ValueError(
                 f"column {col!r} has dtype {dtype}: with a Dask DataFrame the formula cannot read the levels "
-                f"of a text column from the data (they may differ between partitions). {fix}"
-            )
-        if isinstance(dtype, pd.CategoricalDtype) and not has_known_categories(meta[col]):
-            raise ValueError(
-                f"column {col!r} is a Dask category with unknown categories: the formula needs all levels "
-                f"to build the same dummy columns in every partition. {fix}"
+                f"of a text (or other non-numeric) column from the data (they may differ between partitions). "
+                f"{fix}"
             )
 
 
@@ -584,12 +588,14 @@ def _formulaic_builder(formula: str, sample: pd.DataFrame, parts: _FormulaParts,
         _check_spec(matrix.model_spec, block, text, sample)
         specs.append(matrix.model_spec if matrix.shape[1] or block != "exog" else None)
     specs_t = tuple(specs)
+    categorical = tuple(c for c in _formula_variables(parts, sample)
+                        if isinstance(sample[c].dtype, pd.CategoricalDtype))
     shipped = _formula_context(specs_t, ctx, set(sample.columns))
-    builder = _FormulaicBuilder(specs_t, shipped)
+    builder = _FormulaicBuilder(specs_t, shipped, categorical)
     try:
         builder(sample)
     except Exception:  # noqa: BLE001 - a name we could not see in the expressions: ship everything
-        builder = _FormulaicBuilder(specs_t, dict(ctx))
+        builder = _FormulaicBuilder(specs_t, dict(ctx), categorical)
     return builder
 
 
