@@ -9,9 +9,9 @@ with a missing value are dropped per partition (row-wise, jointly, as on the pan
 is collected to the driver but small reductions:
 
 * building the design: one pass (row counts, per-column minima and maxima, non-finite counts, the
-  column-scaled cross-product matrix, equality of instrument columns), from which the pandas
-  path's checks are repeated with the same messages where possible (rank from the cross-product
-  eigenvalues);
+  triangular factor R of the column-scaled design by TSQR, equality of instrument columns), from
+  which the pandas path's checks are repeated with the same messages where possible (the rank
+  from the singular values of R, which are those of the columns);
 * ``fit``: one pass for the clipped values and the Analyze-Gauss moment release (route
   "private" or "data"; only the clipping counts on route "bounds"), then the engine's passes
   (one per iteration), then one pass for the private residual variance of the inference;
@@ -73,10 +73,6 @@ __all__ = [
     "CrossProductIV2SLS",
 ]
 
-#: Eigenvalues of the unit-scaled cross-product matrix below this fraction of the largest count
-#: as zero when judging the rank (a singular-value ratio of about 3e-6).
-RANK_RTOL = 1e-11
-
 _STATEFUL_HELP = (
     "With a Dask DataFrame the design is built once from the column types, not from the data, so "
     "transforms that learn parameters from the data (center(), scale(), poly(), bs(), ...) cannot be "
@@ -106,18 +102,20 @@ class DesignStats:
         Per-column extremes over the kept rows.
     scale : ndarray (d,)
         max |value| per column over the kept rows, 1 for an all-zero column.
-    gram : ndarray (d, d)
-        Σ vᵢvᵢᵀ of the columns divided by ``scale`` (the cross-products in units of max |value|).
+    r : ndarray (d, d)
+        The triangular factor R of a QR decomposition of the columns divided by ``scale``
+        (V = QR, by TSQR over the partitions): V[:, S] = Q R[:, S], so R[:, S] has the singular
+        values of any subset S of columns, and VᵀV = RᵀR.
     """
 
     minimum: np.ndarray
     maximum: np.ndarray
     scale: np.ndarray
-    gram: np.ndarray
+    r: np.ndarray
 
     def cross_products(self, rows: list[int], cols: list[int]) -> np.ndarray:
         """Σ aᵢbᵢᵀ in original units for the columns at positions ``rows`` and ``cols``."""
-        return self.gram[np.ix_(rows, cols)] * np.outer(self.scale[rows], self.scale[cols])
+        return (self.r[:, rows].T @ self.r[:, cols]) * np.outer(self.scale[rows], self.scale[cols])
 
 
 @dataclass(frozen=True, eq=False)
@@ -295,19 +293,24 @@ def _block_stats(raw: np.ndarray, widths: tuple[int, ...], pairs: tuple[tuple[in
         "max": np.max(clean, axis=0, initial=-np.inf),
         "bad_rows": np.array(bad_rows, dtype=np.int64),
         "scale": scale,
-        "gram": scaled.T @ scaled,
+        "r": _r_factor(scaled),
         "equal": np.array([np.array_equal(clean[:, j], clean[:, i]) for j, i in pairs], dtype=bool),
     }
+
+
+def _r_factor(values: np.ndarray) -> np.ndarray:
+    """The d × d triangular factor R of values = QR (zero rows appended when there are fewer than d rows)."""
+    d = values.shape[1]
+    r = np.linalg.qr(values, mode="r") if values.shape[0] else np.zeros((0, d))
+    return np.vstack([r, np.zeros((d - r.shape[0], d))]) if r.shape[0] < d else r
 
 
 def _combine(parts: list[dict]) -> dict:
     """Combine the statistics of the partitions (sums, extremes, the rescaled cross-products)."""
     scale = np.max([p["scale"] for p in parts], axis=0)
     unit = np.where(scale > 0, scale, 1.0)
-    gram = np.zeros_like(parts[0]["gram"])
-    for p in parts:
-        ratio = p["scale"] / unit
-        gram += p["gram"] * np.outer(ratio, ratio)
+    # R of V·diag(c) is R·diag(c): bring every partition's R to the global column units, then TSQR
+    r = _r_factor(np.vstack([p["r"] * (p["scale"] / unit) for p in parts]))
     return {
         "n_raw": sum(p["n_raw"] for p in parts),
         "n": sum(p["n"] for p in parts),
@@ -318,7 +321,7 @@ def _combine(parts: list[dict]) -> dict:
         "max": np.max([p["max"] for p in parts], axis=0),
         "bad_rows": np.sum([p["bad_rows"] for p in parts], axis=0),
         "scale": unit,
-        "gram": gram,
+        "r": r,
         "equal": np.all([p["equal"] for p in parts], axis=0),
         "encoded": _combine_encoded(parts),
     }
@@ -336,25 +339,30 @@ def _combine_encoded(parts: list[dict]) -> tuple[np.ndarray, int] | None:
 # ---------------------------------------------------------------------------
 
 
-def _gram_rank(gram: np.ndarray) -> int:
-    """Rank of the columns whose (unit-scaled) cross-product matrix is ``gram``."""
-    if gram.shape[0] == 0:
+def _rank(r: np.ndarray, nobs: int) -> int:
+    """Rank of the nobs × k columns whose triangular factor is ``r`` (k columns), with the tolerance
+    of ``numpy.linalg.matrix_rank`` on the columns themselves: σ_max · max(nobs, k) · eps."""
+    if r.shape[1] == 0:
         return 0
-    eigenvalues = np.linalg.eigvalsh(gram)
-    if not eigenvalues[-1] > 0:
-        return 0
-    return int(np.count_nonzero(eigenvalues > RANK_RTOL * eigenvalues[-1]))
+    singular = np.linalg.svd(r, compute_uv=False)
+    tol = singular.max() * max(nobs, r.shape[1]) * np.finfo(np.float64).eps
+    return int(np.count_nonzero(singular > tol))
 
 
-def _check_gram_rank(gram: np.ndarray, columns: list[Hashable], label: str) -> None:
-    """Raise the pandas path's rank error if the columns of ``gram`` are collinear."""
-    rank = _gram_rank(gram)
-    if rank == gram.shape[0]:
+def _check_rank(r: np.ndarray, nobs: int, columns: list[Hashable], label: str) -> None:
+    """Raise the pandas path's rank error if the columns with triangular factor ``r`` are collinear.
+
+    As on the pandas path, the columns are scaled to max |value| 1 first (see
+    :func:`dpivreg.design._unit_columns`), and R has the singular values of the columns, so the
+    verdict is the pandas path's up to rounding.
+    """
+    rank = _rank(r, nobs)
+    if rank == r.shape[1]:
         return
-    lo, hi = 1, gram.shape[0]
+    lo, hi = 1, r.shape[1]
     while lo < hi:  # the first prefix that is rank deficient
         mid = (lo + hi) // 2
-        if _gram_rank(gram[:mid, :mid]) < mid:
+        if _rank(r[:, :mid], nobs) < mid:
             hi = mid
         else:
             lo = mid + 1
@@ -404,10 +412,9 @@ def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...]) -> None:
             if equal[(col, other)]:
                 raise _duplicate_instrument_error(labels[col], labels[other],
                                                   "exog" if other in exog else "instruments")
-    gram = stats["gram"]
     for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
         cols = pos[key]
-        _check_gram_rank(gram[np.ix_(cols, cols)], [labels[c] for c in cols], label)
+        _check_rank(stats["r"][:, cols], nobs, [labels[c] for c in cols], label)
 
 
 def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...], ...], *, formula: str | None,
@@ -430,7 +437,7 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
     values = chunks[0] if len(chunks) == 1 else da.concatenate(chunks, axis=0)
     design = DaskIVDesign(
         values=values, names=names, nobs=int(stats["n"]),
-        stats=DesignStats(stats["min"], stats["max"], stats["scale"], stats["gram"]),
+        stats=DesignStats(stats["min"], stats["max"], stats["scale"], stats["r"]),
         formula=formula, formula_engine=formula_engine, n_dropped=int(stats["n_raw"] - stats["n"]),
     )
     _warn_dropped(design, source, stacklevel=stacklevel + 1)
@@ -1096,7 +1103,7 @@ def _residual_block(block: np.ndarray, beta: np.ndarray, x_pos: list[int], z_pos
 def dask_benchmark(design: DaskIVDesign) -> CrossProductIV2SLS:
     """NON-PRIVATE 2SLS with linearmodels' default robust (HC0) covariance, from cross-products.
 
-    ZᵀZ, ZᵀX and Zᵀy come from the design's building pass; one more pass forms the residuals'
+    ZᵀZ, ZᵀX and Zᵀy come from the design's building pass (RᵀR); one more pass forms the residuals'
     Σeᵢ² and Σ zᵢzᵢᵀeᵢ² (the robust covariance's middle matrix is Πᵀ(Σ zᵢzᵢᵀeᵢ²)Π with x̂ᵢ = Πᵀzᵢ).
     """
     pos = design.positions
