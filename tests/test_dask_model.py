@@ -369,3 +369,15 @@ def test_no_pass_brings_the_data_to_the_driver(frames, monkeypatch):
     res.summary()
     assert len(sizes) >= FIT["T"] + 4
     assert max(sizes) < 3000 * 8 * 8 / 10, sizes
+
+
+def test_rank_is_judged_like_pandas_for_a_large_offset(frames):
+    """1e8 + noise beside the intercept has full rank (pandas' SVD says so; cross-products would not)."""
+    df, _ = frames
+    df = df.assign(big=1e8 + df["other"])
+    ddf = dd.from_pandas(df, npartitions=4)
+    lazy = _model("y ~ 1 + big + [x ~ z1 + z2]", ddf).design
+    eager = _model("y ~ 1 + big + [x ~ z1 + z2]", df).design
+    assert lazy.regressor_names == eager.regressor_names == ["Intercept", "big", "x"]
+    with pytest.raises(ValueError, match="column 'big2' is a linear combination"):
+        _model("y ~ 1 + big + big2 + [x ~ z1 + z2]", dd.from_pandas(df.assign(big2=3 * df["big"] - 1), 4))
