@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import math
+import uuid
 import warnings
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -489,6 +490,11 @@ class _FormulaicBuilder:
         return np.column_stack(parts) if parts else np.empty((data.shape[0], 0))
 
 
+def _apply(builder: Any, part: pd.DataFrame) -> np.ndarray:
+    """``builder(part)``: the raw design of one partition."""
+    return builder(part)
+
+
 def _formula_stats(part: pd.DataFrame, builder: Any, used: list[Hashable],
                    widths: tuple[int, ...], pairs: tuple[tuple[int, int], ...]) -> dict:
     """:func:`_block_stats` of a partition, plus which formula variables are missing in kept rows."""
@@ -571,8 +577,7 @@ def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame) -> None:
                 )
 
 
-def _formulaic_builder(formula: str, sample: pd.DataFrame, parts: _FormulaParts,
-                       context: Mapping[str, Any]) -> _FormulaicBuilder:
+def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapping[str, Any]) -> _FormulaicBuilder:
     """Build the blocks' model specs once on ``sample`` (a frame with the data's column types)."""
     from formulaic import Formula  # noqa: PLC0415
     from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
@@ -769,7 +774,7 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     _check_data_columns(meta, parts)
     sample = meta_nonempty(meta)
     if formula_engine == "formulaic":
-        builder = _formulaic_builder(formula, sample, parts, context)
+        builder = _formulaic_builder(sample, parts, context)
     else:
         builder = _patsy_builder(sample, parts, context)
     sample_blocks = builder.frames(sample)
@@ -781,8 +786,11 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     pairs = _instrument_pairs(widths)
     used = _formula_variables(parts, meta)
     partitions = list(data.to_delayed())
-    stats = [delayed(_formula_stats)(part, builder, used, widths, pairs) for part in partitions]
-    raws = [delayed(builder)(part) for part in partitions]
+    # One copy of the builder in the graph, shared by all tasks (a worker unpickles it once, and
+    # patsy's designs are rebuilt once per worker, not per partition).
+    shared = delayed(builder, name=f"dpivreg-design-builder-{uuid.uuid4().hex}", traverse=False)
+    stats = [delayed(_formula_stats)(part, shared, used, widths, pairs) for part in partitions]
+    raws = [delayed(_apply)(shared, part) for part in partitions]
     return _finish(raws, stats, names, formula=formula, formula_engine=formula_engine,
                    source="design_from_formula", stacklevel=3, encoded_columns=used)
 
