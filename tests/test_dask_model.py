@@ -381,3 +381,19 @@ def test_rank_is_judged_like_pandas_for_a_large_offset(frames):
     assert lazy.regressor_names == eager.regressor_names == ["Intercept", "big", "x"]
     with pytest.raises(ValueError, match="column 'big2' is a linear combination"):
         _model("y ~ 1 + big + big2 + [x ~ z1 + z2]", dd.from_pandas(df.assign(big2=3 * df["big"] - 1), 4))
+
+
+def test_array_fit_equals_numpy_fit(frames):
+    df, _ = frames
+    clean = df.dropna()
+    values = np.column_stack([clean["y"], np.ones(len(clean)), clean["w"], clean["x"], clean["z1"], clean["z2"]])
+    arr = da.from_array(values, chunks=(900, 6))
+    bounds = {"dependent": (-20, 20), "exog.1": (-5, 5), "endog": (-10, 10),
+              "instruments.0": (-5, 5), "instruments.1": (-5, 5)}
+    kwargs = {**FIT, "bounds": bounds}
+    lazy = DPIV2SLS(arr[:, 0], arr[:, 1:3], arr[:, 3], arr[:, 4:6]).fit(**kwargs)
+    eager = DPIV2SLS(values[:, 0], values[:, 1:3], values[:, 3], values[:, 4:6]).fit(**kwargs)
+    assert lazy.is_private and lazy.scale.source["exog.0"] == "constant"
+    _assert_close(lazy.params, eager.params)
+    _assert_close(lazy.bse, eager.bse)
+    _assert_close(lazy.benchmark.params, eager.benchmark.params)
