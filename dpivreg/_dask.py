@@ -56,6 +56,7 @@ from .design import (
     _duplicate_instrument_error,
     _emit_encoded_missing,
     _empty_block,
+    _formula_factors,
     _formula_variables,
     _is_text_dtype,
     _numpy_columns,
@@ -543,13 +544,27 @@ def _formula_context(specs: tuple[Any, ...], context: Mapping[str, Any], columns
                 except SyntaxError:
                     continue
                 names.update(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
+    return _ship(names - columns, context)
+
+
+def _ship(names: set[str], context: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``context`` for ``names``; an array there would be misaligned with the partitions."""
     out = {}
-    for name in sorted(names - columns):
+    for name in sorted(names):
         try:
-            if name in context:
-                out[name] = context[name]
+            if name not in context:
+                continue
+            value = context[name]
         except Exception:  # noqa: BLE001 - an odd mapping: the name is simply not shipped
             continue
+        if isinstance(value, (np.ndarray, pd.Series, pd.Index, list, tuple)) and np.ndim(value) > 0:
+            raise ValueError(
+                f"the formula reads {name!r} from your namespace, a {type(value).__name__} of {len(value)} "
+                "values; with a Dask DataFrame the formula is applied to each partition separately, so "
+                "such a variable cannot be aligned with the rows. Add it as a column of the Dask DataFrame "
+                "instead."
+            )
+        out[name] = value
     return out
 
 
@@ -697,14 +712,7 @@ def _patsy_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapping[
         if info is not None:
             for factor in info.factor_infos:
                 names |= _expression_names(factor.code)
-    shipped = {}
-    for name in sorted(names - set(sample.columns)):
-        try:
-            if name in ctx:
-                shipped[name] = ctx[name]
-        except Exception:  # noqa: BLE001 - an odd mapping: the name is simply not shipped
-            continue
-    return _PatsyBuilder(texts, sample, shipped)
+    return _PatsyBuilder(texts, sample, _ship(names - set(sample.columns), ctx))
 
 
 def _check_patsy_info(info: Any, block: str, text: str, meta: pd.DataFrame) -> None:
@@ -772,6 +780,9 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     meta = data._meta
     _check_dask_columns(meta, parts)
     _check_data_columns(meta, parts)
+    from .design import _formulaic_context  # noqa: PLC0415
+
+    _ship(set(_formula_factors(parts)) - set(meta.columns), _formulaic_context(context))  # no arrays
     sample = meta_nonempty(meta)
     if formula_engine == "formulaic":
         builder = _formulaic_builder(sample, parts, context)

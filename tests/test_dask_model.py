@@ -397,3 +397,15 @@ def test_array_fit_equals_numpy_fit(frames):
     _assert_close(lazy.params, eager.params)
     _assert_close(lazy.bse, eager.bse)
     _assert_close(lazy.benchmark.params, eager.benchmark.params)
+
+
+def test_formula_variables_from_the_namespace(frames):
+    """Scalars and functions of the caller's namespace work per partition; arrays cannot be aligned."""
+    df, ddf = frames
+    k = 2.5  # noqa: F841 - read by the formula
+    lazy = _model("y ~ 1 + I(k * w) + [x ~ z1 + z2]", ddf).design
+    eager = _model("y ~ 1 + I(k * w) + [x ~ z1 + z2]", df).design
+    np.testing.assert_array_equal(lazy.values.compute(), _pandas_values(eager))
+    extra = np.arange(len(df), dtype=float)  # noqa: F841 - read by the formula
+    with pytest.raises(ValueError, match="reads 'extra' from your namespace, a ndarray of 3000 values"):
+        DPIV2SLS.from_formula("y ~ 1 + [x ~ z1 + extra]", ddf)
