@@ -22,7 +22,11 @@ For each cell (n, p = q) of the grid n ∈ {10⁴, 10⁵, 10⁶, 10⁷} × p = q
                   mark is reset through /proc/self/clear_refs after the data are made, so the warm-up
                   and JIT compilation do not count); ``data MB`` = (p+q+1)·8·n bytes; ``peak/data``
                   their ratio (the target is O(1): memory O(n(p+q)));
-* ``RSS MB``      the cell process's peak resident memory overall (imports, data, engine and IV2SLS).
+* ``RSS MB``      the cell process's peak resident memory overall (imports, data, engine and IV2SLS);
+* ``kernel``      the implementation ``dp_2s_gd`` used (``dpivreg.kernels.resolve_kernel``; "auto" picks
+                  by the per-row work).
+
+The CSV has the same columns plus IV2SLS's own peak memory above the data, the thread count and notes.
 
 Each cell runs in a fresh subprocess (``--cell n p q``), so its memory figures are clean. The data
 (fixed seed, float64, C-contiguous) are generated in row chunks: Z ~ N(0, I_q), X = Z·Π + V,
@@ -95,11 +99,9 @@ COLUMNS = [  # (CSV key, table header, width, format)
     ("data_mb", "data MB", 8, ".1f"),
     ("peak_over_data", "peak/data", 9, ".2f"),
     ("rss_mb", "RSS MB", 8, ".0f"),
+    ("kernel_used", "kernel", 6, "s"),
 ]
-EXTRA_CSV_KEYS = [
-    "fit_s_per_iter", "t1_s", "repeats", "iv2sls_peak_mb", "clip", "kernel", "threads", "blas_threads",
-    "bandwidth_gb_s", "load", "numba", "note",
-]
+CSV_ONLY_COLUMNS = [("iv2sls_peak_mb", "IV2SLS peak MB"), ("threads", "threads"), ("note", "note")]
 
 
 # ----------------------------------------------------------------------------------------
@@ -212,6 +214,17 @@ def iv2sls_call(Z: np.ndarray, X: np.ndarray, Y: np.ndarray) -> float:
     return time.perf_counter() - start
 
 
+def resolved_kernel(kernel: str, p: int, q: int) -> str:
+    """The implementation dp_2s_gd picks for ``kernel`` ("auto" depends on the per-row work), or "-"
+    for an engine without kernels."""
+    try:
+        from dpivreg.kernels import resolve_kernel
+
+        return resolve_kernel(kernel, q, 2 * p + 1)  # width of the pass matrix [Θ | Θ̄R | Θ̄β], no exog
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return "-"
+
+
 def best_of(measure: Callable[[int], float], budget_s: float, max_repeats: int) -> tuple[float, int]:
     """Smallest of repeated timings ``measure(seed)``: at least one, then more while the time spent
     stays under ``budget_s`` (so large cells run once), at most ``max_repeats``. Returns (best, count)."""
@@ -248,6 +261,7 @@ def run_cell(n: int, p: int, q: int, *, options: dict, iv2sls: bool, budget_s: f
         "n": n, "p": p, "q": q, "repeats": repeats, "clip": clip,
         "t1_s": t1, "fit_s": fit, "s_per_iter": max(fit - t1, 0.0) / (T_FIT - 1), "fit_s_per_iter": fit / T_FIT,
         "peak_mb": (engine_peak - rss_data) / MB, "note": "" if clean else "peak not reset: includes warm-up",
+        "kernel_used": resolved_kernel(options.get("kernel", "auto"), p, q),
         "iv2sls_s": None, "iv2sls_peak_mb": None,
     }
     if iv2sls:
@@ -290,9 +304,9 @@ def grid(args: argparse.Namespace) -> list[tuple[int, int, int]]:
 def skip_reason(n: int, p: int, q: int, max_gb: float) -> str | None:
     size = data_bytes(n, p, q)
     if size > max_gb * 1e9:
-        return f"data {size / 1e9:.1f} GB > --max-gb {max_gb:g}"
+        return f"data {size / 1e9:.3g} GB > --max-gb {max_gb:g}"
     if 4 * size > available_bytes():
-        return f"data {size / 1e9:.1f} GB > 1/4 of the {available_bytes() / 1e9:.1f} GB available now"
+        return f"data {size / 1e9:.3g} GB > 1/4 of the {available_bytes() / 1e9:.1f} GB available now"
     return None
 
 
@@ -353,19 +367,23 @@ def header() -> str:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
+    """The table's columns (same headers) plus IV2SLS's own peak memory, the thread count and notes."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    keys = [key for key, *_ in COLUMNS] + EXTRA_CSV_KEYS
+    columns = [(key, title) for key, title, *_ in COLUMNS] + CSV_ONLY_COLUMNS
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=keys, extrasaction="ignore")
-        writer.writeheader()
+        writer = csv.writer(handle)
+        writer.writerow([title for _, title in columns])
         for row in rows:
-            writer.writerow({key: _csv_value(row.get(key)) for key in keys})
+            writer.writerow([_csv_value(row, key) for key, _ in columns])
 
 
-def _csv_value(value):
+def _csv_value(row: dict, key: str) -> str:
+    value = row.get(key)
+    if key == "iv2sls_s" and value is None and "s_per_iter" in row:
+        return "skipped"
     if isinstance(value, float):
-        return f"{value:.6g}"
-    return "" if value is None else value
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
 
 
 def numba_version() -> str:
