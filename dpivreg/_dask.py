@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
+from .backends import is_dask_collection as _is_dask_collection
 from .design import (
     _BLOCKS,
     _FormulaParts,
@@ -84,9 +85,8 @@ _STATEFUL_HELP = (
 
 
 def is_dask_collection(obj: Any) -> bool:
-    """Whether ``obj`` is a Dask collection (array, DataFrame, Series), detected without importing Dask."""
-    module = type(obj).__module__ or ""
-    return module == "dask" or module.startswith("dask.")
+    """Whether ``obj`` is a Dask collection (array, DataFrame, Series), without importing Dask if it is not loaded."""
+    return _is_dask_collection(obj)
 
 
 # ---------------------------------------------------------------------------

@@ -40,8 +40,8 @@ class RowSource(Protocol):
     n: int
     q: int
 
-    def clipped_sums(self, M: np.ndarray, clip1: float, clip2: float) -> tuple[np.ndarray, np.ndarray]:
-        """Σ over all rows of :func:`dpivreg.kernels.block_sums`: (G, counts)."""
+    def clipped_sums(self, M: np.ndarray, clip1: float, clip2: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Σ over all rows of :func:`dpivreg.kernels.block_sums`: (S1, s2, counts)."""
 
     def safe_sums(self, theta: np.ndarray, whitened: np.ndarray, beta_full: np.ndarray, clip1: float,
                   clip2: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -51,7 +51,29 @@ class RowSource(Protocol):
         """Release threads or other resources."""
 
 
-class InMemoryRows:
+class _MappedRows:
+    """The shared part of the row sources: a kernel mapped over pieces of the rows, the parts added in order."""
+
+    n: int
+    q: int
+    kernel: str
+
+    def _map(self, func, *args) -> list[tuple]:
+        """``func(Z_piece, X_endog_piece, Y_piece, *args)`` for every piece of the rows, in order."""
+        raise NotImplementedError
+
+    def clipped_sums(self, M, clip1, clip2):
+        kernel = resolve_kernel(self.kernel, self.q, M.shape[1])
+        return _add(self._map(block_sums, M, clip1, clip2, kernel))
+
+    def safe_sums(self, theta, whitened, beta_full, clip1, clip2):
+        return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2))
+
+    def close(self) -> None:
+        pass
+
+
+class InMemoryRows(_MappedRows):
     """Rows in numpy arrays, split into one contiguous range per thread.
 
     The kernels release the GIL (numba ``nogil``; numpy's ufuncs and BLAS), so the threads run
@@ -77,19 +99,12 @@ class InMemoryRows:
             return [run(rows) for rows in self._ranges]
         return list(self._pool.map(run, self._ranges))
 
-    def clipped_sums(self, M, clip1, clip2):
-        kernel = resolve_kernel(self.kernel, self.q, M.shape[1])
-        return _add(self._map(block_sums, M, clip1, clip2, kernel))
-
-    def safe_sums(self, theta, whitened, beta_full, clip1, clip2):
-        return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2))
-
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
 
 
-class DaskRows:
+class DaskRows(_MappedRows):
     """Rows in Dask arrays: each iteration is one ``dask.compute`` of per-block partial sums.
 
     The blocks are aligned on the rows of Z and kept whole along the columns. Nothing is
@@ -118,16 +133,6 @@ class DaskRows:
                                self.Y.to_delayed().ravel())
         ]
         return list(dask.compute(*parts))
-
-    def clipped_sums(self, M, clip1, clip2):
-        kernel = resolve_kernel(self.kernel, self.q, M.shape[1])
-        return _add(self._map(block_sums, M, clip1, clip2, kernel))
-
-    def safe_sums(self, theta, whitened, beta_full, clip1, clip2):
-        return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2))
-
-    def close(self) -> None:
-        pass
 
 
 def _on_block(func, Z, X_endog, Y, *args):

@@ -1,7 +1,9 @@
-"""The numerical engine: noisy two-stage gradient descent (Algorithm DP-2S-GD), pure numpy.
+"""The numerical engine: noisy two-stage gradient descent (Algorithm DP-2S-GD).
 
 This module knows nothing of pandas, formulas or scaling: it takes arrays ``Z`` (n×q),
-``X`` (n×p), ``Y`` (n,) on the scale the caller chose and returns the released paths.
+``X`` (n×p), ``Y`` (n,) on the scale the caller chose (numpy, or Dask for data larger than
+memory) and returns the released paths. The pass over the rows that each iteration makes is in
+:mod:`dpivreg.kernels` (numba or numpy) and :mod:`dpivreg.backends` (threads or Dask blocks).
 """
 
 from __future__ import annotations
@@ -389,6 +391,15 @@ def dp_2s_gd(
         Regularisation of P_t while Θ⁽ᵗ⁾ is still near 0 (at t = 0 the endogenous block of
         P_t is 0). Default: q·(η·λ1)² + 1e-4, the first stage's per-step noise level plus a
         floor, on the working scale. Only with ``method="preconditioned"``.
+    kernel : {"auto", "numba", "numpy"}
+        Implementation of the pass over the rows (:mod:`dpivreg.kernels`); all give the same
+        path to rounding (1e-12 relative). ``"auto"``: numba when installed (``pip install
+        "dpivreg[fast]"``) and the per-row work q·(p_endog + p + 1) is at most 800
+        multiply-adds, otherwise numpy with BLAS on cache-sized blocks.
+    n_threads : int, optional
+        Threads for in-memory data (default: every core this process may use), at most one per
+        20,000 rows. Partial sums are added in a fixed order, so a given thread count gives the
+        same path bit for bit. Ignored for Dask arrays, whose blocks run on Dask's scheduler.
 
     Returns
     -------
@@ -519,13 +530,9 @@ def _clipped_gradients(rows: RowSource, theta: np.ndarray, beta: np.ndarray, roo
     gamma1 = math.inf if clip1 is None else clip1
     gamma2 = math.inf if clip2 is None else clip2
     M, whitened = pass_matrix(theta, beta, root, n_exog)
-    G, counts = rows.clipped_sums(M, gamma1, gamma2)
+    S1, s2, counts = rows.clipped_sums(M, gamma1, gamma2)
     if counts[2]:
-        beta_full = M[:, -1]
-        S1, s2, counts = rows.safe_sums(theta, whitened, beta_full, gamma1, gamma2)
-    else:
-        p_endog = theta.shape[1]
-        S1, s2 = G[:, :p_endog], whitened.T @ G[:, p_endog]
+        S1, s2, counts = rows.safe_sums(theta, whitened, M[:, -1], gamma1, gamma2)
     return S1 / rows.n, s2 / rows.n, counts[:2]
 
 

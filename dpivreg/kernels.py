@@ -10,22 +10,24 @@ stage, x̂ᵢ = Θ̄ᵀzᵢ, and R = P_t^(−1/2) (R = I for ``method="gd"``), e
     whitened regressors    x̃ᵢ = uᵢ[p_endog:p_endog+p]          (= R x̂ᵢ)
     second-stage residual  eᵢ = uᵢ[−1] − yᵢ                     gradient x̃ᵢ eᵢ,   norm ‖x̃ᵢ‖·|eᵢ|
 
-and the clipped sums are ``G = Σᵢ zᵢ [rᵢ·f1ᵢ, eᵢ·f2ᵢ]`` (q × (p_endog + 1)) with
-fᵢ = min(1, γ/norm), from which Σᵢ CLIP(zᵢrᵢᵀ) = G[:, :p_endog] and
-Σᵢ CLIP(x̃ᵢeᵢ) = (Θ̄R)ᵀ G[:, −1]. One pass, no n-length temporaries beyond a cache-sized
-block, no n×p×q tensor.
+and the clipped sums are ``S1 = Σᵢ zᵢ (rᵢ·f1ᵢ)ᵀ`` (q × p_endog) and ``s2 = Σᵢ x̃ᵢ (eᵢ·f2ᵢ)`` (p)
+with fᵢ = min(1, γ/norm). Each row's term is formed from exactly the vectors whose norms were
+clipped, so it has norm at most γ up to rounding relative to γ (summing zᵢeᵢ and projecting
+afterwards would not: a row with x̃ᵢ ≈ 0 and a huge eᵢ would escape clipping and swamp the
+others). One pass, no n-length temporaries beyond a cache-sized block, no n×p×q tensor.
 
 Two implementations give the same numbers (to rounding): a numba kernel that fuses the per-row
 work into one loop (fastest for small p, q), and numpy on cache-sized sub-blocks with BLAS
-(no compiler; fastest for large p, q). Rows whose gradient norm overflows float64 are flagged,
-and the caller recomputes that iteration with :func:`safe_block_sums`, which clips them through
-their unit vectors.
+(no compiler; fastest for large p, q). Rows whose gradient norm is not finite (it overflows
+float64) are flagged, and the caller recomputes that iteration with :func:`safe_block_sums`,
+which clips them through their unit vectors.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -75,8 +77,8 @@ def pass_matrix(theta: np.ndarray, beta: np.ndarray, root: np.ndarray | None, n_
 
 
 def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray, clip1: float, clip2: float,
-               kernel: str) -> tuple[np.ndarray, np.ndarray]:
-    """G = Σᵢ zᵢ [rᵢ·f1ᵢ, eᵢ·f2ᵢ] over the rows of one block, and counts.
+               kernel: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """S1 = Σᵢ CLIP_γ1(zᵢrᵢᵀ) and s2 = Σᵢ CLIP_γ2(x̃ᵢeᵢ) over the rows of one block, and counts.
 
     Parameters
     ----------
@@ -91,21 +93,25 @@ def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray,
 
     Returns
     -------
-    G : ndarray, shape (q, p_endog + 1)
+    S1 : ndarray, shape (q, p_endog)
+    s2 : ndarray, shape (p,)
     counts : ndarray of int64, shape (3,)
         Rows clipped in stage 1, in stage 2, and rows whose clipped norm was not finite (then the
         sums are not valid: use :func:`safe_block_sums` for this iteration).
     """
     q, p_endog = Z.shape[1], X_endog.shape[1]
-    G = np.zeros((q, p_endog + 1))
+    S1 = np.zeros((q, p_endog))
+    s2 = np.zeros(M.shape[1] - p_endog - 1)
     counts = np.zeros(3, dtype=np.int64)
     if kernel == "numba":
-        _numba_kernel()(Z, X_endog, Y, M, clip1, clip2, G, counts)
+        with _COMPILE_LOCK:  # threads starting together compile once
+            kernel_function = _numba_kernel()
+        kernel_function(Z, X_endog, Y, M, clip1, clip2, S1, s2, counts)
     else:
         for start in range(0, Z.shape[0], _SUB_BLOCK_ROWS):
             stop = start + _SUB_BLOCK_ROWS
-            _numpy_sub_block(Z[start:stop], X_endog[start:stop], Y[start:stop], M, clip1, clip2, G, counts)
-    return G, counts
+            _numpy_sub_block(Z[start:stop], X_endog[start:stop], Y[start:stop], M, clip1, clip2, S1, s2, counts)
+    return S1, s2, counts
 
 
 def _clip_factor(norms: np.ndarray, clip: float, counts: np.ndarray, slot: int) -> np.ndarray:
@@ -121,7 +127,7 @@ def _clip_factor(norms: np.ndarray, clip: float, counts: np.ndarray, slot: int) 
     return np.minimum(norms, 1.0, out=norms)
 
 
-def _numpy_sub_block(Z, X_endog, Y, M, clip1, clip2, G, counts) -> None:
+def _numpy_sub_block(Z, X_endog, Y, M, clip1, clip2, S1, s2, counts) -> None:
     p_endog = X_endog.shape[1]
     U = Z @ M
     R1 = U[:, :p_endog]
@@ -133,19 +139,19 @@ def _numpy_sub_block(Z, X_endog, Y, M, clip1, clip2, G, counts) -> None:
     e -= Y
     norm2 = np.sqrt(np.einsum("ij,ij->i", X_tilde, X_tilde)) * np.abs(e)
     e *= _clip_factor(norm2, clip2, counts, 1)
-    G[:, :p_endog] += Z.T @ R1
-    G[:, p_endog] += Z.T @ e
+    S1 += Z.T @ R1
+    s2 += X_tilde.T @ e
 
 
 _TILE_ROWS = 128
 
 
-def _fused_rows(Z, X_endog, Y, M, clip1, clip2, G, counts):  # pragma: no cover - compiled by numba
+def _fused_rows(Z, X_endog, Y, M, clip1, clip2, S1, s2, counts):  # pragma: no cover - compiled by numba
     """The per-row work of :func:`block_sums` in one pass, compiled by numba.
 
     Rows are taken a tile at a time and transposed into small buffers, so that every inner loop
     runs over the tile's rows with unit stride (SIMD), and everything between reading a row and
-    adding its clipped gradient to G stays in the L1 cache. Same arithmetic as the numpy path.
+    adding its clipped gradients to the sums stays in the L1 cache. Same arithmetic as the numpy path.
     """
     n, q = Z.shape
     p_endog = X_endog.shape[1]
@@ -212,19 +218,23 @@ def _fused_rows(Z, X_endog, Y, M, clip1, clip2, G, counts):  # pragma: no cover 
                 U[j, i] *= f1[i]
         for i in range(m):
             U[last, i] *= f2[i]
-        for k in range(q):  # G += Zᵀ [r·f1, e·f2]
+        for k in range(q):  # S1 += Zᵀ (r·f1)
             for j in range(p_endog):
                 acc = 0.0
                 for i in range(m):
                     acc += Zt[k, i] * U[j, i]
-                G[k, j] += acc
+                S1[k, j] += acc
+        for j in range(p_endog, last):  # s2 += X̃ᵀ (e·f2)
             acc = 0.0
             for i in range(m):
-                acc += Zt[k, i] * U[last, i]
-            G[k, p_endog] += acc
+                acc += U[j, i] * U[last, i]
+            s2[j - p_endog] += acc
     counts[0] += clipped1
     counts[1] += clipped2
     counts[2] += overflow
+
+
+_COMPILE_LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=1)

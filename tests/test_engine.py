@@ -148,9 +148,10 @@ def _clipped_mean_outer(A, B, clip, which="numpy"):
         S1, _, counts = safe_block_sums(A, -B, np.zeros(n), np.zeros((q, p_endog)), np.zeros((q, 1)), np.zeros(q),
                                         clip, math.inf)
         return S1 / n, counts[0]
-    G, counts = block_sums(np.ascontiguousarray(A), -B, np.zeros(n), np.zeros((q, p_endog + 2)), clip, math.inf, which)
+    S1, _, counts = block_sums(np.ascontiguousarray(A), -B, np.zeros(n), np.zeros((q, p_endog + 2)), clip, math.inf,
+                               which)
     assert counts[2] == 0, "a finite norm was flagged as overflowing"
-    return G[:, :p_endog] / n, counts[0]
+    return S1 / n, counts[0]
 
 
 @pytest.mark.parametrize("which", PASSES)
@@ -312,7 +313,7 @@ def test_overflowing_gradient_rows_are_clipped_not_dropped():
     A = np.array([[1.0, 0.0], [0.0, 1.0]])
     B = np.array([[1e200], [1e150]])
     for which in ["numpy"] + (["numba"] if numba_available() else []):
-        _, counts = block_sums(A, -B, np.zeros(2), np.zeros((2, 3)), 2.0, math.inf, which)
+        *_, counts = block_sums(A, -B, np.zeros(2), np.zeros((2, 3)), 2.0, math.inf, which)
         assert counts[2] == 1, f"the {which} pass must flag the overflowing norm (row 0) for the safe pass"
     mean, n_clipped = _clipped_mean_outer(A, B, 2.0, "safe")
     np.testing.assert_allclose(mean, [[1.0], [1.0]])  # each row clipped to norm 2, mean over n = 2
@@ -328,3 +329,60 @@ def test_engine_checks_the_budget_it_spends(iv_data, monkeypatch):
     Z, X, Y = iv_data
     with pytest.raises(RuntimeError, match="internal error"):
         dp_2s_gd(Z, X, Y, **GOOD)
+
+
+# --- stage-2 sensitivity (the fused pass forms x̃ᵢ·eᵢ·f2ᵢ from the clipped vectors themselves) -----
+def _stage2_sum(Z, Y, B, clip, which):
+    """(1/n) Σᵢ CLIP_γ(x̃ᵢeᵢ) with x̃ᵢ = Bᵀzᵢ and eᵢ = −yᵢ (Θ = 0, β = 0): M = [0 | B | 0]."""
+    n, q = Z.shape
+    M = np.concatenate([np.zeros((q, 1)), B, np.zeros((q, 1))], axis=1)
+    _, s2, counts = block_sums(Z, np.zeros((n, 1)), Y, M, math.inf, clip, which)
+    assert counts[2] == 0
+    return s2 / n
+
+
+@pytest.mark.parametrize("which", ["numpy"] + (["numba"] if numba_available() else []))
+def test_a_row_whose_whitened_regressors_cancel_cannot_swamp_the_others(which):
+    """x̃ = Bᵀz = 0 by cancellation with a huge residual: its gradient is 0 and the other rows keep theirs.
+
+    Summing zᵢeᵢ first and projecting by Bᵀ afterwards would add ~1e208 into the sum and wipe out the
+    other rows' contributions (absorption): one row would move the release by far more than 2γ/n.
+    """
+    rng = np.random.default_rng(8)
+    n, gamma = 40, 2.0
+    Z, Y = rng.standard_normal((n, 2)), rng.standard_normal(n)
+    B = np.array([[1.0], [-1.0]])
+    base = _stage2_sum(Z, Y, B, gamma, which)
+    Z2, Y2 = Z.copy(), Y.copy()
+    Z2[0], Y2[0] = [1e8, 1e8], 1e200
+    moved = _stage2_sum(Z2, Y2, B, gamma, which)
+    assert np.all(np.isfinite(moved))
+    assert np.linalg.norm(moved - base) <= 2 * gamma / n * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("which", ["numpy"] + (["numba"] if numba_available() else []))
+@pytest.mark.parametrize("seed", range(20))
+def test_replacing_one_row_moves_the_stage2_sum_by_at_most_2gamma_over_n(seed, which):
+    """Random whitening maps B, scales from 1e-100 to 1e100 and a replaced row of any size."""
+    rng = np.random.default_rng(seed)
+    n, q, p = 30, 3, 2
+    gamma = float(10 ** rng.uniform(-2, 2))
+    scale = float(10 ** rng.uniform(-100, 100))
+    Z, Y = rng.standard_normal((n, q)) * scale, rng.standard_normal(n) * scale
+    B = rng.standard_normal((q, p)) * 10 ** rng.uniform(-3, 3)
+    Z2, Y2 = Z.copy(), Y.copy()
+    Z2[3] = rng.standard_normal(q) * scale * 10 ** rng.uniform(-50, 50)
+    Y2[3] = rng.standard_normal() * scale * 10 ** rng.uniform(-50, 50)
+    moved = _stage2_sum(Z2, Y2, B, gamma, which) - _stage2_sum(Z, Y, B, gamma, which)
+    assert np.linalg.norm(moved) <= 2 * gamma / n * (1 + 1e-9)
+
+
+def test_a_finite_row_overflowing_zy_does_not_break_the_fit():
+    """Review finding: z = (1e150, 1e150), y = 1e200 at t = 0 (x̃ = 0) once turned β into NaN."""
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((50, 2))
+    X = Z[:, :1] + rng.standard_normal((50, 1))
+    Y = X[:, 0] + rng.standard_normal(50)
+    Z[0], X[0], Y[0] = [1e150, 1e150], 1.0, 1e200
+    path = dp_2s_gd(Z, X, Y, T=3, eta=0.5, alpha=0.5, clip1=1.0, clip2=1.0, rho1=1.0, rho2=1.0, seed=1)
+    assert np.all(np.isfinite(path.beta))
