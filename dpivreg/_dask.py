@@ -119,6 +119,10 @@ class DesignStats:
         """Σ aᵢbᵢᵀ in original units for the columns at positions ``rows`` and ``cols``."""
         return (self.r[:, rows].T @ self.r[:, cols]) * np.outer(self.scale[rows], self.scale[cols])
 
+    def r_columns(self, cols: list[int]) -> np.ndarray:
+        """R[:, cols] in original units: the data's columns ``cols`` equal Q·R[:, cols] (Q orthonormal)."""
+        return self.r[:, cols] * self.scale[cols]
+
 
 @dataclass(frozen=True, eq=False)
 class DaskIVDesign:
@@ -980,6 +984,16 @@ def blockwise_sum(values: Any, func: Any, *args: Any) -> Any:
     return sum(results)
 
 
+def dask_r_factor(values: Any) -> np.ndarray:
+    """The triangular factor R of a tall Dask array (values = QR), by TSQR in ONE pass: each row block's
+    R is computed where the block lives and the stacked factors are factored again at the driver."""
+    import dask  # noqa: PLC0415
+
+    blocks = values.to_delayed().ravel()
+    factors = dask.compute(*[dask.delayed(_r_factor)(block) for block in blocks])
+    return _r_factor(np.vstack(factors))
+
+
 def _preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, scales: np.ndarray, free: list[int],
                       unit: np.ndarray | None, has_constant: bool) -> tuple[np.ndarray, np.ndarray]:
     """Clipping counts per column and (unless ``unit`` is None) Σ clipped vvᵀ of the moment release."""
@@ -1106,38 +1120,39 @@ class CrossProductIV2SLS:
         return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
 
 
-def _equilibrated_solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """solve(A, B) for a symmetric positive definite A, after scaling A to unit diagonal."""
-    d = np.sqrt(np.diag(A))
-    d = np.where(d > 0, d, 1.0)
-    return np.linalg.solve(A / np.outer(d, d), B / d[:, None]) / d[:, None]
+def _triangular_inverse(A: np.ndarray) -> np.ndarray:
+    """(AᵀA)⁻¹ from the R factor of A (QR), without forming AᵀA (which squares the condition number)."""
+    r = np.linalg.qr(A, mode="r")
+    r_inv = np.linalg.solve(r, np.eye(r.shape[0]))
+    return r_inv @ r_inv.T
 
 
-def _residual_block(block: np.ndarray, beta: np.ndarray, x_pos: list[int], z_pos: list[int]):
+def _residual_block(block: np.ndarray, beta: np.ndarray, x_pos: list[int], z_pos: list[int], Pi: np.ndarray):
+    """Σeᵢ² and Σ x̂ᵢx̂ᵢᵀeᵢ² of one block, with x̂ᵢ = Πᵀzᵢ formed row by row (as linearmodels does)."""
     e = block[:, 0] - block[:, x_pos] @ beta
-    ze = block[:, z_pos] * e[:, None]
-    return float(e @ e), ze.T @ ze
+    xe = (block[:, z_pos] @ Pi) * e[:, None]
+    return float(e @ e), xe.T @ xe
 
 
 def dask_benchmark(design: DaskIVDesign) -> CrossProductIV2SLS:
     """NON-PRIVATE 2SLS with linearmodels' default robust (HC0) covariance, from cross-products.
 
-    ZᵀZ, ZᵀX and Zᵀy come from the design's building pass (RᵀR); one more pass forms the residuals'
-    Σeᵢ² and Σ zᵢzᵢᵀeᵢ² (the robust covariance's middle matrix is Πᵀ(Σ zᵢzᵢᵀeᵢ²)Π with x̂ᵢ = Πᵀzᵢ).
+    The estimates come from the design's building pass (its TSQR factor R, solved by least squares
+    on R's blocks); one more pass forms the residuals' Σeᵢ² and the robust covariance's middle
+    matrix Σ x̂ᵢx̂ᵢᵀeᵢ² with x̂ᵢ = Πᵀzᵢ.
     """
     pos = design.positions
     z, x = pos["z"], pos["x"]
-    ZZ = design.stats.cross_products(z, z)
-    ZX = design.stats.cross_products(z, x)
-    Zy = design.stats.cross_products(z, [0])[:, 0]
-    Pi = _equilibrated_solve(ZZ, ZX)  # first stage, x̂ᵢ = Πᵀzᵢ
-    XhXh = ZX.T @ Pi
-    XhXh = (XhXh + XhXh.T) / 2.0
-    beta = _equilibrated_solve(XhXh, (Pi.T @ Zy)[:, None])[:, 0]
-    resid_ss, meat_z = blockwise_sum(design.values, _residual_block, beta, x, z)
+    # With the design's TSQR factor, Z = Q·Rz, X = Q·Rx, y = Q·ry for one orthonormal Q, so every
+    # least-squares problem below is solved on the small R blocks (lstsq: no normal equations).
+    Rz, Rx, ry = (design.stats.r_columns(c) for c in (z, x, [0]))
+    Pi = np.linalg.lstsq(Rz, Rx, rcond=None)[0]  # first stage, x̂ᵢ = Πᵀzᵢ
+    fitted = Rz @ Pi  # X̂ = Q·(Rz Π)
+    beta = np.linalg.lstsq(fitted, ry[:, 0], rcond=None)[0]
+    resid_ss, meat = blockwise_sum(design.values, _residual_block, beta, x, z, Pi)
     n = design.nobs
-    bread = _equilibrated_solve(XhXh, np.eye(len(x)))
-    cov = bread @ (Pi.T @ meat_z @ Pi) @ bread
+    bread = _triangular_inverse(fitted)
+    cov = bread @ meat @ bread
     cov = (cov + cov.T) / 2.0
     names = design.regressor_names
     return CrossProductIV2SLS(

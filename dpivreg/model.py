@@ -42,13 +42,19 @@ def _paper_step_sizes_from_data(scale: WorkingScale) -> tuple[float, float]:
     """
     Z, X, k = scale.Z, scale.X, scale.n_exog
     n = Z.shape[0]
-    if is_dask_collection(Z):  # one pass for both cross-products; the fit from the normal equations
-        import dask  # noqa: PLC0415
+    if is_dask_collection(Z):
+        # One pass: the TSQR factor of [Z, X_endog] = Q·[Rz, Rx]. Then Z·Θ̂ = Q·Rz·Θ̂ with Θ̂ = lstsq(Rz, Rx),
+        # and the spectra come from singular values of small factors (no normal equations).
+        import dask.array as da  # noqa: PLC0415
 
-        ZZ, ZX = dask.compute(Z.T @ Z / n, Z.T @ X[:, k:] / n)
-        eta = 1.0 / np.linalg.eigvalsh(ZZ)[-1]
-        theta_full = np.concatenate([np.eye(Z.shape[1], k), np.linalg.solve(ZZ, ZX)], axis=1)
-        eigenvalues = np.linalg.eigvalsh(theta_full.T @ ZZ @ theta_full)
+        from ._dask import dask_r_factor  # noqa: PLC0415
+
+        q = Z.shape[1]
+        R = dask_r_factor(da.concatenate([Z, X[:, k:]], axis=1).rechunk({1: -1}))
+        Rz, Rx = R[:, :q], R[:, q:]
+        eta = 1.0 / (np.linalg.svd(Rz, compute_uv=False)[0] ** 2 / n)
+        W = np.column_stack([Rz[:, :k], Rz @ np.linalg.lstsq(Rz, Rx, rcond=None)[0]])  # x̂ = Q·W
+        eigenvalues = np.sort(np.linalg.svd(W, compute_uv=False) ** 2 / n)
     else:
         eta = 1.0 / np.linalg.eigvalsh(Z.T @ Z / n)[-1]
         theta_endog = np.linalg.lstsq(Z, X[:, k:], rcond=None)[0]

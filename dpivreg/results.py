@@ -326,8 +326,9 @@ class DPIVResults:
         """NON-PRIVATE benchmark: linearmodels ``IV2SLS`` (robust covariance) on the same design.
 
         Computed from the raw data without noise: use it to validate the private estimate,
-        never publish it. For a Dask design it is computed from cross-products
-        (:class:`dpivreg._dask.CrossProductIV2SLS`, the same estimate and robust covariance).
+        never publish it. For a Dask design it is computed from the design's TSQR factor and one
+        residual pass (:class:`dpivreg._dask.CrossProductIV2SLS`, the same estimate and robust
+        covariance).
         """
         from linearmodels.iv import IV2SLS
 
