@@ -43,6 +43,7 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 from .backends import is_dask_collection as _is_dask_collection
 from .design import (
     _BLOCKS,
+    _DesignNames,
     _FormulaParts,
     _as_float_blocks,
     _block_error,
@@ -125,7 +126,7 @@ class DesignStats:
 
 
 @dataclass(frozen=True, eq=False)
-class DaskIVDesign:
+class DaskIVDesign(_DesignNames):
     """A validated IV design held lazily in a Dask array (the counterpart of :class:`~dpivreg.design.IVDesign`).
 
     Parameters
@@ -178,16 +179,6 @@ class DaskIVDesign:
     def instrument_names(self) -> list[Hashable]:
         """Names of the excluded instruments."""
         return list(self.names[3])
-
-    @property
-    def regressor_names(self) -> list[Hashable]:
-        """Names of ``X = [exog, endog]``, the order of the parameters."""
-        return self.exog_names + self.endog_names
-
-    @property
-    def z_names(self) -> list[Hashable]:
-        """Names of ``Z = [exog, instruments]``, the first-stage regressors."""
-        return self.exog_names + self.instrument_names
 
     @property
     def positions(self) -> dict[str, list[int]]:

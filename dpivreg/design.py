@@ -86,8 +86,26 @@ class EncodedMissingWarning(UserWarning):
 # ---------------------------------------------------------------------------
 
 
+class _DesignNames:
+    """Names derived from the blocks' names, shared by the in-memory and the Dask design."""
+
+    exog_names: list[Hashable]
+    endog_names: list[Hashable]
+    instrument_names: list[Hashable]
+
+    @property
+    def regressor_names(self) -> list[Hashable]:
+        """Names of ``X = [exog, endog]``, the order of the parameters."""
+        return self.exog_names + self.endog_names
+
+    @property
+    def z_names(self) -> list[Hashable]:
+        """Names of ``Z = [exog, instruments]``, the first-stage regressors."""
+        return self.exog_names + self.instrument_names
+
+
 @dataclass(frozen=True, eq=False)
-class IVDesign:
+class IVDesign(_DesignNames):
     """
     The four blocks of a validated instrumental-variable design.
 
@@ -182,16 +200,6 @@ class IVDesign:
     def instrument_names(self) -> list[Hashable]:
         """Names of the excluded instruments."""
         return list(self.instruments.columns)
-
-    @property
-    def regressor_names(self) -> list[Hashable]:
-        """Names of ``X = [exog, endog]``, the order of the parameters."""
-        return self.exog_names + self.endog_names
-
-    @property
-    def z_names(self) -> list[Hashable]:
-        """Names of ``Z = [exog, instruments]``, the first-stage regressors."""
-        return self.exog_names + self.instrument_names
 
     @property
     def constant_name(self) -> Hashable | None:
