@@ -400,6 +400,8 @@ def dp_2s_gd(
         Threads for in-memory data (default: every core this process may use), at most one per
         20,000 rows. Partial sums are added in a fixed order, so a given thread count gives the
         same path bit for bit. Ignored for Dask arrays, whose blocks run on Dask's scheduler.
+        While a fit runs on several threads (ours or Dask's local ones), BLAS is held to one
+        thread (threadpoolctl, process-wide) so that the cores are not oversubscribed.
 
     Returns
     -------
