@@ -168,9 +168,10 @@ class DaskRows(_MappedRows):
 
 
 def _on_block(func, Z, X_endog, Y, *args):
-    """Run a kernel on one block (in a Dask worker): blocks arrive as numpy arrays of any layout."""
-    return func(np.ascontiguousarray(Z, dtype=np.float64), np.ascontiguousarray(X_endog, dtype=np.float64),
-                np.ascontiguousarray(Y, dtype=np.float64), *args)
+    """Run a kernel on one block (in a Dask worker). Blocks arrive as numpy arrays of any layout, often
+    column slices of one block of rows; the kernels read strided rows, so they are not copied."""
+    return func(np.asarray(Z, dtype=np.float64), np.asarray(X_endog, dtype=np.float64),
+                np.asarray(Y, dtype=np.float64), *args)
 
 
 def _add(parts: list[tuple]) -> tuple:

@@ -139,3 +139,14 @@ def test_bad_dask_input_is_a_clear_error():
         dp_2s_gd(dZ, dX, dY[:-1], **KW)
     with pytest.raises(TypeError, match="must hold numbers"):
         dp_2s_gd(dZ, dX, dY.astype(object), **KW)
+
+
+def test_column_slices_of_one_block_of_rows():
+    """Z, X, Y sliced from one Dask array of rows (a block per file, as a parquet row group): the kernels read
+    the strided slices in place, with the same path as in memory."""
+    Z, X, Y = _data(n=3_000)
+    rows = da.from_array(np.column_stack([Z, X, Y]), chunks=(700, -1))
+    q, p = Z.shape[1], X.shape[1]
+    with dask.config.set(scheduler="threads"):
+        lazy = dp_2s_gd(rows[:, :q], rows[:, q:q + p], rows[:, -1], **KW)
+    np.testing.assert_allclose(lazy.beta, dp_2s_gd(Z, X, Y, **KW).beta, rtol=1e-10, atol=1e-12)
