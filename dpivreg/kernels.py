@@ -43,11 +43,12 @@ _SUB_BLOCK_ROWS = 8192
 _NUMBA_MAX_ROW_WORK = 800
 
 
+@lru_cache(maxsize=1)
 def numba_available() -> bool:
-    """True when numba can be imported (the optional ``fast`` extra)."""
+    """True when numba can be imported (the optional ``fast`` extra); checked once per process."""
     try:
         import numba  # noqa: F401
-    except ImportError:
+    except Exception:  # ImportError, or a broken install (e.g. a local coverage.py shadowing numba's import)
         return False
     return True
 
