@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pickle
 import resource
 import subprocess
@@ -34,6 +33,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bandwidth import copy_bandwidth  # benchmarks/bandwidth.py, beside this script
 
 SEED = 20261129
 
@@ -61,18 +62,6 @@ def write_stacks(directory: Path, n: int, q: int, p: int, block_rows: int) -> No
         for name, values in (("Z", Z), ("X", X), ("Y", Y)):
             np.save(directory / name / f"{i}.npy", values)
     marker.write_text(json.dumps({"n": n, "q": q, "p": p, "block_rows": block_rows}))
-
-
-def copy_bandwidth(n_bytes: int = 800_000_000, repeats: int = 5) -> float:
-    """Bytes per second moved by ``np.copyto`` (read + write)."""
-    src = np.ones(n_bytes // 8)
-    dst = np.empty_like(src)
-    best = np.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - start)
-    return 2 * src.nbytes / best
 
 
 def _current_rss() -> int:

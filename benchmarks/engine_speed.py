@@ -65,13 +65,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-# Python puts this script's directory first on the import path, where a sibling script can shadow an
-# installed package (a benchmarks/coverage.py once shadowed the `coverage` package that numba imports,
-# and numba failed with AttributeError): drop the directory, nothing here is imported from it.
-if sys.path and sys.path[0] and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    del sys.path[0]
+import numpy as np
 
-import numpy as np  # noqa: E402
+from bandwidth import copy_bandwidth  # benchmarks/bandwidth.py, beside this script
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = REPO / "docs" / "_static" / "engine_speed.csv"
@@ -284,18 +280,6 @@ def cell_main(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------------------
 # the parent: bandwidth, grid, subprocesses, table, CSV
 # ----------------------------------------------------------------------------------------
-def copy_bandwidth(n_bytes: int = 800_000_000, repeats: int = 5) -> float:
-    """Bytes per second moved by ``np.copyto`` (counting the read and the write), best of ``repeats``."""
-    src = np.ones(n_bytes // 8)
-    dst = np.zeros_like(src)  # touch the pages so the first copy does not time page faults
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - start)
-    return 2 * src.nbytes / best
-
-
 def grid(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     ns, pqs = (QUICK_N, QUICK_PQ) if args.quick else (FULL_N, FULL_PQ)
     return [(n, k, k) for n in ns if n <= args.max_n for k in pqs]
