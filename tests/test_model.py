@@ -145,7 +145,7 @@ def test_private_fit_with_bounds_and_public_steps_has_no_leak(frame):
 def test_missing_bounds_raise_exactly_one_leak_on_the_default_path(frame):
     model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
     with pytest.warns(PrivacyLeakWarning) as record:
-        res = model.fit(rho1=1, rho2=1, T=5, bounds={"y": (-40, 40)}, seed=0)
+        model.fit(rho1=1, rho2=1, T=5, bounds={"y": (-40, 40)}, seed=0)
     messages = [str(w.message) for w in record if issubclass(w.category, PrivacyLeakWarning)]
     assert len(messages) == 1 and "x1, z1, z2" in messages[0]
 
