@@ -11,14 +11,14 @@ Dask is optional: this module never imports it unless it is handed a Dask array.
 
 from __future__ import annotations
 
-import contextlib
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
 
-from .kernels import block_sums, default_threads, resolve_kernel, safe_block_sums
+from .kernels import block_sums, resolve_kernel, safe_block_sums
 
 __all__ = ["RowSource", "InMemoryRows", "DaskRows", "is_dask_collection"]
 
@@ -35,26 +35,25 @@ def is_dask_collection(value) -> bool:
     return dask.is_dask_collection(value)
 
 
-class _SingleThreadedBLAS:
-    """A context factory that keeps BLAS to one thread while our own threads (or Dask's local ones) run kernels.
+def _limit_blas_to_one_thread():
+    """Hold BLAS to one thread, process-wide, until ``.restore_original_limits()`` (threadpoolctl).
 
-    Without it, each of the engine's threads would call a multi-threaded BLAS and the cores would be
-    oversubscribed: measured 2.4x slower (numpy kernel, p = q = 50, two threads each way on two cores).
-    Needs threadpoolctl (a dependency); it is a no-op if that is missing.
+    Our own threads (or Dask's local ones) are the parallelism: each calling a multi-threaded BLAS
+    oversubscribed the cores, measured 2.4x slower (numpy kernel, p = q = 50, two threads each way
+    on two cores). Held for the whole fit, not per pass: OpenBLAS's idle threads keep spinning
+    between calls.
     """
+    from threadpoolctl import threadpool_limits
 
-    def __init__(self) -> None:
-        try:
-            from threadpoolctl import ThreadpoolController
-        except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-            self._controller = None
-        else:
-            self._controller = ThreadpoolController()
+    return threadpool_limits(limits=1, user_api="blas")
 
-    def __call__(self):
-        if self._controller is None:  # pragma: no cover
-            return contextlib.nullcontext()
-        return self._controller.limit(limits=1, user_api="blas")
+
+def default_threads() -> int:
+    """Cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 class RowSource(Protocol):
@@ -80,6 +79,7 @@ class _MappedRows:
     n: int
     q: int
     kernel: str
+    _blas_limit = None  # a threadpoolctl limit held while the source is open
 
     def _map(self, func, *args) -> list[tuple]:
         """``func(Z_piece, X_endog_piece, Y_piece, *args)`` for every piece of the rows, in order."""
@@ -93,7 +93,9 @@ class _MappedRows:
         return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2))
 
     def close(self) -> None:
-        pass
+        if self._blas_limit is not None:
+            self._blas_limit.restore_original_limits()
+            self._blas_limit = None
 
 
 class InMemoryRows(_MappedRows):
@@ -113,9 +115,8 @@ class InMemoryRows(_MappedRows):
         edges = np.linspace(0, self.n, threads + 1).astype(int)
         self._ranges = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
         self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
-        # For the whole fit, not per pass: OpenBLAS's idle threads keep spinning between calls.
-        self._blas_limit = _SingleThreadedBLAS()() if threads > 1 else contextlib.nullcontext()
-        self._blas_limit.__enter__()
+        if threads > 1:
+            self._blas_limit = _limit_blas_to_one_thread()
 
     def _map(self, func, *args):
         def run(rows: slice):
@@ -128,7 +129,7 @@ class InMemoryRows(_MappedRows):
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
-        self._blas_limit.__exit__(None, None, None)
+        super().close()
 
 
 class DaskRows(_MappedRows):
@@ -148,9 +149,7 @@ class DaskRows(_MappedRows):
         self.Y = Y.rechunk({0: row_chunks})
         self.n, self.q = (int(s) for s in self.Z.shape)
         self.kernel = kernel
-        self.blocks = len(row_chunks)
-        self._blas_limit = _SingleThreadedBLAS()()
-        self._blas_limit.__enter__()
+        self._blas_limit = _limit_blas_to_one_thread()
 
     def _map(self, func, *args):
         import dask
@@ -162,9 +161,6 @@ class DaskRows(_MappedRows):
                                self.Y.to_delayed().ravel())
         ]
         return list(dask.compute(*parts))
-
-    def close(self) -> None:
-        self._blas_limit.__exit__(None, None, None)
 
 
 def _on_block(func, Z, X_endog, Y, *args):

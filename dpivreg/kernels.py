@@ -26,7 +26,6 @@ which clips them through their unit vectors.
 from __future__ import annotations
 
 import math
-import os
 import threading
 from functools import lru_cache
 
@@ -133,12 +132,12 @@ def _numpy_sub_block(Z, X_endog, Y, M, clip1, clip2, S1, s2, counts) -> None:
     U = Z @ M
     R1 = U[:, :p_endog]
     R1 -= X_endog
-    norm1 = np.sqrt(np.einsum("ij,ij->i", Z, Z)) * np.sqrt(np.einsum("ij,ij->i", R1, R1))
+    norm1 = _row_norms(Z) * _row_norms(R1)
     R1 *= _clip_factor(norm1, clip1, counts, 0)[:, None]
     X_tilde = U[:, p_endog:-1]
     e = U[:, -1]
     e -= Y
-    norm2 = np.sqrt(np.einsum("ij,ij->i", X_tilde, X_tilde)) * np.abs(e)
+    norm2 = _row_norms(X_tilde) * np.abs(e)
     e *= _clip_factor(norm2, clip2, counts, 1)
     S1 += Z.T @ R1
     s2 += X_tilde.T @ e
@@ -340,11 +339,3 @@ def _safe_row_norms(A: np.ndarray) -> np.ndarray:
     nonzero = largest > 0
     norms[nonzero] = largest[nonzero] * _row_norms(A[nonzero] / largest[nonzero, None])
     return norms
-
-
-def default_threads() -> int:
-    """Cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
