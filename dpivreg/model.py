@@ -41,25 +41,21 @@ def _paper_step_sizes_from_data(scale: WorkingScale) -> tuple[float, float]:
     Both read the private data, so a fit that uses them raises PrivacyLeakWarning.
     """
     Z, X, k = scale.Z, scale.X, scale.n_exog
-    n = Z.shape[0]
+    n, q = Z.shape
+    # The triangular factor of [Z, X_endog] = Q·[Rz, Rx] (one TSQR pass on Dask). Then Z·Θ̂ = Q·Rz·Θ̂ with
+    # Θ̂ = lstsq(Rz, Rx), and the spectra come from singular values of small factors (no normal equations).
     if is_dask_collection(Z):
-        # One pass: the TSQR factor of [Z, X_endog] = Q·[Rz, Rx]. Then Z·Θ̂ = Q·Rz·Θ̂ with Θ̂ = lstsq(Rz, Rx),
-        # and the spectra come from singular values of small factors (no normal equations).
         import dask.array as da  # noqa: PLC0415
 
         from ._dask import dask_r_factor  # noqa: PLC0415
 
-        q = Z.shape[1]
         R = dask_r_factor(da.concatenate([Z, X[:, k:]], axis=1).rechunk({1: -1}))
-        Rz, Rx = R[:, :q], R[:, q:]
-        eta = 1.0 / (np.linalg.svd(Rz, compute_uv=False)[0] ** 2 / n)
-        W = np.column_stack([Rz[:, :k], Rz @ np.linalg.lstsq(Rz, Rx, rcond=None)[0]])  # x̂ = Q·W
-        eigenvalues = np.sort(np.linalg.svd(W, compute_uv=False) ** 2 / n)
     else:
-        eta = 1.0 / np.linalg.eigvalsh(Z.T @ Z / n)[-1]
-        theta_endog = np.linalg.lstsq(Z, X[:, k:], rcond=None)[0]
-        x_hat = np.column_stack([X[:, :k], Z @ theta_endog])
-        eigenvalues = np.linalg.eigvalsh(x_hat.T @ x_hat / n)
+        R = np.linalg.qr(np.column_stack([Z, X[:, k:]]), mode="r")
+    Rz, Rx = R[:, :q], R[:, q:]
+    eta = 1.0 / (np.linalg.svd(Rz, compute_uv=False)[0] ** 2 / n)
+    W = np.column_stack([Rz[:, :k], Rz @ np.linalg.lstsq(Rz, Rx, rcond=None)[0]])  # x̂ = Q·W
+    eigenvalues = np.sort(np.linalg.svd(W, compute_uv=False) ** 2 / n)
     gamma_under, gamma_bar = max(eigenvalues[0], 0.0), eigenvalues[-1]
     if not gamma_bar > 0:
         raise ValueError(

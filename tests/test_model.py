@@ -373,3 +373,25 @@ def test_bound_block_is_free_post_processing(frame):
     for fragment in ["Error bound components (Theorem, up to constants)", "Optimization term", "Privacy term",
                      "Statistical term", "Dominating term", "Regime", "T condition", "n condition", "κ"]:
         assert fragment in text, fragment
+
+
+LABSUP_BOUNDS_FOR_TEST = {"weeks": (0, 52), "kids": (0, 12), "samesex": (0, 1), "educ": (0, 20)}
+
+
+def test_paper_data_step_sizes_equal_the_eigenvalue_formula():
+    """method="gd" without eta/alpha: η = 1/λ_max(Z̃ᵀZ̃/n) and α = 2/(2γ̄+γ̲) with γ the eigenvalues of x̂ᵀx̂/n,
+    x̂ = [exog, Z̃Θ̂] (Θ̂ by least squares). The model computes them from a QR factor; here they are
+    re-derived from the Gram matrices on the fit's working arrays."""
+    df = load_labsup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = DPIV2SLS.from_formula("weeks ~ 1 + educ + [kids ~ samesex]", df).fit(
+            rho1=1, rho2=1, T=5, method="gd", bounds=LABSUP_BOUNDS_FOR_TEST, seed=0, inference=False)
+    Z, X, k = res.scale.Z, res.scale.X, res.scale.n_exog
+    n = Z.shape[0]
+    theta = np.linalg.lstsq(Z, X[:, k:], rcond=None)[0]
+    x_hat = np.column_stack([X[:, :k], Z @ theta])
+    gammas = np.linalg.eigvalsh(x_hat.T @ x_hat / n)
+    assert res.settings.eta == pytest.approx(1.0 / np.linalg.eigvalsh(Z.T @ Z / n)[-1], rel=1e-10)
+    assert res.settings.alpha == pytest.approx(2.0 / (2.0 * gammas[-1] + max(gammas[0], 0.0)), rel=1e-10)
+
