@@ -62,12 +62,16 @@ class RowSource(Protocol):
     n: int
     q: int
 
-    def clipped_sums(self, M: np.ndarray, clip1: float, clip2: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def clipped_sums(self, M: np.ndarray, clip1, clip2, split: int | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Σ over all rows of :func:`dpivreg.kernels.block_sums`: (S1, s2, counts)."""
 
-    def safe_sums(self, theta: np.ndarray, whitened: np.ndarray, beta_full: np.ndarray, clip1: float,
-                  clip2: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def safe_sums(self, theta: np.ndarray, whitened: np.ndarray, beta_full: np.ndarray, clip1, clip2,
+                  split: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Σ over all rows of :func:`dpivreg.kernels.safe_block_sums`: (S1, s2, counts)."""
+
+    def sums(self, func, *args) -> tuple:
+        """Σ over all rows of ``func(Z_block, X_endog_block, Y_block, *args)``, a tuple of fixed-size arrays."""
 
     def close(self) -> None:
         """Release threads or other resources."""
@@ -85,12 +89,15 @@ class _MappedRows:
         """``func(Z_piece, X_endog_piece, Y_piece, *args)`` for every piece of the rows, in order."""
         raise NotImplementedError
 
-    def clipped_sums(self, M, clip1, clip2):
+    def clipped_sums(self, M, clip1, clip2, split=None):
         kernel = resolve_kernel(self.kernel, self.q, M.shape[1])
-        return _add(self._map(block_sums, M, clip1, clip2, kernel))
+        return _add(self._map(block_sums, M, clip1, clip2, kernel, split))
 
-    def safe_sums(self, theta, whitened, beta_full, clip1, clip2):
-        return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2))
+    def safe_sums(self, theta, whitened, beta_full, clip1, clip2, split=None):
+        return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2, split))
+
+    def sums(self, func, *args):
+        return _add(self._map(func, *args))
 
     def close(self) -> None:
         if self._blas_limit is not None:

@@ -19,7 +19,7 @@ from .backends import DaskRows, InMemoryRows, RowSource, is_dask_collection
 from .kernels import KERNELS, pass_matrix
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, check_rho, noise_std, CALIBRATIONS
 
-__all__ = ["dp_2s_gd", "DP2SGDPath", "DivergenceError", "METHODS"]
+__all__ = ["dp_2s_gd", "DP2SGDPath", "DivergenceError", "METHODS", "preconditioner_root", "check_schedule"]
 
 METHODS = ("gd", "preconditioned")
 
@@ -39,9 +39,11 @@ class DP2SGDPath:
     beta : ndarray, shape (T+1, p)
         The released second-stage path β⁽⁰⁾ … β⁽ᵀ⁾.
     lambda1, lambda2 : float
-        Noise standard deviations of the two stages (0: no noise).
-    clip1, clip2 : float or None
-        Clipping thresholds γ1, γ2 (``None``: no clipping).
+        Noise standard deviations of the two stages (0: no noise): the largest per-step value, which
+        with the uniform schedule and one clipping group is every step's.
+    clip1, clip2 : float, (float, float) or None
+        Clipping thresholds γ1, γ2 (``None``: no clipping); pairs (exogenous group, rest) with
+        group clipping.
     eta, alpha : float
         Step sizes of the two stages.
     n_exog : int
@@ -55,6 +57,21 @@ class DP2SGDPath:
     clipped_rows : ndarray, shape (T, 2)
         NON-PRIVATE diagnostic: number of rows whose gradient was clipped, per step and
         stage. Computed from the raw data; never publish it.
+    ridge : float or None
+        Regularisation of the preconditioner (``method="preconditioned"``).
+    schedule : ndarray, shape (2, T)
+        Share of each stage's budget spent at each step (rows: stages); 0 where the stage does
+        not update.
+    noise1, noise2 : ndarray, shape (T, 2)
+        Per-step noise standard deviation of each stage, for the exogenous group and the rest
+        (equal without group clipping; 0 where the stage does not update).
+    split : int or None
+        ``n_exog`` with group clipping, else None.
+    group_share : float
+        Share of each stage's per-step budget spent on the exogenous group (group clipping).
+    root : str or None
+        The preconditioner's square root: ``"symmetric"`` (P^(−1/2)), ``"cholesky"`` (L⁻¹ with
+        P = LLᵀ, exogenous coordinates first; used with group clipping) or None (``method="gd"``).
     """
 
     theta: np.ndarray
@@ -72,6 +89,12 @@ class DP2SGDPath:
     clipped_rows: np.ndarray = field(repr=False)
 
     ridge: float | None = None
+    schedule: np.ndarray | None = field(default=None, repr=False)
+    noise1: np.ndarray | None = field(default=None, repr=False)
+    noise2: np.ndarray | None = field(default=None, repr=False)
+    split: int | None = None
+    group_share: float = 0.0
+    root: str | None = None
 
     @property
     def T(self) -> int:
@@ -260,11 +283,24 @@ def _check_second_moment(second_moment, q: int) -> np.ndarray:
 
 def _inverse_sqrt_preconditioner(theta_endog: np.ndarray, S: np.ndarray, n_exog: int, ridge: float) -> np.ndarray:
     """P^(−1/2) for P = Θ̄ᵀ S Θ̄ + ridge·I with Θ̄ = [I_exog | Θ_endog] (q × p); also for a stack of Θ (…, q, pe)."""
+    return preconditioner_root(theta_endog, S, n_exog, ridge, "symmetric")
+
+
+def preconditioner_root(theta_endog: np.ndarray, S: np.ndarray, n_exog: int, ridge: float, kind: str) -> np.ndarray:
+    """W with W P Wᵀ = I for P = Θ̄ᵀ S Θ̄ + ridge·I, Θ̄ = [I_exog | Θ_endog] (q × p); also for a stack of Θ.
+
+    ``kind="symmetric"``: W = P^(−1/2). ``kind="cholesky"``: W = L⁻¹ with P = LLᵀ, lower triangular, so that
+    the first ``n_exog`` whitened coordinates depend only on the exogenous regressors and the endogenous
+    ones are the endogenous fitted values after partialling out the exogenous (Frisch–Waugh–Lovell).
+    """
     q = S.shape[0]
     exog_block = np.broadcast_to(np.eye(q, n_exog), theta_endog.shape[:-1] + (n_exog,))
     theta_full = np.concatenate([exog_block, theta_endog], axis=-1)
     P = np.swapaxes(theta_full, -1, -2) @ S @ theta_full
     P = (P + np.swapaxes(P, -1, -2)) / 2.0 + ridge * np.eye(P.shape[-1])
+    if kind == "cholesky":
+        L = np.linalg.cholesky(P)
+        return np.linalg.solve(L, np.broadcast_to(np.eye(P.shape[-1]), P.shape))
     eigenvalues, vectors = np.linalg.eigh(P)
     return (vectors / np.sqrt(np.maximum(eigenvalues, ridge))[..., None, :]) @ np.swapaxes(vectors, -1, -2)
 
@@ -328,6 +364,10 @@ def dp_2s_gd(
     ridge: float | None = None,
     kernel: str = "auto",
     n_threads: int | None = None,
+    theta0=None,
+    beta0=None,
+    schedule=None,
+    group_share: float = 0.2,
 ) -> DP2SGDPath:
     """Noisy two-stage gradient descent (Algorithm DP-2S-GD), releasing the whole path.
 
@@ -357,9 +397,17 @@ def dp_2s_gd(
         the data feeding the second stage, whose sensitivity is then no longer 2γ2/n.
     eta, alpha : float
         Step sizes of the two stages (> 0).
-    clip1, clip2 : float or None
+    clip1, clip2 : float, (float, float) or None
         Clipping thresholds γ1, γ2 (> 0). ``None`` disables clipping, which leaves the
-        gradient's sensitivity unbounded: only allowed with the matching ρ = inf.
+        gradient's sensitivity unbounded: only allowed with the matching ρ = inf. A pair
+        (γ_exog, γ_rest) (both stages, with ``n_exog > 0``) clips by groups: the rows of the
+        first-stage gradient zᵢrᵢᵀ that belong to the exogenous instruments, and the exogenous
+        coordinates of the second-stage gradient, are clipped to γ_exog with their own norm; the
+        rest to γ_rest. Each group is then a Gaussian mechanism of its own (sensitivity 2γ/n),
+        noised with its share of the budget (``group_share``). High-leverage rows in the controls
+        (rare categories) then inflate only the exogenous group's noise; with the Cholesky
+        preconditioner below the endogenous coefficients do not depend on that noise (the
+        exogenous and endogenous coordinates are orthogonal in the whitened basis).
     calibration : {"exact", "paper"}
         ``"exact"`` (default): λk = (γk/n)·sqrt(2T/ρk), spending exactly ρk.
         ``"paper"``: the Proposition's λk = (2γk/n)·sqrt(T/ρk), which spends ρk/2; the
@@ -381,7 +429,8 @@ def dp_2s_gd(
 
         i.e. a Newton-like step P_t⁻¹·gradient in which each per-sample gradient is mapped
         by the public matrix P_t^(−1/2) *before* clipping, and the noise is added before the
-        second P_t^(−1/2). P_t is a function of the released Θ⁽ᵗ⁾ and public inputs only, so the
+        second P_t^(−1/2). With group clipping the square root is the Cholesky one, W = L⁻¹
+        with P_t = LLᵀ (exogenous coordinates first): β ← β − α Wᵀ[(1/n)Σ CLIP(W x̂ᵢeᵢ) − ν]. P_t is a function of the released Θ⁽ᵗ⁾ and public inputs only, so the
         clipped mean still has sensitivity 2γ2/n and the privacy proof is unchanged. The
         first stage is unchanged: whiten Z beforehand (E[zzᵀ] ≈ I) to precondition it.
     second_moment : array_like, shape (q, q), optional
@@ -391,6 +440,19 @@ def dp_2s_gd(
         Regularisation of P_t while Θ⁽ᵗ⁾ is still near 0 (at t = 0 the endogenous block of
         P_t is 0). Default: q·(η·λ1)² + 1e-4, the first stage's per-step noise level plus a
         floor, on the working scale. Only with ``method="preconditioned"``.
+    theta0, beta0 : array_like, optional
+        Starting point Θ⁽⁰⁾ (q × (p − n_exog)) and β⁽⁰⁾ (p); zeros (the Algorithm) when None. A
+        start computed from private releases (e.g. 2SLS on released second moments) is
+        post-processing and costs no privacy.
+    schedule : array_like, shape (2, T), optional
+        Share of each stage's budget spent at each step (row 0: first stage, row 1: second stage),
+        non-negative, each row summing to 1. A zero share means the stage does not update at
+        that step (no release, no noise). Step t of stage k then spends ρk·schedule[k, t] and its
+        noise is calibrated to that share. None: the uniform schedule 1/T (the Algorithm).
+    group_share : float, default 0.2
+        With group clipping (``clip1``/``clip2`` given as pairs): the share of each stage's per-step
+        budget spent on the exogenous group; the rest goes to the instruments' rows (stage 1) and the
+        endogenous coordinates (stage 2).
     kernel : {"auto", "numba", "numpy"}
         Implementation of the pass over the rows (:mod:`dpivreg.kernels`); all give the same
         path to rounding (1e-12 relative). ``"auto"``: numba when installed (``pip install
@@ -435,32 +497,84 @@ def dp_2s_gd(
     rho2 = check_rho(rho2, "rho2")
     eta = check_positive(eta, "eta")
     alpha = check_positive(alpha, "alpha")
-    clip1 = check_positive(clip1, "clip1", allow_none=True)
-    clip2 = check_positive(clip2, "clip2", allow_none=True)
+    clip1, clip2, grouped = _check_clips(clip1, clip2)
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
+    schedule = check_schedule(schedule, T)
+    if grouped and not (isinstance(group_share, numbers.Real) and 0.0 < group_share < 1.0):
+        raise ValueError(f"group_share must be a number in (0, 1), got {group_share!r}.")
     rng = make_rng(seed)
     rows, p, n_exog = _validate_data(Z, X, Y, n_exog, kernel=kernel, n_threads=n_threads)
     try:
+        if grouped and n_exog == 0:
+            raise ValueError("clip1/clip2 as (exogenous, rest) pairs need exogenous columns (n_exog > 0); pass "
+                             "single thresholds instead.")
+        start = _check_start(theta0, beta0, rows.q, p, n_exog)
         return _run(rows, p, n_exog, T=T, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1, clip2=clip2,
-                    calibration=calibration, rng=rng, method=method, second_moment=second_moment, ridge=ridge)
+                    calibration=calibration, rng=rng, method=method, second_moment=second_moment, ridge=ridge,
+                    start=start, schedule=schedule, split=n_exog if grouped else None,
+                    group_share=float(group_share) if grouped else 0.0)
     finally:
         rows.close()
 
 
+def _check_clips(clip1, clip2):
+    """Both thresholds single (or None), or both (exogenous, rest) pairs; returns them and whether grouped."""
+    pairs = [isinstance(c, (tuple, list)) for c in (clip1, clip2)]
+    if any(pairs) and not all(pairs):
+        raise TypeError("clip1 and clip2 must both be single thresholds or both (exogenous, rest) pairs.")
+    if not all(pairs):
+        return (check_positive(clip1, "clip1", allow_none=True), check_positive(clip2, "clip2", allow_none=True),
+                False)
+    checked = []
+    for c, name in ((clip1, "clip1"), (clip2, "clip2")):
+        if len(c) != 2:
+            raise ValueError(f"{name} as a pair must be (exogenous, rest), got {c!r}.")
+        checked.append((check_positive(c[0], f"{name}[0]"), check_positive(c[1], f"{name}[1]")))
+    return checked[0], checked[1], True
+
+
+def check_schedule(schedule, T: int) -> np.ndarray:
+    """The (2, T) budget schedule (uniform when None): non-negative rows summing to 1."""
+    if schedule is None:
+        return np.full((2, T), 1.0 / T)
+    try:
+        S = np.array(schedule, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"schedule must be a (2, T) array of budget shares: {exc}") from exc
+    if S.shape != (2, T):
+        raise ValueError(f"schedule must have shape (2, T) = (2, {T}), got {S.shape}.")
+    if not np.all(np.isfinite(S)) or np.any(S < 0):
+        raise ValueError("schedule must hold finite, non-negative budget shares.")
+    if not np.allclose(S.sum(axis=1), 1.0, rtol=0, atol=1e-12):
+        raise ValueError(f"each row of schedule must sum to 1 (the stage's whole budget), got {S.sum(axis=1)}.")
+    return S
+
+
+def _check_start(theta0, beta0, q: int, p: int, n_exog: int) -> tuple[np.ndarray, np.ndarray]:
+    theta = np.zeros((q, p - n_exog)) if theta0 is None else _as_float_matrix(theta0, "theta0", ndim=2)
+    beta = np.zeros(p) if beta0 is None else _as_float_matrix(beta0, "beta0", ndim=1)
+    if theta.shape != (q, p - n_exog):
+        raise ValueError(f"theta0 must have shape (q, p - n_exog) = ({q}, {p - n_exog}), got {theta.shape}.")
+    if beta.shape != (p,):
+        raise ValueError(f"beta0 must have shape ({p},), got {beta.shape}.")
+    return theta, beta
+
+
 def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: float, eta: float, alpha: float,
-         clip1: float | None, clip2: float | None, calibration: str, rng: np.random.Generator, method: str,
-         second_moment, ridge: float | None) -> DP2SGDPath:
+         clip1, clip2, calibration: str, rng: np.random.Generator, method: str, second_moment, ridge: float | None,
+         start: tuple[np.ndarray, np.ndarray], schedule: np.ndarray, split: int | None,
+         group_share: float) -> DP2SGDPath:
     """The iteration of :func:`dp_2s_gd` on checked arguments."""
 
     n, q = rows.n, rows.q
-    lambda1 = _stage_noise_std(clip1, n, T, rho1, calibration, "1")
-    lambda2 = _stage_noise_std(clip2, n, T, rho2, calibration, "2")
+    noise1 = _stage_noise(clip1, n, rho1, schedule[0], split, group_share, calibration, "1")
+    noise2 = _stage_noise(clip2, n, rho2, schedule[1], split, group_share, calibration, "2")
     privacy = PrivacyBudget(
-        [
-            Release.gaussian("first stage: Θ path", "rho1", steps=T, clip=clip1, n=n, noise_std=lambda1),
-            Release.gaussian("second stage: β path", "rho2", steps=T, clip=clip2, n=n, noise_std=lambda2),
-        ],
+        [*_stage_releases("first stage: Θ path", "rho1", clip1, noise1, schedule[0], n, split,
+                          ("exogenous rows", "instrument rows")),
+         *_stage_releases("second stage: β path", "rho2", clip2, noise2, schedule[1], n, split,
+                          ("exogenous coordinates", "endogenous coordinates"))],
         target={"rho1": rho1, "rho2": rho2},
     )
     _check_spent(privacy, rho1, rho2, calibration)
@@ -469,46 +583,50 @@ def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: flo
     p_endog = p - n_exog
     theta = np.zeros((T + 1, q, p_endog))
     beta = np.zeros((T + 1, p))
+    theta[0], beta[0] = start
     clipped_rows = np.zeros((T, 2), dtype=np.int64)
+    root_kind = None
     preconditioner = None
     if method == "preconditioned":
         S = _check_second_moment(second_moment, q)
         if ridge is None:
-            ridge = default_ridge(q, eta, lambda1)
+            ridge = default_ridge(q, eta, noise_std(_rest(clip1), n, T, rho1, calibration))
             if not math.isfinite(ridge):
                 raise ValueError(f"eta={eta:g} is too large: the default ridge q·(η·λ1)² overflows. Lower eta.")
         ridge = check_positive(ridge, "ridge")
+        root_kind = "cholesky" if split is not None else "symmetric"
 
         def preconditioner(theta_t: np.ndarray) -> np.ndarray:
-            return _inverse_sqrt_preconditioner(theta_t, S, n_exog, ridge)
+            return preconditioner_root(theta_t, S, n_exog, ridge, root_kind)
     elif second_moment is not None or ridge is not None:
         raise ValueError('second_moment and ridge only apply to method="preconditioned".')
 
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(T):
             # Draw both stages' noise up front so the random stream does not depend on the data.
-            xi = rng.standard_normal((q, p_endog)) * lambda1
-            nu = rng.standard_normal(p) * lambda2
+            xi = rng.standard_normal((q, p_endog)) * _per_row(noise1[t], split, q)[:, None]
+            nu = rng.standard_normal(p) * _per_row(noise2[t], split, p)
 
-            # One pass over the rows gives both stages' clipped sums; P_t^(-1/2) comes from the released Θ⁽ᵗ⁾ only.
-            root = None if preconditioner is None else preconditioner(theta[t])
-            grad1, grad2, clipped_rows[t] = _clipped_gradients(rows, theta[t], beta[t], root, n_exog, clip1, clip2)
-            theta[t + 1] = theta[t] - eta * (grad1 - xi)
+            # One pass over the rows gives both stages' clipped sums; the root comes from the released Θ⁽ᵗ⁾ only.
+            W = None if preconditioner is None else preconditioner(theta[t])
+            grad1, grad2, clipped_rows[t] = _clipped_gradients(rows, theta[t], beta[t], W, n_exog, clip1, clip2,
+                                                               split)
+            theta[t + 1] = theta[t] - eta * (grad1 - xi) if schedule[0, t] > 0 else theta[t]
             _check_finite(theta[t + 1], "first-stage (Θ) iterate", t + 1, "eta", eta)
             step = grad2 - nu
-            beta[t + 1] = beta[t] - alpha * (step if root is None else root @ step)
+            beta[t + 1] = (beta[t] - alpha * (step if W is None else W.T @ step)) if schedule[1, t] > 0 else beta[t]
             if not np.all(np.isfinite(beta[t + 1])) and _first_stage_exploding(theta[: t + 2]):
                 _check_finite(beta[t + 1], "second-stage (β) iterate, driven by an exploding first stage (Θ),",
                               t + 1, "eta", eta)
             _check_finite(beta[t + 1], "second-stage (β) iterate", t + 1, "alpha", alpha)
 
-    _check_bouncing(theta, eta, clip1, "first-stage (Θ)", "eta")
-    _check_bouncing(beta, alpha, clip2, "second-stage (β)", "alpha")
+    _check_bouncing(theta, eta, _largest(clip1), "first-stage (Θ)", "eta")
+    _check_bouncing(beta, alpha, _largest(clip2), "second-stage (β)", "alpha")
     return DP2SGDPath(
         theta=theta,
         beta=beta,
-        lambda1=lambda1,
-        lambda2=lambda2,
+        lambda1=float(np.max(noise1)),
+        lambda2=float(np.max(noise2)),
         clip1=clip1,
         clip2=clip2,
         eta=eta,
@@ -519,23 +637,89 @@ def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: flo
         privacy=privacy,
         ridge=ridge if method == "preconditioned" else None,
         clipped_rows=clipped_rows,
+        schedule=schedule,
+        noise1=noise1,
+        noise2=noise2,
+        split=split,
+        group_share=group_share,
+        root=root_kind,
     )
 
 
-def _clipped_gradients(rows: RowSource, theta: np.ndarray, beta: np.ndarray, root: np.ndarray | None, n_exog: int,
-                       clip1: float | None, clip2: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _rest(clip):
+    """The threshold of the non-exogenous group (the only one without group clipping)."""
+    return clip[1] if isinstance(clip, tuple) else clip
+
+
+def _largest(clip):
+    return None if clip is None else (max(clip) if isinstance(clip, tuple) else clip)
+
+
+def _per_row(noise_t: np.ndarray, split: int | None, size: int) -> np.ndarray:
+    """Noise std of each row of Θ (or coordinate of β) at one step: the exogenous group's for the first
+    ``split`` rows, the rest's after."""
+    stds = np.full(size, noise_t[1])
+    if split is not None:
+        stds[:split] = noise_t[0]
+    return stds
+
+
+def _stage_noise(clip, n: int, rho: float, shares: np.ndarray, split: int | None, group_share: float,
+                 calibration: str, stage: str) -> np.ndarray:
+    """(T, 2) noise stds [exogenous group, rest] of one stage: step t spends ρ·shares[t], split between the
+    groups as ``group_share`` : 1 − ``group_share``; 0 where the stage does not update."""
+    noise = np.zeros((shares.shape[0], 2))
+    group_shares = (1.0, 1.0) if split is None else (group_share, 1.0 - group_share)
+    thresholds = (clip, clip) if split is None else clip
+    for t, share in enumerate(shares):
+        if share > 0:
+            for g in (0, 1):
+                noise[t, g] = _stage_noise_std(thresholds[g], n, 1, rho * share * group_shares[g], calibration, stage)
+    return noise
+
+
+def _stage_releases(name: str, stage: str, clip, noise: np.ndarray, shares: np.ndarray, n: int,
+                    split: int | None, group_names: tuple[str, str]) -> list[Release]:
+    """One record per run of consecutive active steps with equal noise, per clipping group."""
+    groups = [(None, clip, 1)] if split is None else [(group_names[0], clip[0], 0), (group_names[1], clip[1], 1)]
+    uniform = np.allclose(shares, shares[0])
+    records = []
+    for group, threshold, g in groups:
+        active = [t for t in range(len(shares)) if shares[t] > 0]
+        runs: list[list[int]] = []
+        for t in active:
+            if runs and runs[-1][-1] == t - 1 and noise[t, g] == noise[runs[-1][-1], g]:
+                runs[-1].append(t)
+            else:
+                runs.append([t])
+        for run in runs:
+            label = name + (f" ({group})" if group else "")
+            if not uniform:
+                label += f", step {run[0] + 1}" if len(run) == 1 else f", steps {run[0] + 1}-{run[-1] + 1}"
+            records.append(Release.gaussian(label, stage, steps=len(run), clip=threshold, n=n,
+                                            noise_std=noise[run[0], g]))
+    return records
+
+
+def _clipped_gradients(rows: RowSource, theta: np.ndarray, beta: np.ndarray, W: np.ndarray | None, n_exog: int,
+                       clip1, clip2, split: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(1/n)·Σᵢ CLIP_γ1(zᵢrᵢᵀ), (1/n)·Σᵢ CLIP_γ2(x̃ᵢeᵢ) and the clipped-row counts of one iteration.
 
-    The fused pass (:func:`dpivreg.kernels.block_sums`) is exact unless a row's gradient norm
-    overflows float64; then the iteration is recomputed by the overflow-safe pass.
+    x̃ᵢ = W x̂ᵢ (W = I for ``method="gd"``). The fused pass (:func:`dpivreg.kernels.block_sums`) is exact
+    unless a row's gradient norm overflows float64; then the iteration is recomputed by the
+    overflow-safe pass.
     """
-    gamma1 = math.inf if clip1 is None else clip1
-    gamma2 = math.inf if clip2 is None else clip2
-    M, whitened = pass_matrix(theta, beta, root, n_exog)
-    S1, s2, counts = rows.clipped_sums(M, gamma1, gamma2)
+    gamma1 = _no_clip_as_inf(clip1)
+    gamma2 = _no_clip_as_inf(clip2)
+    M, whitened = pass_matrix(theta, beta, None if W is None else W.T, n_exog)
+    S1, s2, counts = rows.clipped_sums(M, gamma1, gamma2, split)
     if counts[2]:
-        S1, s2, counts = rows.safe_sums(theta, whitened, M[:, -1], gamma1, gamma2)
+        S1, s2, counts = rows.safe_sums(theta, whitened, M[:, -1], gamma1, gamma2, split)
     return S1 / rows.n, s2 / rows.n, counts[:2]
+
+
+def _no_clip_as_inf(clip):
+    return math.inf if clip is None else clip
 
 
 def _stage_noise_std(clip: float | None, n: int, T: int, rho: float, calibration: str, stage: str) -> float:

@@ -147,3 +147,78 @@ def test_fortran_ordered_and_integer_input_give_the_same_path():
     c = dp_2s_gd(Zi, X, Y, **kw)
     d = dp_2s_gd(Zi.astype(float), X, Y, **kw)
     np.testing.assert_array_equal(c.beta, d.beta)
+
+
+# ----------------------------------------------------------------------------------------
+# group clipping, budget schedules and warm starts (the default pipeline's iteration)
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("method", ["gd", "preconditioned"])
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_group_clipping_schedule_and_start_equal_the_plain_loop(kernel, method, n_threads):
+    q, p, n_exog = 5, 3, 2
+    Z, X, Y = _data(45_000, q, p, n_exog, seed=3)
+    Z[:40, 1] = 25.0  # a rare, high-leverage exogenous category: the exogenous group clips, the rest does not
+    X[:, :n_exog] = Z[:, :n_exog]
+    T = 5
+    schedule = np.array([[0.1, 0.2, 0.3, 0.4, 0.0], [0.0, 0.1, 0.2, 0.3, 0.4]])
+    theta0 = 0.3 * np.ones((q, p - n_exog))
+    beta0 = np.array([0.5, -0.2, 0.1])
+    alpha = 0.3 if method == "preconditioned" else 0.05
+    path = dp_2s_gd(Z, X, Y, T=T, rho1=2.0, rho2=2.0, eta=0.5, alpha=alpha, clip1=(4.0, 2.0), clip2=(3.0, 1.5),
+                    seed=5, n_exog=n_exog, method=method, kernel=kernel, n_threads=n_threads, theta0=theta0,
+                    beta0=beta0, schedule=schedule, group_share=0.25)
+    assert path.split == n_exog and path.root == ("cholesky" if method == "preconditioned" else None)
+    assert np.all(path.clipped_rows[:, 0] > 0)  # the groups bind
+    theta, beta = reference_path(Z, X, Y, T=T, eta=0.5, alpha=alpha, clip1=(4.0, 2.0), clip2=(3.0, 1.5),
+                                 lambda1=path.noise1, lambda2=path.noise2, seed=5, n_exog=n_exog, method=method,
+                                 ridge=path.ridge, theta0=theta0, beta0=beta0, schedule=schedule, split=n_exog)
+    _assert_same_path(path, theta, beta)
+    np.testing.assert_array_equal(path.theta[-1], path.theta[-2])  # stage 1 has no share at the last step
+    np.testing.assert_array_equal(path.beta[1], path.beta[0])  # stage 2 none at the first
+
+
+def test_schedule_and_groups_are_calibrated_per_step_and_group():
+    """Step t of stage k spends ρk·s[k, t], split group_share : 1 − group_share between the groups: the noise
+    std of each is γ_g/n·sqrt(2/(ρk·s[k, t]·share_g)), and the accountant's records add up to ρk exactly."""
+    Z, X, Y = _data(2_000, 4, 2, 1, seed=1)
+    schedule = np.array([[0.25, 0.75, 0.0], [0.0, 0.5, 0.5]])
+    path = dp_2s_gd(Z, X, Y, T=3, rho1=1.5, rho2=0.7, eta=0.5, alpha=0.5, clip1=(2.0, 3.0), clip2=(4.0, 5.0),
+                    seed=0, n_exog=1, method="preconditioned", schedule=schedule, group_share=0.2)
+    n = 2_000
+    for noise, rho, clips, shares in ((path.noise1, 1.5, (2.0, 3.0), schedule[0]),
+                                      (path.noise2, 0.7, (4.0, 5.0), schedule[1])):
+        for t in range(3):
+            for g, share_g in enumerate((0.2, 0.8)):
+                expected = 0.0 if shares[t] == 0 else clips[g] / n * math.sqrt(2 / (rho * shares[t] * share_g))
+                assert noise[t, g] == pytest.approx(expected, rel=1e-15)
+    assert path.privacy.rho1 == pytest.approx(1.5, rel=1e-12) and path.privacy.rho2 == pytest.approx(0.7, rel=1e-12)
+    # stage 1: 2 steps of different shares × 2 groups; stage 2: its 2 equal steps share one record per group
+    assert len(path.privacy.releases) == 6
+    assert [r.steps for r in path.privacy.releases if r.stage == "rho2"] == [2, 2]
+    assert {r.stage for r in path.privacy.releases} == {"rho1", "rho2"}
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(clip1=(1.0, 2.0), clip2=3.0), TypeError, "both"),
+    (dict(clip1=(1.0, 2.0, 3.0), clip2=(1.0, 2.0, 3.0)), ValueError, "pair"),
+    (dict(clip1=(1.0, -2.0), clip2=(1.0, 2.0)), ValueError, "clip1"),
+    (dict(schedule=[[1.0, 0.0], [0.5, 0.5]]), ValueError, "shape"),
+    (dict(schedule=[[0.5, 0.5, 0.5], [0.5, 0.5, 0.0]]), ValueError, "sum to 1"),
+    (dict(schedule=[[1.5, -0.5, 0.0], [0.5, 0.5, 0.0]]), ValueError, "non-negative"),
+    (dict(theta0=np.zeros((2, 2))), ValueError, "theta0"),
+    (dict(theta0=np.zeros((4, 1)), beta0=np.zeros(3)), ValueError, "beta0"),
+    (dict(clip1=(1.0, 2.0), clip2=(1.0, 2.0), group_share=1.0), ValueError, "group_share"),
+])
+def test_new_engine_options_reject_bad_values(kwargs, exc, match):
+    Z, X, Y = _data(200, 4, 2, 1, seed=1)
+    args = dict(T=3, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.5, clip1=1.0, clip2=1.0, n_exog=1, seed=0)
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        dp_2s_gd(Z, X, Y, **args)
+
+
+def test_group_clipping_needs_exogenous_columns():
+    Z, X, Y = _data(200, 3, 2, 0, seed=1)
+    with pytest.raises(ValueError, match="n_exog > 0"):
+        dp_2s_gd(Z, X, Y, T=2, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.5, clip1=(1.0, 2.0), clip2=(1.0, 2.0))

@@ -328,10 +328,10 @@ def _clip_norm(mean: np.ndarray, clip: float | None) -> np.ndarray:
     return mean * (clip / norm) if clip is not None and norm > clip else mean
 
 
-def mean_clipped_gradients(rows, theta, beta, root, n_exog, clip1, clip2):
+def mean_clipped_gradients(rows, theta, beta, root, n_exog, clip1, clip2, split=None):
     """Bug (b): the unclipped means (1/n) Σ zᵢrᵢᵀ and (1/n) Σ x̃ᵢeᵢ, each with the *mean's* norm clipped
     to γ instead of each row's."""
-    grad1, grad2, counts = _true_clipped_gradients(rows, theta, beta, root, n_exog, None, None)
+    grad1, grad2, counts = _true_clipped_gradients(rows, theta, beta, root, n_exog, None, None, None)
     return _clip_norm(grad1, clip1), _clip_norm(grad2, clip2), counts
 
 
@@ -354,8 +354,8 @@ class WhitenAfterClipping:
     def __init__(self) -> None:
         self.calls = 0
 
-    def clipped_gradients(self, rows, theta, beta, root, n_exog, clip1, clip2):
-        grad1, grad2, counts = _true_clipped_gradients(rows, theta, beta, None, n_exog, clip1, clip2)
+    def clipped_gradients(self, rows, theta, beta, root, n_exog, clip1, clip2, split=None):
+        grad1, grad2, counts = _true_clipped_gradients(rows, theta, beta, None, n_exog, clip1, clip2, split)
         if root is None:
             return grad1, grad2, counts
         self.calls += 1
