@@ -6,9 +6,9 @@ n = 50, q = 3, p = 2, T = 10, ρ1 = 1.5, ρ2 = 1 for "exact"; the paper's calibr
 ρ1 = 3, ρ2 = 2), for ``method="gd"`` and ``method="preconditioned"`` (the auditor rebuilds
 P_t^(−1/2) from the released Θ⁽ᵗ⁾), and deliberately broken engines.
 
-Analyze Gauss (``dpivreg.preprocess.analyze_gauss``): the audit of ``tests/test_moments_audit.py``
-(neighbours differing in one row B·e₁ vs B·e₂, LLR on the released upper triangle), correct and
-broken variants.
+Second moments (``dpivreg.mechanisms.box_second_moments``, the pipeline's release, and
+``ball_second_moments``, "Analyze Gauss"): the audit of ``tests/test_moments_audit.py`` (neighbours
+differing in one worst-case row, LLR on the released upper triangle), correct and broken variants.
 
     python benchmarks/privacy_audit.py                 # the tables, 2,000 runs per dataset
     python benchmarks/privacy_audit.py --power 20      # + every case over 20 seeds
@@ -99,12 +99,12 @@ def table(runs: int) -> None:
 
 
 def moments_table(runs: int) -> None:
-    print(f"\nAnalyze Gauss: {runs} runs per dataset, d = {moments.D}, n = {moments.N_ROWS}, B = {moments.B}, "
+    print(f"\nSecond moments: {runs} runs per dataset, D = {moments.D}, n = {moments.N_ROWS}, B = {moments.B} (ball), "
           f"rho = {moments.RHO}; claimed mu = sqrt(2 * requested rho); accountant mu = sqrt(2 * Release.rho)")
     print(HEADER)
-    for name, (variant, far) in moments.TABLE_CASES.items():
+    for name, (mechanism, variant, far) in moments.TABLE_CASES.items():
         start = time.perf_counter()
-        a = moments.run_audit(variant, seed=moments.SEEDS.get(name, 303), runs=runs, far=far)
+        a = moments.run_audit(variant, seed=moments.SEEDS.get(name, 303), runs=runs, far=far, mechanism=mechanism)
         print(f"{name:<26}{a.mu_requested:>11.3f}{a.mu_accountant:>15.3f}{a.mu_canary:>11.3f}{a.fp:>6d}{a.fn:>6d}"
               f"{a.mu_lb:>8.3f}  {verdict(a)}  ({time.perf_counter() - start:.2f} s)")
 
@@ -123,8 +123,8 @@ def power(n_seeds: int, runs: int) -> None:
 
     for case in CASES:
         line(case["name"], [one(case, 10_000 + s, runs) for s in range(n_seeds)])
-    for name, (variant, far) in moments.TABLE_CASES.items():
-        line("moments: " + name, [moments.run_audit(variant, seed=10_000 + s, runs=runs, far=far)
+    for name, (mechanism, variant, far) in moments.TABLE_CASES.items():
+        line("moments: " + name, [moments.run_audit(variant, seed=10_000 + s, runs=runs, far=far, mechanism=mechanism)
                                   for s in range(n_seeds)])
 
 

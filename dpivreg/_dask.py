@@ -985,19 +985,16 @@ def dask_r_factor(values: Any) -> np.ndarray:
     return _r_factor(np.vstack(factors))
 
 
-def _preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, scales: np.ndarray, free: list[int],
-                      unit: np.ndarray | None, has_constant: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Clipping counts per column and (unless ``unit`` is None) Σ clipped vvᵀ of the moment release."""
-    from .preprocess import clipped_outer_sum  # noqa: PLC0415
+def _preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, centres: np.ndarray, scales: np.ndarray,
+                      free: list[int], unit: np.ndarray | None, with_constant: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Clipping counts per column and (unless ``unit`` is None) Σ uuᵀ of the moment release's rows."""
+    from .mechanisms import box_moment_sum  # noqa: PLC0415
 
     counts = np.count_nonzero((block < lo) | (block > hi), axis=0).astype(np.int64)
     if unit is None:
         return counts, np.zeros((0, 0))
-    W = np.clip(block[:, free], lo[free], hi[free]) / scales[free]
-    V = W / unit
-    if has_constant:
-        V = np.column_stack([np.ones(V.shape[0]), V])
-    return counts, clipped_outer_sum(V, math.sqrt(V.shape[1]))
+    V = (np.clip(block[:, free], lo[free], hi[free]) - centres[free]) / scales[free]
+    return counts, box_moment_sum(V / unit, with_constant)
 
 
 def dask_working_scale(design: DaskIVDesign, bounds: dict[str, tuple[float, float]], *, route: str,
@@ -1005,53 +1002,50 @@ def dask_working_scale(design: DaskIVDesign, bounds: dict[str, tuple[float, floa
     """:func:`dpivreg.preprocess.working_scale` for a Dask design: one pass, lazy working arrays.
 
     The pass counts the values outside the bounds and, on routes "private" and "data", forms
-    Σ vᵢvᵢᵀ of the bounded columns for the moment release; the noise, the means, scales and
-    whitening are then computed at the driver exactly as for pandas. Z, X and Y are lazy affine
-    maps of the design's columns.
+    Σ uuᵀ of the moment release's rows; the noise, the means, scales and whitening are then computed
+    at the driver exactly as for pandas. Z, X and Y are lazy affine maps of the design's columns.
     """
     import dask.array as da  # noqa: PLC0415
 
     from .preprocess import (  # noqa: PLC0415
         WorkingScale,
         _all_columns,
-        _moment_units,
-        _moments_from_sum,
+        _with_units,
         affine_maps,
+        box_columns,
         free_columns,
-        n_free_instruments,
+        moment_units,
+        moments_from_sum,
+        release_constant,
     )
 
     names = _all_columns(design)
-    d = len(names)
     constant = design.constant_name
-    lo, hi, scales = np.full(d, -np.inf), np.full(d, np.inf), np.ones(d)
-    source = {}
-    for j, name in enumerate(names):
-        if name == constant and name not in bounds:
-            source[name] = "constant"
-        elif name in bounds:
-            lo[j], hi[j] = bounds[name]
-            scales[j], source[name] = max(abs(lo[j]), abs(hi[j])), "bounds"
-        else:
-            largest = max(abs(design.stats.minimum[j]), abs(design.stats.maximum[j]))
-            scales[j], source[name] = (largest if largest > 0 else 1.0), "data"
+    largest = {name: max(abs(design.stats.minimum[j]), abs(design.stats.maximum[j])) for j, name in enumerate(names)}
+    centre_s, scale_s, source, limits = box_columns(names, bounds, constant, centred=route != "bounds",
+                                                    data_largest=largest)
+    lo = np.array([limits[c][0] for c in names])
+    hi = np.array([limits[c][1] for c in names])
+    centres, scales = centre_s[names].to_numpy(), scale_s[names].to_numpy()
     index = {name: j for j, name in enumerate(names)}
     free = [index[c] for c in free_columns(design, constant)]
-    unit = None
+    unit, with_constant, rho, moment_scales = None, False, math.inf, scale_s
     if route != "bounds":
         # max |clip(v)| per column is reached at the column's minimum or maximum (clip is monotone)
-        largest = np.maximum(np.abs(np.clip(design.stats.minimum, lo, hi)), np.abs(np.clip(design.stats.maximum, lo, hi)))
+        ends = np.stack([np.clip(design.stats.minimum, lo, hi), np.clip(design.stats.maximum, lo, hi)])
+        largest_v = np.max(np.abs((ends - centres) / scales), axis=0)
         rho = math.inf if route == "data" else rho0
-        unit = _moment_units((largest / scales)[free], rho)
-    counts, outer = blockwise_sum(design.values, _preprocess_block, lo, hi, scales, free, unit, constant is not None)
+        unit = moment_units(largest_v[free], rho)
+        with_constant = release_constant(constant is not None, centres[free])
+        moment_scales = _with_units(scale_s, [names[j] for j in free], unit)
+    counts, outer = blockwise_sum(design.values, _preprocess_block, lo, hi, centres, scales, free, unit, with_constant)
     moments = None
     if route != "bounds":
-        moments = _moments_from_sum(outer, design.nobs, unit=unit, has_constant=constant is not None, route=route,
-                                    rho=rho, rng=rng, n_instruments=n_free_instruments(design, constant))
-    bound_scales = pd.Series(dict(zip(names, scales)), name="bound scale", dtype=float)
-    maps = affine_maps(design, route=route, constant=constant, constant_value=design.constant_value,
-                       bound_scales=bound_scales, moments=moments)
-    raw = da.clip(design.values, lo, hi) / scales * scales  # clipped, original units (as on the pandas path)
+        moments = moments_from_sum(outer, design.nobs, with_constant=with_constant, route=route, rho=rho,
+                                   rng=rng) + (with_constant,)
+    maps = affine_maps(design, constant=constant, constant_value=design.constant_value, centres=centre_s,
+                       scales=moment_scales, moments=moments)
+    raw = da.clip(design.values, lo, hi)  # clipped, original units (as on the pandas path)
     pos = design.positions
     k = len(design.exog_names)
     Z = (raw[:, pos["z"]] - maps["z_center"]) @ maps["A_z"]
@@ -1059,7 +1053,7 @@ def dask_working_scale(design: DaskIVDesign, bounds: dict[str, tuple[float, floa
     X = da.concatenate([Z[:, :k], X_endog], axis=1) if k else X_endog
     Y = (raw[:, 0] - maps["y_center"]) / maps["y_scale"]
     return WorkingScale(
-        route=route, bound_scales=bound_scales, source=pd.Series(source, name="source", dtype=object),
+        route=route, bound_scales=scale_s, bound_centres=centre_s, source=source,
         clipped_values=pd.Series(dict(zip(names, counts)), name="clipped values (non-private)", dtype=np.int64),
         Z=Z, X=X, Y=Y, n_exog=k, **maps,
     )

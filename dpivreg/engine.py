@@ -310,7 +310,7 @@ def _check_bouncing(path: np.ndarray, step: float, clip: float | None, what: str
 
     With clipping, a divergent iteration cannot overflow: each step moves at most step·γ. It then
     flips direction at (nearly) full, steady length. We flag four consecutive reversals (cosine < −0.5
-    between successive moves) of steady length (successive ratios within [0.8, 1.25]), each
+    between successive moves) of steady length (successive ratios within [0.6, 1/0.6]), each
     ≥ step·γ/2, i.e. with at least half the rows clipped in one direction: a converging iteration
     does not do this, and privacy noise (random directions and lengths) practically never does.
     Reads only the released path.
@@ -322,7 +322,7 @@ def _check_bouncing(path: np.ndarray, step: float, clip: float | None, what: str
     with np.errstate(invalid="ignore", divide="ignore"):
         cosines = np.einsum("ij,ij->i", moves[1:], moves[:-1]) / (lengths[1:] * lengths[:-1])
         ratios = lengths[1:] / lengths[:-1]
-    steady = np.all((ratios > 0.8) & (ratios < 1.25))
+    steady = np.all((ratios > 0.6) & (ratios < 1.0 / 0.6))
     if np.all(cosines < -0.5) and steady and np.all(lengths >= 0.5 * step * clip):
         raise DivergenceError(
             f"the {what} iterates bounce back and forth by the largest clipped step: the step size {name}={step:g} "

@@ -7,14 +7,17 @@ estimate back exactly, so the estimand (the 2SLS coefficient on the original dat
 Three routes (``fit(preprocess=...)``)
 --------------------------------------
 ``"bounds"``
-    Every column is clipped to its public bounds and divided by max(abs(lo), abs(hi)).
+    Every column is clipped to its public bounds [lo, hi] and divided by max(abs(lo), abs(hi)).
     Nothing is read from the data, no budget is spent.
 ``"private"``
-    (default) As ``"bounds"``, then one Gaussian release of the second-moment matrix of the
-    bounded columns ("Analyze Gauss", Dwork, Talwar, Thakurta & Zhang 2014), paid for with ρ0.
-    From it, by post-processing only: column means (used to centre when the model has an
-    intercept, which absorbs the shift), column scales, and the instruments' covariance, used
-    to whiten them so that E[z̃z̃ᵀ] ≈ I.
+    (default) Every column is clipped to its bounds and mapped to [−1, 1] by its midpoint and
+    half-range; one Gaussian release of the second moments of these rows (with a leading constant
+    when the model has an intercept or a bound is not symmetric about 0) is paid for with ρ0 (the
+    box mechanism of :func:`dpivreg.mechanisms.box_second_moments`, sensitivity D/n). From it, by
+    post-processing only: column means (used to centre when the model has an intercept, which
+    absorbs the shift), column scales, and the instruments' covariance, used to whiten them so that
+    E[z̃z̃ᵀ] ≈ I. The same release, mapped to the working scale, gives the iteration's warm start
+    (:meth:`ReleasedMoments.working`).
 ``"data"``
     The same transformations from the exact (non-private) moments: the paper's practice, kept
     for reproduction; it raises a PrivacyLeakWarning.
@@ -49,12 +52,58 @@ import numpy as np
 import pandas as pd
 
 from .design import IVDesign
-from .privacy import Release, check_rho, gaussian_zcdp
+from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_sum
+from .privacy import Release, check_rho
 
-__all__ = ["WorkingScale", "PREPROCESS_ROUTES", "validate_bounds", "working_scale", "analyze_gauss"]
+__all__ = ["WorkingScale", "ReleasedMoments", "PREPROCESS_ROUTES", "validate_bounds", "working_scale",
+           "free_columns", "n_free_instruments", "box_columns"]
 
 PREPROCESS_ROUTES = ("private", "bounds", "data")
 Bounds = Mapping[str, tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class ReleasedMoments:
+    """The second moments released on the box scale, and the affine map of their rows to the working scale.
+
+    Attributes
+    ----------
+    matrix : ndarray (D, D)
+        The released moments of the rows [1, v] (v: the non-constant columns of :func:`free_columns`
+        mapped to [−1, 1] by their bounds), with the constant's own entry set to its known value 1. When
+        the release had no constant column (no intercept and every bound symmetric about 0), the first
+        row and column are those of the (unreleased) constant: 1 and zeros, never used.
+    sigma : float
+        Noise standard deviation of each released entry (0 for exact moments); public.
+    released_constant : bool
+        Whether the release included the constant column.
+    working_map : ndarray (q + p_endog + 1, D)
+        L with [Z̃, X̃_endog, Ỹ]ᵢ = L·[1, vᵢ] for every row: the released moments on the working
+        scale are L M Lᵀ (:meth:`working`).
+    """
+
+    matrix: np.ndarray
+    sigma: float
+    released_constant: bool
+    working_map: np.ndarray = field(repr=False)
+
+    def working(self, moments: np.ndarray | None = None) -> np.ndarray:
+        """L M Lᵀ: second moments of [Z̃, X̃_endog, Ỹ] from released (or given, stacked (…, D, D)) moments."""
+        M = self.matrix if moments is None else moments
+        L = self.working_map
+        return L @ M @ L.T
+
+    def noise_draws(self, rng: np.random.Generator, replications: int) -> np.ndarray:
+        """Draws (replications, D, D) of the release's noise: symmetric, N(0, σ²) on the upper triangle of
+        every entry the release noised (none on the constant's own entry, which is known)."""
+        D = self.matrix.shape[0]
+        upper = np.triu(rng.standard_normal((replications, D, D)) * self.sigma)
+        E = upper + np.swapaxes(np.triu(upper, 1), 1, 2)
+        E[:, 0, 0] = 0.0
+        if not self.released_constant:
+            E[:, 0, :] = 0.0
+            E[:, :, 0] = 0.0
+        return E
 
 
 @dataclass(frozen=True)
@@ -66,7 +115,12 @@ class WorkingScale:
     route : str
         ``"private"``, ``"bounds"`` or ``"data"``.
     bound_scales : pandas.Series
-        max(abs(lo), abs(hi)) per column (from bounds, or from the data: a leak), 1 for constants.
+        Per column, the divisor of the bounded scale: the half-range (hi − lo)/2 on the routes that release
+        moments, max(abs(lo), abs(hi)) on route "bounds"; from the data when no bounds were given (a
+        leak); 1 for the constant.
+    bound_centres : pandas.Series
+        Per column, the midpoint (lo + hi)/2 subtracted before dividing by ``bound_scales`` on the routes
+        that release moments (0 on route "bounds", for data-derived bounds and for the constant).
     source : pandas.Series
         Where each column's bound came from: ``"bounds"``, ``"data"`` or ``"constant"``.
     clipped_values : pandas.Series
@@ -89,9 +143,9 @@ class WorkingScale:
         Privacy releases made while building the scale (the moments, on route "private").
     z_names : tuple of str
         The instruments' names, in the order of the columns of Z.
-    moment_noise_std : float
-        Noise standard deviation σ of each entry of the moment release (0 when exact or absent),
-        on the bounded scale; public (a function of n, ρ0 and the number of columns).
+    moments : ReleasedMoments or None
+        The moment release (exact on route "data") and its map to the working scale; None on route
+        "bounds".
     """
 
     route: str
@@ -111,13 +165,19 @@ class WorkingScale:
     Y: np.ndarray = field(repr=False)
     n_exog: int = 0
     releases: tuple[Release, ...] = ()
-    moment_noise_std: float = 0.0
     z_names: tuple[str, ...] = ()
+    bound_centres: pd.Series | None = None
+    moments: ReleasedMoments | None = None
 
     @property
     def leaked_columns(self) -> list[str]:
         """Columns whose bound (scale) was read from the data."""
         return list(self.source.index[self.source == "data"])
+
+    @property
+    def moment_noise_std(self) -> float:
+        """Noise standard deviation σ of each entry of the moment release (0 when exact or absent)."""
+        return 0.0 if self.moments is None else self.moments.sigma
 
     def beta_to_original(self, beta_working: np.ndarray) -> np.ndarray:
         """Map working coefficients b̃ (…, p) to the original units (see the module docstring)."""
@@ -132,32 +192,15 @@ class WorkingScale:
         """Plausible true values of Z̃ᵀZ̃/n given the noisy moment release, shape (replications, q, q).
 
         The working instruments were whitened with the *released* moments, so Z̃ᵀZ̃/n = I only up to the
-        release's noise. With E (symmetric, N(0, σ²) entries) the noise of the second moments and e that
-        of the means (bounded scale), the true moments of the centred columns are Σ̂ − E + m̂eᵀ + e m̂ᵀ
-        and their mean is −e, so Z̃ᵀZ̃/n ≈ I − Aᵀ(E − m̂eᵀ − e m̂ᵀ)A with A the bounded→working map of
-        the non-constant instruments, and the constant's cross terms are −Aᵀe. Draws of (E, e) from
-        their known distribution give draws of Z̃ᵀZ̃/n (post-processing: σ is public). Exact (all I)
-        when σ = 0.
+        release's noise: with E a draw of that noise (its distribution is public), the true moments on the
+        release's scale are M − E, and on the working scale L(M − E)Lᵀ (:class:`ReleasedMoments`).
+        Post-processing. Exact (the released moments, ≈ I) when σ = 0.
         """
         q = self.A_z.shape[0]
-        draws = np.broadcast_to(np.eye(q), (replications, q, q)).copy()
-        sigma = self.moment_noise_std
-        if sigma == 0.0:
-            return draws
-        free = [i for i in range(q) if i != self.constant_index]
-        bound = self.bound_scales.reindex(list(self.z_names)).to_numpy()[free]
-        A = bound[:, None] * self.A_z[np.ix_(free, free)]  # bounded scale → working scale
-        upper = np.triu(rng.standard_normal((replications, len(free), len(free))) * sigma)
-        E = upper + np.swapaxes(np.triu(upper, 1), 1, 2)
-        if self.constant_index is not None:
-            e = rng.standard_normal((replications, len(free))) * sigma
-            m = self.z_center[free] / bound
-            E = E - m[None, :, None] * e[:, None, :] - e[:, :, None] * m[None, None, :]
-            cross = -np.einsum("ij,ri->rj", A, e)
-            draws[:, self.constant_index, free] = cross
-            draws[:, free, self.constant_index] = cross
-        draws[np.ix_(range(replications), free, free)] -= np.swapaxes(A, 0, 1)[None] @ E @ A[None]
-        return draws
+        if self.moments is None:
+            return np.broadcast_to(np.eye(q), (replications, q, q)).copy()
+        draws = self.moments.noise_draws(rng, replications)
+        return self.moments.working(self.moments.matrix - draws)[:, :q, :q]
 
     def beta_jacobian(self) -> np.ndarray:
         """J with β = J β̃ + constant: the (affine) back-transform's linear part, (p, p)."""
@@ -234,79 +277,94 @@ def _constant_name(design: IVDesign) -> str | None:
     return None
 
 
-def _bounded_columns(design: IVDesign, bounds: dict[str, tuple[float, float]], constant: str | None):
-    """Clip each column to its bounds and divide it by max(abs(lo), abs(hi)) (or its data maximum: a leak)."""
-    frame = pd.concat([design.dependent, design.exog, design.endog, design.instruments], axis=1)
-    scales, source, clipped, columns = {}, {}, {}, {}
-    for name in _all_columns(design):
-        values = frame[name].to_numpy(dtype=np.float64)
-        clipped[name] = 0
-        if name == constant and name not in bounds:
-            scales[name], source[name] = 1.0, "constant"
-        elif name in bounds:
-            lo, hi = bounds[name]
-            clipped[name] = int(np.count_nonzero((values < lo) | (values > hi)))
-            values = np.clip(values, lo, hi)
-            scales[name], source[name] = max(abs(lo), abs(hi)), "bounds"
-        else:
-            largest = float(np.max(np.abs(values))) if values.size else 0.0
-            scales[name], source[name] = (largest if largest > 0 else 1.0), "data"
-        columns[name] = values / scales[name]
-    return (
-        columns,
-        pd.Series(scales, name="bound scale", dtype=float),
-        pd.Series(source, name="source", dtype=object),
-        pd.Series(clipped, name="clipped values (non-private)", dtype=np.int64),
-    )
+def box_columns(names: list, bounds: dict[str, tuple[float, float]], constant: str | None, *, centred: bool,
+                data_largest: Mapping[str, float]) -> tuple[pd.Series, pd.Series, pd.Series, dict]:
+    """Per column: the centre and scale of the bounded scale, where the bound came from, and (lo, hi).
 
-
-# ----------------------------------------------------------------------------------------
-# the private second-moment release
-# ----------------------------------------------------------------------------------------
-def analyze_gauss(W: np.ndarray, *, rho: float, rng: np.random.Generator, row_bound: float,
-                  name: str = "second moments", stage: str = "rho0") -> tuple[np.ndarray, Release, float]:
-    """Release WᵀW/n with symmetric Gaussian noise ("Analyze Gauss"), spending ``rho`` zCDP.
-
-    Every row is clipped to L2 norm ``row_bound`` = B (a no-op for data within public bounds).
-    Replacing one row changes WᵀW/n by (wwᵀ − w'w'ᵀ)/n, whose Frobenius norm is at most
-    √2·B²/n (‖wwᵀ − w'w'ᵀ‖²_F = ‖w‖⁴ + ‖w'‖⁴ − 2(wᵀw')² ≤ 2B⁴); the upper triangle, which
-    determines the matrix, has at most that L2 norm. Noise N(0, σ²) is added to each entry of
-    the upper triangle and mirrored, with σ = Δ/sqrt(2ρ). ``rho = inf`` releases the exact
-    matrix (not private).
-
-    Returns
-    -------
-    M : ndarray (d, d)
-        The released symmetric matrix.
-    release : Release
-        Its record for the accountant.
-    sigma : float
-        The noise standard deviation per entry.
+    ``centred`` (routes that release moments): [lo, hi] maps to [−1, 1], centre (lo + hi)/2 and scale
+    (hi − lo)/2. Otherwise (route "bounds") centre 0 and scale max(abs(lo), abs(hi)). A column without
+    bounds gets centre 0 and scale ``data_largest[column]``, its largest absolute value (a leak); the
+    constant centre 0 and scale 1.
     """
-    n = W.shape[0]
-    return release_second_moments(clipped_outer_sum(W, row_bound) / n, n, rho=rho, rng=rng, row_bound=row_bound,
-                                  name=name, stage=stage)
+    centres, scales, source, limits = {}, {}, {}, {}
+    for name in names:
+        limits[name] = (-math.inf, math.inf)
+        if name == constant and name not in bounds:
+            centres[name], scales[name], source[name] = 0.0, 1.0, "constant"
+        elif name in bounds:
+            lo, hi = limits[name] = bounds[name]
+            if centred:
+                centres[name], scales[name] = (lo + hi) / 2.0, (hi - lo) / 2.0
+            else:
+                centres[name], scales[name] = 0.0, max(abs(lo), abs(hi))
+            source[name] = "bounds"
+        else:
+            largest = float(data_largest[name])
+            centres[name], scales[name], source[name] = 0.0, (largest if largest > 0 else 1.0), "data"
+    return (pd.Series(centres, name="bound centre", dtype=float), pd.Series(scales, name="bound scale", dtype=float),
+            pd.Series(source, name="source", dtype=object), limits)
 
 
-def clipped_outer_sum(W: np.ndarray, row_bound: float) -> np.ndarray:
-    """Σᵢ wᵢwᵢᵀ over the rows of W, each clipped to L2 norm ``row_bound`` (the data part of
-    :func:`analyze_gauss`; a sum, so it can be accumulated block by block)."""
-    norms = np.sqrt(np.einsum("ij,ij->i", W, W))
-    with np.errstate(divide="ignore"):
-        W = W * np.minimum(1.0, row_bound / norms)[:, None]
-    return W.T @ W
+def _bounded_columns(design: IVDesign, bounds: dict[str, tuple[float, float]], constant: str | None, centred: bool):
+    """Each column clipped to its bounds (original units), the box maps, sources and clipping counts."""
+    frame = pd.concat([design.dependent, design.exog, design.endog, design.instruments], axis=1)
+    names = _all_columns(design)
+    raw = {name: frame[name].to_numpy(dtype=np.float64) for name in names}
+    largest = {name: (float(np.max(np.abs(v))) if v.size else 0.0) for name, v in raw.items()}
+    centres, scales, source, limits = box_columns(names, bounds, constant, centred=centred, data_largest=largest)
+    clipped = {}
+    for name in names:
+        lo, hi = limits[name]
+        clipped[name] = int(np.count_nonzero((raw[name] < lo) | (raw[name] > hi))) if name in bounds else 0
+        if name in bounds:
+            raw[name] = np.clip(raw[name], lo, hi)
+    return raw, centres, scales, source, pd.Series(clipped, name="clipped values (non-private)", dtype=np.int64)
 
 
-def release_second_moments(M: np.ndarray, n: int, *, rho: float, rng: np.random.Generator, row_bound: float,
-                           name: str = "second moments", stage: str = "rho0") -> tuple[np.ndarray, Release, float]:
-    """Add the symmetric Gaussian noise of :func:`analyze_gauss` to the exact M = Σ clipped wwᵀ / n."""
-    d = M.shape[0]
-    sensitivity = math.sqrt(2.0) * row_bound**2 / n
-    sigma = 0.0 if math.isinf(rho) else sensitivity / math.sqrt(2.0 * rho)
-    upper = np.triu(rng.standard_normal((d, d)) * sigma)
-    M = M + upper + np.triu(upper, 1).T
-    release = Release(name, stage, 1, row_bound, sensitivity, sigma, gaussian_zcdp(sensitivity, sigma, 1))
-    return M, release, sigma
+# ----------------------------------------------------------------------------------------
+# the moment release and its post-processing
+# ----------------------------------------------------------------------------------------
+def release_constant(has_constant: bool, centres: np.ndarray) -> bool:
+    """Whether the moment release includes a constant column: with an intercept (for the means) or when a
+    bounded column is not centred at 0 (to undo the centring at the midpoint exactly). Public."""
+    return bool(has_constant or np.any(centres != 0.0))
+
+
+def moments_from_sum(outer_sum: np.ndarray, n: int, *, with_constant: bool, route: str, rho: float,
+                     rng: np.random.Generator) -> tuple[np.ndarray, Release | None, float]:
+    """The moment matrix of [1, u] from Σ uuᵀ of the rows [1, u] (or u), released with noise on route
+    "private" (box mechanism) or exact on route "data".
+
+    Returns (M, release or None, σ) with M of size (d + 1, d + 1) whatever ``with_constant`` (see
+    :class:`ReleasedMoments`) and M[0, 0] = 1.
+    """
+    d = outer_sum.shape[0] - with_constant
+    dim = d + with_constant
+    if route == "data":
+        M, release, sigma = outer_sum / n, None, 0.0
+    else:
+        M, release, sigma = release_moment_sum(outer_sum, n, rho=rho, rng=rng,
+                                               sensitivity=box_moment_sensitivity(dim, n), bound=1.0,
+                                               name="second moments of the bounded columns (box)")
+    full = np.zeros((d + 1, d + 1))
+    if with_constant:
+        full[:, :] = M
+    else:
+        full[1:, 1:] = M
+    full[0, 0] = 1.0
+    return full, release, sigma
+
+
+def moment_units(largest: np.ndarray, rho: float) -> np.ndarray:
+    """Column units of the moment computation: 1 for a release, max |v| (or 1 if 0) when exact.
+
+    Exact moments are computed on the columns u = v/unit (max |u| = 1) and the unit is folded into the
+    column's scale, so that absurdly loose bounds (entries ~1e-200, squares underflowing) stay exact. The
+    private release must use the box scale itself: its sensitivity is stated there.
+    """
+    if not math.isinf(rho):
+        return np.ones(largest.shape[0])
+    return np.where(largest > 0, largest, 1.0)
 
 
 def _project_psd(S: np.ndarray, floor: float) -> np.ndarray:
@@ -315,62 +373,32 @@ def _project_psd(S: np.ndarray, floor: float) -> np.ndarray:
     return (vectors * np.maximum(eigenvalues, floor)) @ vectors.T
 
 
-def _moments(W: np.ndarray, *, has_constant: bool, route: str, rho0: float, rng: np.random.Generator,
-             n_instruments: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[Release, ...], float]:
-    """Means (zeros without a constant), scales and the instruments' correlation matrix of the
-    bounded columns W (entries in [−1, 1]; the first ``n_instruments`` columns are the instruments).
+def _moment_summary(M: np.ndarray, *, has_constant: bool, offsets: np.ndarray, sigma: float, n_instruments: int):
+    """Means (zeros without a constant), scales and the instruments' correlation matrix, in v-units.
 
-    With a constant the release is of [1, W] so the means come with the second moments; the
-    covariance is then M − m mᵀ. Without one the uncentred second moment is used.
+    M is the moment matrix of [1, v]. With a constant the covariance M_vv − m mᵀ is used; without
+    one the uncentred second moments of v + ``offsets`` (= w/scale, the column over its bound scale).
     """
-    n, d = W.shape
-    rho = math.inf if route == "data" else rho0
-    # Exact moments (non-private routes) are computed on columns rescaled to max |w| = 1 and scaled
-    # back, so that absurdly loose bounds (entries ~1e-200, squares underflowing) stay exact. The
-    # private release must use the bounded scale itself: its sensitivity is stated there.
-    unit = _moment_units(np.max(np.abs(W), axis=0) if n else np.ones(d), rho)
-    V = W / unit
-    V = np.column_stack([np.ones(n), V]) if has_constant else V
-    row_bound = math.sqrt(V.shape[1])  # every entry lies in [−1, 1]
-    return _moments_from_sum(clipped_outer_sum(V, row_bound), n, unit=unit, has_constant=has_constant,
-                             route=route, rho=rho, rng=rng, n_instruments=n_instruments)
-
-
-def _moment_units(largest: np.ndarray, rho: float) -> np.ndarray:
-    """Column units of the moment computation: 1 for a release, max |w| (or 1 if 0) when exact."""
-    if not math.isinf(rho):
-        return np.ones(largest.shape[0])
-    return np.where(largest > 0, largest, 1.0)
-
-
-def _moments_from_sum(outer_sum: np.ndarray, n: int, *, unit: np.ndarray, has_constant: bool, route: str,
-                      rho: float, rng: np.random.Generator, n_instruments: int):
-    """Release Σ vvᵀ/n of V = [1, W/unit] (or W/unit) and post-process it as :func:`_moments` says."""
-    d = unit.shape[0]
-    row_bound = math.sqrt(d + has_constant)
-    M, release, sigma = release_second_moments(outer_sum / n, n, rho=rho, rng=rng, row_bound=row_bound,
-                                               name="second moments of the bounded columns (Analyze Gauss)")
+    m = np.clip(M[0, 1:], -1.0, 1.0)
     if has_constant:
-        means = np.clip(M[0, 1:], -1.0, 1.0)
-        second = M[1:, 1:] - np.outer(means, means)
+        means, second = m, M[1:, 1:] - np.outer(m, m)
     else:
-        means, second = np.zeros(d), M
+        a = offsets
+        means = np.zeros_like(m)
+        second = M[1:, 1:] + np.outer(m, a) + np.outer(a, m) + np.outer(a, a)
     # Floor what the release cannot resolve, so that no direction is amplified by noise: each variance
     # at 2σ (two noise standard deviations of one entry), the instruments' block at 2σ·sqrt(q), the
-    # spectral norm of its symmetric noise (a tiny relative floor when exact). Only the pieces used
-    # are projected.
-    tiny = 1e-10 * max(float(np.max(np.diag(second))), 1e-300)
+    # spectral norm of its symmetric noise (a tiny relative floor when exact).
+    tiny = 1e-10 * max(float(np.max(np.diag(second))) if second.size else 0.0, 1e-300)
     scales = np.sqrt(np.maximum(np.diag(second), max(2.0 * sigma, tiny)))
     z_cov = _project_psd(second[:n_instruments, :n_instruments], max(2.0 * sigma * math.sqrt(n_instruments), tiny))
     z_scales = scales[:n_instruments]
-    z_corr = z_cov / np.outer(z_scales, z_scales)
-    releases = () if route == "data" else (release,)
-    return means * unit, scales * unit, z_corr, releases, (sigma if route != "data" else 0.0)
+    return means, scales, z_cov / np.outer(z_scales, z_scales)
 
 
-def _whitening(cov: np.ndarray, n_exog: int) -> np.ndarray:
-    """A with Aᵀ cov A = I, block upper triangular so that the first ``n_exog`` outputs use only
-    the first ``n_exog`` inputs: A = L⁻ᵀ from the Cholesky factor cov = L Lᵀ."""
+def _whitening(cov: np.ndarray) -> np.ndarray:
+    """A with Aᵀ cov A = I, block upper triangular so that each output uses only the inputs up to it
+    (the exogenous columns lead): A = L⁻ᵀ from the Cholesky factor cov = L Lᵀ."""
     L = np.linalg.cholesky(cov)
     return np.linalg.solve(L.T, np.eye(cov.shape[0]))
 
@@ -406,26 +434,35 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
 
         return dask_working_scale(design, bounds, route=route, rho0=rho0, rng=rng)
     constant = _constant_name(design)
-    columns, bound_scales, source, clipped = _bounded_columns(design, bounds, constant)
+    raw, centres, scales, source, clipped = _bounded_columns(design, bounds, constant, centred=route != "bounds")
     free = free_columns(design, constant)
-    W = np.column_stack([columns[c] for c in free])
-    if route == "bounds":
-        moments = None
-    else:
-        moments = _moments(W, has_constant=constant is not None, route=route,
-                           rho0=rho0 if route == "private" else math.inf, rng=rng,
-                           n_instruments=n_free_instruments(design, constant))
+    moments, moment_scales = None, scales
+    if route != "bounds":
+        V = np.column_stack([(raw[c] - centres[c]) / scales[c] for c in free]) if free else np.zeros((design.nobs, 0))
+        rho = math.inf if route == "data" else rho0
+        with_constant = release_constant(constant is not None, centres[free].to_numpy())
+        unit = moment_units(np.max(np.abs(V), axis=0) if V.shape[0] else np.ones(len(free)), rho)
+        moment_scales = _with_units(scales, free, unit)
+        outer = box_moment_sum(V / unit, with_constant)
+        moments = moments_from_sum(outer, design.nobs, with_constant=with_constant, route=route, rho=rho,
+                                   rng=rng) + (with_constant,)
     constant_value = float(design.exog[constant].iloc[0]) if constant is not None else 1.0
-    maps = affine_maps(design, route=route, constant=constant, constant_value=constant_value,
-                       bound_scales=bound_scales, moments=moments)
-    raw = {c: columns[c] * bound_scales[c] for c in _all_columns(design)}  # clipped, original units
+    maps = affine_maps(design, constant=constant, constant_value=constant_value, centres=centres,
+                       scales=moment_scales, moments=moments)
     k = len(design.exog_names)
     Z = (np.column_stack([raw[c] for c in design.z_names]) - maps["z_center"]) @ maps["A_z"]
     X = (np.column_stack([raw[c] for c in design.regressor_names]) - maps["x_center"]) @ maps["A_x"]
     X[:, :k] = Z[:, :k]  # identical by construction; remove rounding differences
     Y = (raw[design.dependent_name] - maps["y_center"]) / maps["y_scale"]
-    return WorkingScale(route=route, bound_scales=bound_scales, source=source, clipped_values=clipped,
+    return WorkingScale(route=route, bound_scales=scales, bound_centres=centres, source=source, clipped_values=clipped,
                         Z=Z, X=X, Y=Y, n_exog=k, **maps)
+
+
+def _with_units(scales: pd.Series, free: list, unit: np.ndarray) -> pd.Series:
+    """The scales of the moment computation's columns u = v/unit: scale·unit for the free columns."""
+    scaled = scales.copy()
+    scaled[free] = scales[free].to_numpy() * unit
+    return scaled
 
 
 def free_columns(design: IVDesign, constant: str | None) -> list:
@@ -439,47 +476,78 @@ def n_free_instruments(design: IVDesign, constant: str | None) -> int:
     return len(design.exog_names) - (constant is not None) + len(design.instrument_names)
 
 
-def affine_maps(design: IVDesign, *, route: str, constant: str | None, constant_value: float,
-                bound_scales: pd.Series, moments: tuple | None) -> dict:
-    """The centres and linear maps of the working scale (every field of :class:`WorkingScale` that
-    does not hold data), from the bound scales and, off route "bounds", the moments of
-    :func:`_moments` over :func:`free_columns`."""
+def affine_maps(design: IVDesign, *, constant: str | None, constant_value: float, centres: pd.Series,
+                scales: pd.Series, moments: tuple | None) -> dict:
+    """The centres and linear maps of the working scale (every field of :class:`WorkingScale` that does not
+    hold data), from the bounded scale (``centres``, ``scales``) and, off route "bounds", the moment release
+    ``(M, release, sigma, released_constant)`` of [1, v] over :func:`free_columns`."""
     exog, endog = design.exog_names, design.endog_names
     dep = design.dependent_name
     k, p_endog = len(exog), len(endog)
     z_names, x_names = design.z_names, design.regressor_names
     const_idx = exog.index(constant) if constant is not None else None
     free = free_columns(design, constant)
+    offsets = centres[free].to_numpy() / scales[free].to_numpy()
     if moments is None:
-        means, scales = np.zeros(len(free)), np.ones(len(free))
-        releases: tuple[Release, ...] = ()
-        z_cov = None
-        moment_sigma = 0.0
+        means, unit_scales, z_corr = np.zeros(len(free)), np.ones(len(free)), None
     else:
-        means, scales, z_cov, releases, moment_sigma = moments
+        M, _, sigma, _ = moments
+        means, unit_scales, z_corr = _moment_summary(M, has_constant=constant is not None, offsets=offsets,
+                                                     sigma=sigma, n_instruments=n_free_instruments(design, constant))
     index = {c: i for i, c in enumerate(free)}
 
-    def center(c: str) -> float:
-        return 0.0 if c == constant else float(means[index[c]]) * bound_scales[c]
+    def center(c: str) -> float:  # original units; 0 (no centring) without a constant
+        if c == constant or constant is None:
+            return 0.0
+        return float(centres[c] + scales[c] * means[index[c]])
 
     def scale(c: str) -> float:  # original units per working unit before whitening
-        return 1.0 if c == constant else float(scales[index[c]]) * bound_scales[c]
+        return 1.0 if c == constant else float(scales[c] * unit_scales[index[c]])
 
     # A_Z: diag(1/scale) then whitening of the non-constant instruments (exogenous first).
     q = len(z_names)
     A_z = np.zeros((q, q))
     z_free = [i for i, c in enumerate(z_names) if c != constant]
     D = np.diag([1.0 / scale(z_names[i]) for i in z_free])
-    n_exog_free = k - (constant is not None)
-    white = np.eye(len(z_free)) if z_cov is None else _whitening(z_cov, n_exog_free)
+    white = np.eye(len(z_free)) if z_corr is None else _whitening(z_corr)
     A_z[np.ix_(z_free, z_free)] = D @ white
     if constant is not None:
         A_z[const_idx, const_idx] = 1.0
     A_x = np.zeros((k + p_endog, k + p_endog))
     A_x[:k, :k] = A_z[:k, :k]
     A_x[k:, k:] = np.diag([1.0 / scale(c) for c in endog])
-    return dict(
+    maps = dict(
         y_center=center(dep), y_scale=scale(dep), x_center=np.array([center(c) for c in x_names]), A_x=A_x,
         z_center=np.array([center(c) for c in z_names]), A_z=A_z, constant_index=const_idx,
-        constant_value=constant_value, releases=releases, moment_noise_std=moment_sigma, z_names=tuple(z_names),
+        constant_value=constant_value, releases=(), z_names=tuple(z_names), moments=None,
     )
+    if moments is not None:
+        M, release, sigma, released_constant = moments
+        maps["releases"] = () if release is None else (release,)
+        maps["moments"] = ReleasedMoments(M, sigma, released_constant,
+                                          _working_map(design, constant, constant_value, centres, scales, maps))
+    return maps
+
+
+def _working_map(design: IVDesign, constant: str | None, constant_value: float, centres: pd.Series,
+                 scales: pd.Series, maps: dict) -> np.ndarray:
+    """L with [Z̃, X̃_endog, Ỹ]ᵢ = L·[1, vᵢ], vᵢ the row's free columns on the box scale (raw = centre + scale·v)."""
+    free = free_columns(design, constant)
+    position = {c: 1 + i for i, c in enumerate(free)}
+    k = len(design.exog_names)
+
+    def raw_map(c: str) -> np.ndarray:  # raw value of column c as a linear function of [1, v]
+        row = np.zeros(len(free) + 1)
+        if c == constant:
+            row[0] = constant_value
+        else:
+            row[0], row[position[c]] = centres[c], scales[c]
+        return row
+
+    Rz = np.array([raw_map(c) for c in design.z_names])
+    Lz = maps["A_z"].T @ (Rz - np.outer(maps["z_center"], np.eye(len(free) + 1)[0]))
+    Rx = np.array([raw_map(c) for c in design.endog_names]).reshape(-1, len(free) + 1)
+    x_center = maps["x_center"][k:]
+    Lx = np.diag(np.diag(maps["A_x"])[k:]) @ (Rx - np.outer(x_center, np.eye(len(free) + 1)[0]))
+    ly = (raw_map(design.dependent_name) - maps["y_center"] * np.eye(len(free) + 1)[0]) / maps["y_scale"]
+    return np.vstack([Lz, Lx, ly[None, :]])

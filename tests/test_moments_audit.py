@@ -1,35 +1,39 @@
-"""Empirical privacy audit of the second-moment release ``dpivreg.preprocess.analyze_gauss``.
+"""Empirical privacy audit of the second-moment releases of :mod:`dpivreg.mechanisms`.
 
-The mechanism
--------------
-``analyze_gauss(W, rho=ρ, rng=…, row_bound=B)`` clips every row of W to L2 norm B, forms
-G = WᵀW/n and releases M = G + E with E symmetric: the upper triangle (diagonal included) is
-i.i.d. N(0, σ²) and mirrored, σ = Δ/sqrt(2ρ), Δ = √2·B²/n. It claims ρ-zCDP, i.e. μ-GDP with
-μ = sqrt(2ρ), for neighbours that differ by *replacing* one row (the package's privacy model).
+The mechanisms
+--------------
+``box_second_moments(V, rho=ρ, rng=…, has_constant=True)`` (the default pipeline's ρ0 release, and
+``method="moments"``'s only release) clips every entry of V to [−1, 1], prepends a constant column and
+releases the upper triangle of [1, V]ᵀ[1, V]/n plus i.i.d. N(0, σ²), mirrored, with σ = Δ/sqrt(2ρ) and
+Δ = D/n (D = d + 1 columns; the proof is in the module docstring). ``ball_second_moments(W, rho=ρ, rng=…,
+row_bound=B)`` ("Analyze Gauss") clips every row of W to L2 norm B and uses Δ = √2·B²/n. Both claim
+ρ-zCDP, i.e. μ-GDP with μ = sqrt(2ρ), for neighbours that differ by *replacing* one row.
 
 The audit
 ---------
-M is determined by its upper triangle u = triu(M) (d(d+1)/2 numbers), which is G's upper
-triangle plus i.i.d. N(0, σ²) noise. Two neighbouring datasets share n − 1 rows within the bound
-and differ in the canary row: w = B·e₁ (D) vs w′ = B·e₂ (D′). Then
-G_D − G_D′ = (B²/n)(e₁e₁ᵀ − e₂e₂ᵀ), whose upper triangle has L2 norm exactly √2·B²/n: the
-claimed sensitivity is attained, and the canary's μ = ‖triu(G_D − G_D′)‖/σ equals sqrt(2ρ).
-(Diagonal differences are the worst case for the *upper triangle*: for A = wwᵀ − w′w′ᵀ,
-‖triu A‖² = (‖A‖²_F + Σⱼ A²ⱼⱼ)/2 ≤ ‖A‖²_F ≤ 2B⁴, with equality iff A is diagonal.)
+Each release is determined by its upper triangle u (diagonal included), the clipped Gram matrix's upper
+triangle plus i.i.d. N(0, σ²) noise. Two neighbouring datasets share n − 1 rows and differ in a canary
+row at the worst case of the claimed sensitivity:
 
-With its own clipping and Gram matrix (no shared code), the auditor computes triu(G_D),
-triu(G_D′), d = their difference and mid = their midpoint, and forms from each release
+* box, D = 4 (even, where Δ = D/n is attained): v = (1, 1, 1) (D) vs v′ = (1, −1, −1) (D′), i.e. half of
+  the D coordinates of [1, v] flipped: ‖triu([1, v][1, v]ᵀ − [1, v′][1, v′]ᵀ)‖ = 4 = D;
+* ball: w = B·e₁ (D) vs w′ = B·e₂ (D′): ‖triu(wwᵀ − w′w′ᵀ)‖ = √2·B².
+
+So the canary's μ = ‖triu(G_D − G_D′)‖/σ equals sqrt(2ρ). With its own clipping and Gram matrix (no shared
+code), the auditor computes triu(G_D), triu(G_D′), d = their difference and mid = their midpoint, and forms
+from each release
 
     S = ⟨u − mid, d⟩ / σ²,
 
-the exact log-likelihood ratio of the claimed mechanism: N(+μ²/2, μ²) under D and N(−μ²/2, μ²)
-under D′ (checked: KS, mean, sd). Guess "D" iff S > 0; one-sided Clopper–Pearson upper bounds on
-the false positive / negative rates at 1 − 5e-4 each give, w.p. ≥ 1 − 1e-3,
-μ_lb = Φ⁻¹(1 − FPR_ub) − Φ⁻¹(FNR_ub) ≤ true μ. The audit fails when μ_lb > sqrt(2ρ).
+the exact log-likelihood ratio of the claimed mechanism: N(+μ²/2, μ²) under D and N(−μ²/2, μ²) under D′
+(checked: KS, mean, sd). Guess "D" iff S > 0; one-sided Clopper–Pearson upper bounds on the false
+positive / negative rates at 1 − 5e-4 each give, w.p. ≥ 1 − 1e-3, μ_lb = Φ⁻¹(1 − FPR_ub) − Φ⁻¹(FNR_ub) ≤
+true μ. The audit fails when μ_lb > sqrt(2ρ).
 
-Design: d = 4, n = 50, B = 2 (not 1, so that a B-vs-B² mix-up changes σ), ρ = 2.5
-(μ = sqrt(5) = 2.236, as in the DP-2S-GD audit, so the tightness argument is the same),
-2,000 releases per dataset (a release costs ~10 µs: the whole file runs in well under a second).
+Design: n = 50, ρ = 2.5 (μ = sqrt(5) = 2.236, as in the DP-2S-GD audit, so the tightness argument is the
+same), 2,000 releases per dataset (a release costs ~10 µs: the whole file runs in about a second). Ball:
+d = 4, B = 2 (not 1, so that a B-vs-B² mix-up changes σ). Box: d = 3 free columns plus the constant.
+``far``: canaries beyond the bounds (box: entries ×10; ball: norm 10B), which the mechanism must clip.
 ``python benchmarks/privacy_audit.py`` prints the table.
 """
 
@@ -45,44 +49,54 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import dpivreg.preprocess as preprocess
+import dpivreg.mechanisms as mechanisms
 from test_privacy_audit import CONF, TIGHT, expected_mu_lb, mu_lower_bound
 
-D = 4  # columns of W
+D = 4  # columns of W (ball); columns of [1, V] (box)
 N_ROWS = 50  # n, including the canary
-B = 2.0  # row bound
+B = 2.0  # row bound (ball)
 RHO = 2.5  # zCDP budget of the release: μ = sqrt(5) = 2.236
 RUNS = 2000  # releases per dataset
-FAR = 10.0  # "far" canaries: rows of norm FAR·B, which the function must clip to B
+FAR = 10.0  # "far" canaries: beyond the bounds by this factor, which the function must clip
 
 assert CONF == 5e-4  # the docstrings' numbers assume the DP-2S-GD audit's confidence level
 
 
-def neighbours(far: bool = False, seed: int = 20260402):
-    """W for D and D′: n − 1 shared rows of norm ≤ B, and the canary B·e₁ (D) / B·e₂ (D′) last.
-
-    ``far=True``: the canaries are FAR·B·e₁ / FAR·B·e₂ (beyond the bound; clipped they are the above).
-    """
+def neighbours(mechanism: str, far: bool = False, seed: int = 20260402):
+    """The data of D and D′: n − 1 shared rows within the bounds and the canary last (module docstring)."""
     rng = np.random.default_rng(seed)
+    scale = FAR if far else 1.0
+    if mechanism == "box":
+        shared = rng.uniform(-1.0, 1.0, (N_ROWS - 1, D - 1))
+        canaries = (np.ones(D - 1), np.array([1.0] + [-1.0] * (D - 2)))
+        return [np.vstack([shared, scale * c]) for c in canaries]
     shared = rng.uniform(-1.0, 1.0, (N_ROWS - 1, D)) * B / math.sqrt(D)  # ‖row‖ ≤ B
-    scale = FAR * B if far else B
-    return [np.vstack([shared, scale * np.eye(D)[k]]) for k in (0, 1)]
+    return [np.vstack([shared, scale * B * np.eye(D)[k]]) for k in (0, 1)]
 
 
-def claimed_sigma(rho: float = RHO) -> float:
-    """σ = Δ/sqrt(2ρ) with Δ = √2·B²/n (re-derived here, not read from the package)."""
-    return math.sqrt(2.0) * B**2 / N_ROWS / math.sqrt(2.0 * rho)
+def claimed_sensitivity(mechanism: str) -> float:
+    """Δ re-derived here, not read from the package: D/n (box) or √2·B²/n (ball)."""
+    return D / N_ROWS if mechanism == "box" else math.sqrt(2.0) * B**2 / N_ROWS
+
+
+def claimed_sigma(mechanism: str, rho: float = RHO) -> float:
+    """σ = Δ/sqrt(2ρ)."""
+    return claimed_sensitivity(mechanism) / math.sqrt(2.0 * rho)
 
 
 # ----------------------------------------------------------------------------------------
-# the auditor's own clipped Gram matrix (independent of dpivreg.preprocess)
+# the auditor's own clipped Gram matrices (independent of dpivreg.mechanisms)
 # ----------------------------------------------------------------------------------------
-def clipped_gram(W: np.ndarray) -> np.ndarray:
-    """(1/n) Σᵢ CLIP_B(wᵢ) CLIP_B(wᵢ)ᵀ, row by row."""
-    G = np.zeros((W.shape[1], W.shape[1]))
+def clipped_gram(W: np.ndarray, mechanism: str) -> np.ndarray:
+    """(1/n) Σᵢ cᵢcᵢᵀ, row by row: cᵢ = [1, entries of wᵢ clipped to [−1, 1]] (box) or CLIP_B(wᵢ) (ball)."""
+    dim = W.shape[1] + (mechanism == "box")
+    G = np.zeros((dim, dim))
     for w in W:
-        norm = float(np.linalg.norm(w))
-        c = w * (B / norm) if norm > B else w
+        if mechanism == "box":
+            c = np.array([1.0] + [min(1.0, max(-1.0, x)) for x in w])
+        else:
+            norm = float(np.linalg.norm(w))
+            c = w * (B / norm) if norm > B else w
         G += np.outer(c, c)
     return G / W.shape[0]
 
@@ -90,15 +104,22 @@ def clipped_gram(W: np.ndarray) -> np.ndarray:
 IU = np.triu_indices(D)  # the released statistic: the upper triangle, diagonal included
 
 
+def release(mechanism: str, W: np.ndarray, rho: float, rng: np.random.Generator):
+    """One release by the package's mechanism (looked up at call time, so that patches apply)."""
+    if mechanism == "box":
+        return mechanisms.box_second_moments(W, rho=rho, rng=rng, has_constant=True)
+    return mechanisms.ball_second_moments(W, rho=rho, rng=rng, row_bound=B)
+
+
 # ----------------------------------------------------------------------------------------
-# deliberately broken releases, injected into dpivreg.preprocess at call time
+# deliberately broken releases, injected into dpivreg.mechanisms at call time
 # ----------------------------------------------------------------------------------------
-_REAL_ANALYZE_GAUSS = preprocess.analyze_gauss
+_REAL_BALL = mechanisms.ball_second_moments
 
 
 class _NumpyWith:
-    """``numpy`` except for the given attributes: replaces ``dpivreg.preprocess.np`` to inject a bug
-    into analyze_gauss's own code (every other numpy call passes through)."""
+    """``numpy`` except for the given attributes: replaces ``dpivreg.mechanisms.np`` to inject a bug
+    into the mechanisms' own code (every other numpy call passes through)."""
 
     def __init__(self, **overrides) -> None:
         self._overrides = overrides
@@ -114,25 +135,35 @@ def add_remove_sensitivity(W, *, rho, rng, row_bound, **kwargs):
     Exactly the buggy output: the real function at 2ρ has σ = √2B²/n/sqrt(4ρ) = (B²/n)/sqrt(2ρ); the
     record is relabelled as the buggy code would write it (Δ = B²/n, ρ = Δ²/(2σ²) = the requested ρ).
     """
-    M, release, sigma = _REAL_ANALYZE_GAUSS(W, rho=2.0 * rho, rng=rng, row_bound=row_bound, **kwargs)
+    M, record, sigma = _REAL_BALL(W, rho=2.0 * rho, rng=rng, row_bound=row_bound, **kwargs)
     sensitivity = row_bound**2 / W.shape[0]
-    return M, dataclasses.replace(release, sensitivity=sensitivity, rho=sensitivity**2 / (2.0 * sigma**2)), sigma
+    return M, dataclasses.replace(record, sensitivity=sensitivity, rho=sensitivity**2 / (2.0 * sigma**2)), sigma
 
 
 VARIANTS = {
     "correct": {},
-    # np.triu(noise, 1): the diagonal (where the attaining canary differs) is released without noise
+    # np.triu(noise, 1): the diagonal (where the ball's attaining canary differs) is released without noise
     "diagonal_not_noised": {"np": _NumpyWith(triu=lambda m, k=0: np.triu(m, max(k, 1)))},
-    # the row clipping is lost: np.minimum(1, B/‖w‖) → 1
+    # the ball's row clipping is lost: np.minimum(1, B/‖w‖) → 1
     "no_row_clipping": {"np": _NumpyWith(minimum=lambda a, b: np.ones_like(np.asarray(b, dtype=float)))},
-    "add_remove_sensitivity": {"analyze_gauss": add_remove_sensitivity},
+    "add_remove_sensitivity": {"ball_second_moments": add_remove_sensitivity},
     # i.i.d. noise on the full matrix, not mirrored: NOT a privacy bug (see its test), only asymmetric
     "independent_triangles": {"np": _NumpyWith(triu=lambda m, k=0: m if k == 0 else np.zeros_like(m))},
+    # box: the constant column left out of D (Δ = d/n = 3/n instead of 4/n): σ 3/4 of the claim
+    "constant_not_counted": {"box_moment_sensitivity": lambda dim, n: (dim - 1) / n},
+    # box: the √2-smaller sensitivity of a norm ball's Frobenius bound misapplied (Δ = D/(√2·n))
+    "half_frobenius": {"box_moment_sensitivity": lambda dim, n: dim / (math.sqrt(2.0) * n)},
+    # box: entries not clipped to [−1, 1]
+    "no_entry_clipping": {"np": _NumpyWith(clip=lambda a, lo, hi: np.asarray(a, dtype=float))},
 }
+MECHANISM_OF = {"add_remove_sensitivity": "ball", "no_row_clipping": "ball", "diagonal_not_noised": "ball",
+                "independent_triangles": "ball", "constant_not_counted": "box",
+                "half_frobenius": "box", "no_entry_clipping": "box"}
 
 
 @dataclass
 class Audit:
+    mechanism: str
     variant: str
     far: bool
     runs: int
@@ -156,97 +187,145 @@ class Audit:
         return math.sqrt(2.0 * self.rho_release)
 
 
-def run_audit(variant: str = "correct", *, seed: int, runs: int = RUNS, far: bool = False, rho: float = RHO) -> Audit:
-    """``runs`` releases of ``dpivreg.preprocess.analyze_gauss`` (looked up at call time, with the
-    variant's patches installed) on each neighbour, audited with the claimed mechanism's LLR."""
-    worlds = neighbours(far)
-    sigma = claimed_sigma(rho)
-    means = [clipped_gram(W)[IU] for W in worlds]
+def run_audit(variant: str = "correct", *, seed: int, runs: int = RUNS, far: bool = False, rho: float = RHO,
+              mechanism: str | None = None) -> Audit:
+    """``runs`` releases of the mechanism (looked up at call time, with the variant's patches installed) on
+    each neighbour, audited with the claimed mechanism's LLR."""
+    mechanism = mechanism or MECHANISM_OF.get(variant, "box")
+    worlds = neighbours(mechanism, far)
+    sigma = claimed_sigma(mechanism, rho)
+    means = [clipped_gram(W, mechanism)[IU] for W in worlds]
     d, mid = means[0] - means[1], (means[0] + means[1]) / 2.0
     S = np.zeros((2, runs))
     noise = np.zeros((2, runs, len(IU[0])))
     records, sigmas, symmetric = set(), set(), True
     with contextlib.ExitStack() as stack:
         for name, value in VARIANTS[variant].items():
-            stack.enter_context(mock.patch(f"dpivreg.preprocess.{name}", value))
+            stack.enter_context(mock.patch(f"dpivreg.mechanisms.{name}", value))
         for w, W in enumerate(worlds):
             rng = np.random.default_rng([seed, w])
             for r in range(runs):
-                M, release, sig = preprocess.analyze_gauss(W, rho=rho, rng=rng, row_bound=B)
+                M, record, sig = release(mechanism, W, rho, rng)
                 symmetric &= bool(np.array_equal(M, M.T))
                 u = M[IU]
                 S[w, r] = np.dot(u - mid, d) / sigma**2
                 noise[w, r] = (u - means[w]) / sigma
-            records.add(release.rho)
+            records.add(record.rho)
             sigmas.add(sig)
     assert len(records) == 1 and len(sigmas) == 1
     fp = int(np.count_nonzero(S[1] > 0))
     fn = int(np.count_nonzero(S[0] <= 0))
-    return Audit(variant, far, runs, fp, fn, mu_lower_bound(fp, fn, runs), rho, records.pop(), sigmas.pop(),
-                 float(np.linalg.norm(d) / sigma), S, noise, symmetric)
+    return Audit(mechanism, variant, far, runs, fp, fn, mu_lower_bound(fp, fn, runs), rho, records.pop(),
+                 sigmas.pop(), float(np.linalg.norm(d) / sigma), S, noise, symmetric)
 
 
-# for benchmarks/privacy_audit.py: table name → (variant, far); seeds as in the tests (default 303)
+# for benchmarks/privacy_audit.py: table name → (mechanism, variant, far); seeds as in the tests (default 303)
 TABLE_CASES = {
-    "correct": ("correct", False),
-    "correct, rows of norm 10B": ("correct", True),
-    "add/remove sensitivity": ("add_remove_sensitivity", False),
-    "diagonal not noised": ("diagonal_not_noised", False),
-    "no row clipping, 10B": ("no_row_clipping", True),
-    "independent triangles": ("independent_triangles", False),
+    "box: correct": ("box", "correct", False),
+    "box: correct, entries 10x": ("box", "correct", True),
+    "box: constant not counted": ("box", "constant_not_counted", False),
+    "box: half Frobenius": ("box", "half_frobenius", False),
+    "box: no entry clipping": ("box", "no_entry_clipping", True),
+    "ball: correct": ("ball", "correct", False),
+    "ball: correct, rows 10B": ("ball", "correct", True),
+    "ball: add/remove sensitivity": ("ball", "add_remove_sensitivity", False),
+    "ball: diagonal not noised": ("ball", "diagonal_not_noised", False),
+    "ball: no row clipping, 10B": ("ball", "no_row_clipping", True),
+    "ball: independent triangles": ("ball", "independent_triangles", False),
 }
-SEEDS = {"correct": 11, "correct, rows of norm 10B": 12}
+SEEDS = {"box: correct": 13, "box: correct, entries 10x": 14, "ball: correct": 11, "ball: correct, rows 10B": 12}
 
 
 # ----------------------------------------------------------------------------------------
 # exact checks
 # ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mechanism", ["box", "ball"])
 @pytest.mark.parametrize("rho", [0.05, 1.0, RHO, 40.0])
-def test_release_is_symmetric_and_record_is_exact(rho):
+def test_release_is_symmetric_and_record_is_exact(mechanism, rho):
     """The released M is exactly symmetric; the record's ρ = Δ²/(2σ²) is the requested ρ.
 
-    Δ = √2·B²/n and σ = Δ/sqrt(2ρ) are re-derived here; the noise M − G (G the auditor's clipped
+    Δ (D/n, or √2·B²/n) and σ = Δ/sqrt(2ρ) are re-derived here; the noise M − G (G the auditor's clipped
     Gram matrix) is the same for both neighbours given the same generator state (data-independent).
     """
-    W, W2 = neighbours()
-    M, release, sigma = preprocess.analyze_gauss(W, rho=rho, rng=np.random.default_rng(5), row_bound=B)
-    M2, _, _ = preprocess.analyze_gauss(W2, rho=rho, rng=np.random.default_rng(5), row_bound=B)
+    W, W2 = neighbours(mechanism)
+    M, record, sigma = release(mechanism, W, rho, np.random.default_rng(5))
+    M2, _, _ = release(mechanism, W2, rho, np.random.default_rng(5))
     assert np.array_equal(M, M.T)
-    delta = math.sqrt(2.0) * B**2 / N_ROWS
-    assert release.sensitivity == pytest.approx(delta, rel=1e-15)
-    assert sigma == pytest.approx(claimed_sigma(rho), rel=1e-15)
-    assert release.noise_std == sigma
-    assert release.rho == pytest.approx(delta**2 / (2.0 * sigma**2), rel=1e-12)
-    assert release.rho == pytest.approx(rho, rel=1e-12)
-    assert release.steps == 1 and release.clip == B and release.stage == "rho0"
-    np.testing.assert_allclose(M - clipped_gram(W), M2 - clipped_gram(W2), rtol=0, atol=1e-12)
+    delta = claimed_sensitivity(mechanism)
+    assert record.sensitivity == pytest.approx(delta, rel=1e-15)
+    assert sigma == pytest.approx(claimed_sigma(mechanism, rho), rel=1e-15)
+    assert record.noise_std == sigma
+    assert record.rho == pytest.approx(delta**2 / (2.0 * sigma**2), rel=1e-12)
+    assert record.rho == pytest.approx(rho, rel=1e-12)
+    assert record.steps == 1 and record.clip == (1.0 if mechanism == "box" else B) and record.stage == "rho0"
+    np.testing.assert_allclose(M - clipped_gram(W, mechanism), M2 - clipped_gram(W2, mechanism), rtol=0, atol=1e-12)
 
 
-def test_infinite_rho_releases_the_clipped_gram_matrix():
+@pytest.mark.parametrize("mechanism", ["box", "ball"])
+def test_infinite_rho_releases_the_clipped_gram_matrix(mechanism):
     """ρ = ∞: no noise, M is the clipped Gram matrix, and the record says ρ = ∞ (not private)."""
-    W, _ = neighbours(far=True)
-    M, release, sigma = preprocess.analyze_gauss(W, rho=math.inf, rng=np.random.default_rng(0), row_bound=B)
-    assert sigma == 0.0 and release.rho == math.inf
-    np.testing.assert_allclose(M, clipped_gram(W), rtol=1e-13, atol=1e-15)
+    W, _ = neighbours(mechanism, far=True)
+    M, record, sigma = release(mechanism, W, math.inf, np.random.default_rng(0))
+    assert sigma == 0.0 and record.rho == math.inf
+    np.testing.assert_allclose(M, clipped_gram(W, mechanism), rtol=1e-13, atol=1e-15)
 
 
-def test_rows_beyond_the_bound_are_clipped_so_the_sensitivity_holds():
-    """Rows NOT within the bound: the release still has sensitivity √2·B²/n.
+def _exact(mechanism: str, W: np.ndarray) -> np.ndarray:
+    return release(mechanism, W, math.inf, np.random.default_rng(0))[0]
+
+
+def test_box_sensitivity_is_d_over_n_and_attained_for_even_d():
+    """The box mechanism's Δ = D/n (D columns with the constant): exact values.
+
+    * The proof's identity ‖triu(aaᵀ − bbᵀ)‖² = 4[‖s‖²‖t‖² + (sᵀt)² + 2Σsᵢ²tᵢ²] (s, t the half sum and half
+      difference) holds for random pairs (to 1e-12).
+    * The worst case: for D = 2 … 8, a = (1, …, 1) and b with ⌊D/2⌋ non-constant coordinates negated give
+      ‖triu‖² = 4⌊D/2⌋⌈D/2⌉, i.e. exactly D² for even D and D² − 1 for odd D, never more than D².
+    * 20,000 random replaced canaries (entries up to 100 beyond the bounds, half at box vertices) move the
+      noiseless release by at most D/n, and the vertex canaries attain it.
+    """
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        a, b = np.r_[1.0, rng.uniform(-1, 1, 5)], np.r_[1.0, rng.uniform(-1, 1, 5)]
+        s, t = (a + b) / 2, (a - b) / 2
+        lhs = np.sum(np.triu(np.outer(a, a) - np.outer(b, b)) ** 2)
+        rhs = 4 * (s @ s * (t @ t) + (s @ t) ** 2 + 2 * np.sum(s**2 * t**2))
+        assert lhs == pytest.approx(rhs, rel=1e-12)
+    for dim in range(2, 9):
+        a = np.ones(dim)
+        b = a.copy()
+        b[1:1 + dim // 2] = -1.0
+        value = np.sum(np.triu(np.outer(a, a) - np.outer(b, b)) ** 2)
+        assert value == 4 * (dim // 2) * (dim - dim // 2) <= dim**2
+        assert value == (dim**2 if dim % 2 == 0 else dim**2 - 1)
+
+    W, W2 = neighbours("box")
+    delta = D / N_ROWS
+    assert np.linalg.norm((_exact("box", W) - _exact("box", W2))[IU]) == pytest.approx(delta, rel=1e-12)
+    worst = 0.0
+    for _ in range(20_000):
+        W1, W2 = W.copy(), W.copy()
+        for Wk in (W1, W2):
+            Wk[-1] = (rng.choice([-1.0, 1.0], D - 1) if rng.random() < 0.5
+                      else rng.uniform(-1.0, 1.0, D - 1)) * rng.choice([1.0, 100.0])
+        worst = max(worst, float(np.linalg.norm((_exact("box", W1) - _exact("box", W2))[IU])))
+    assert worst <= delta * (1 + 1e-12)
+    assert worst >= (1 - 1e-12) * delta  # vertex pairs with half the coordinates flipped are sampled
+
+
+def test_ball_rows_beyond_the_bound_are_clipped_so_the_sensitivity_holds():
+    """Rows NOT within the bound: the ball release still has sensitivity √2·B²/n.
 
     * a row FAR·B·e₂ releases (ρ = ∞) exactly what the row B·e₂ releases;
     * for 2,000 random replaced rows w, w′ of norms up to 100·B (any direction), the noiseless
       releases differ by ‖triu(M − M′)‖ ≤ √2·B²/n, and the far canaries attain it.
     """
-    W_far, W_far2 = neighbours(far=True)
-    W_in, W_in2 = neighbours()
-
-    def exact(W):
-        return preprocess.analyze_gauss(W, rho=math.inf, rng=np.random.default_rng(0), row_bound=B)[0]
-
-    np.testing.assert_array_equal(exact(W_far), exact(W_in))
-    np.testing.assert_array_equal(exact(W_far2), exact(W_in2))
+    W_far, W_far2 = neighbours("ball", far=True)
+    W_in, W_in2 = neighbours("ball")
+    np.testing.assert_array_equal(_exact("ball", W_far), _exact("ball", W_in))
+    np.testing.assert_array_equal(_exact("ball", W_far2), _exact("ball", W_in2))
     delta = math.sqrt(2.0) * B**2 / N_ROWS
-    assert np.linalg.norm((exact(W_far) - exact(W_far2))[IU]) == pytest.approx(delta, rel=1e-12)
+    assert np.linalg.norm((_exact("ball", W_far) - _exact("ball", W_far2))[IU]) == pytest.approx(delta, rel=1e-12)
 
     rng = np.random.default_rng(9)
     worst = 0.0
@@ -255,7 +334,7 @@ def test_rows_beyond_the_bound_are_clipped_so_the_sensitivity_holds():
         for Wk in (W1, W2):  # half the rows along a coordinate axis, where the bound is attained
             v = np.eye(D)[rng.integers(D)] * rng.choice([-1.0, 1.0]) if rng.random() < 0.5 else rng.standard_normal(D)
             Wk[-1] = v / np.linalg.norm(v) * B * rng.uniform(0.0, 100.0)
-        worst = max(worst, float(np.linalg.norm((exact(W1) - exact(W2))[IU])))
+        worst = max(worst, float(np.linalg.norm((_exact("ball", W1) - _exact("ball", W2))[IU])))
     assert worst <= delta * (1 + 1e-12)
     assert worst >= 0.9 * delta  # the sampled pairs come close to the bound
 
@@ -263,31 +342,32 @@ def test_rows_beyond_the_bound_are_clipped_so_the_sensitivity_holds():
 # ----------------------------------------------------------------------------------------
 # the audit
 # ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("far", [False, True], ids=["canary B", "canary 10B"])
-def test_moments_audit_is_sound_and_tight(far):
+@pytest.mark.parametrize("mechanism, far, seed", [("box", False, 13), ("box", True, 14), ("ball", False, 11),
+                                                  ("ball", True, 12)],
+                         ids=["box", "box entries 10x", "ball canary B", "ball canary 10B"])
+def test_moments_audit_is_sound_and_tight(mechanism, far, seed):
     """The audit must not beat the claim, and must nearly reach it.
 
-    2,000 releases per dataset, d = 4, n = 50, B = 2, ρ = 2.5: claimed μ = sqrt(5) = 2.236, and the
-    canary attains it exactly (checked: ‖triu(G_D − G_D′)‖/σ = sqrt(2ρ)). Canaries B·e₁ / B·e₂ (seed
-    11) or 10B·e₁ / 10B·e₂ (seed 12, rows beyond the bound, clipped by the function). Observed:
-    μ_lb = 2.046 (257 false positives, 251 false negatives) and 2.039 (261 / 250).
+    2,000 releases per dataset, n = 50, ρ = 2.5: claimed μ = sqrt(5) = 2.236, and the canary attains it
+    exactly (checked: ‖triu(G_D − G_D′)‖/σ = sqrt(2ρ)). ``far``: canaries beyond the bounds, clipped by the
+    function.
 
     Soundness: μ_lb ≤ sqrt(2·Release.rho) = 2.236, false failure ≤ 1e-3 by construction.
     Tightness: μ_lb ≥ 0.8·2.236 = 1.789. An exactly μ-GDP release audited with 2,000 runs gives on
     average μ_lb ≈ 2.001 (the Clopper–Pearson bounds at 1 − 5e-4 cost ~10 %), binomial
     (delta-method) sd 0.044: the floor is 4.8 sd below (asserted ≥ 3.5 sd). With the far canaries,
     a function that did not clip would separate the worlds perfectly (see the teeth test).
-    Over 20 other seeds μ_lb ranged 1.921–2.112 (``python benchmarks/privacy_audit.py --power 20``).
+    ``python benchmarks/privacy_audit.py --power 20`` shows the spread over seeds.
 
     The statistic's law is verified first: S standardised is N(0, 1) in both worlds (KS p > 1e-6,
     mean and sd within 5 standard errors), and so is the released noise (u − triu(G))/σ, pooled
     over the 10 upper-triangle entries of 4,000 releases (KS p > 1e-6, per-entry sd within 5 se).
     Every released M is exactly symmetric.
     """
-    a = run_audit(seed=12 if far else 11, far=far)
+    a = run_audit(seed=seed, far=far, mechanism=mechanism)
     mu = math.sqrt(2.0 * RHO)
     assert a.rho_release == pytest.approx(RHO, rel=1e-12)
-    assert a.sigma_released == pytest.approx(claimed_sigma(), rel=1e-15)
+    assert a.sigma_released == pytest.approx(claimed_sigma(mechanism), rel=1e-15)
     assert a.mu_canary == pytest.approx(mu, rel=1e-12)
     assert a.symmetric
 
@@ -296,8 +376,9 @@ def test_moments_audit_is_sound_and_tight(far):
         assert stats.kstest(std, "norm").pvalue > 1e-6
         assert abs(std.mean()) < 5 / math.sqrt(a.runs)
         assert abs(std.std(ddof=1) - 1.0) < 5 / math.sqrt(2 * a.runs)
-    assert stats.kstest(a.noise.ravel(), "norm").pvalue > 1e-6
-    per_entry_sd = a.noise.reshape(-1, a.noise.shape[-1]).std(axis=0, ddof=1)
+    noise = a.noise[:, :, 1:] if mechanism == "box" else a.noise  # entry (0, 0) of the box is the constant's 1
+    assert stats.kstest(noise.ravel(), "norm").pvalue > 1e-6
+    per_entry_sd = noise.reshape(-1, noise.shape[-1]).std(axis=0, ddof=1)
     assert np.all(np.abs(per_entry_sd - 1.0) < 5 / math.sqrt(2 * 2 * a.runs))
 
     assert a.mu_lb <= a.mu_accountant, f"privacy violation: mu_lb={a.mu_lb:.3f} > claimed mu={a.mu_accountant:.3f}"
@@ -306,33 +387,39 @@ def test_moments_audit_is_sound_and_tight(far):
     assert a.mu_lb >= TIGHT * mu, f"audit not tight: mu_lb={a.mu_lb:.3f} < {TIGHT}*{mu:.3f}"
 
 
-@pytest.mark.parametrize("variant, far", [("add_remove_sensitivity", False), ("diagonal_not_noised", False),
-                                          ("no_row_clipping", True)])
+@pytest.mark.parametrize("variant, far", [("constant_not_counted", False), ("half_frobenius", False),
+                                          ("no_entry_clipping", True), ("add_remove_sensitivity", False),
+                                          ("diagonal_not_noised", False), ("no_row_clipping", True)])
 def test_moments_audit_catches_broken_releases(variant, far):
-    """The audit has teeth: plausible bugs of analyze_gauss are caught (μ_lb > sqrt(2·2.5) = 2.236).
+    """The audit has teeth: plausible bugs of the mechanisms are caught (μ_lb > sqrt(2·2.5) = 2.236).
 
     2,000 releases per dataset, seed 303, ρ = 2.5; in every case the release record still claims
     ρ = 2.5, so the accountant is fooled and only an audit can notice.
 
+    Box (canary (1, 1, 1) vs (1, −1, −1)):
+
+    * constant_not_counted: Δ = d/n = 3/n instead of D/n = 4/n: true μ = (4/3)·2.236 = 2.981;
+    * half_frobenius: Δ = D/(√2·n): true μ = √2·2.236 = 3.162;
+    * no_entry_clipping (``np.clip`` a no-op), canaries with entries 10: their Gram difference is 100× the
+      claimed sensitivity: perfect separation (μ_lb = 5.340, the largest 2,000 runs can certify).
+
+    Ball (canary B·e₁ vs B·e₂):
+
     * add_remove_sensitivity: Δ = B²/n (the add/remove-one sensitivity) in the replace-one model,
       σ √2 too small: true μ = sqrt(10) = 3.162, expected μ_lb 2.865 ± 0.051 (12 sd above 2.236);
-      observed μ_lb = 2.977 (103 / 98); over 20 other seeds 2.778–2.934, caught 20/20.
     * diagonal_not_noised: ``np.triu(noise, 1)``, the diagonal — where the attaining canary
-      differs — is exact: perfect separation, μ_lb = 5.340, the largest 2,000 runs can certify.
-    * no_row_clipping (``np.minimum(1, B/‖w‖)`` → 1), canaries 10B·e₁ / 10B·e₂: their Gram
-      difference is 100× the claimed sensitivity: μ_lb = 5.340 (0 / 0). With canaries of norm B the
-      bug is invisible (clipping is then a no-op): the far canaries are what makes it catchable.
-    The last two were caught with 0 errors on each of 20 other seeds as well.
+      differs — is exact: perfect separation;
+    * no_row_clipping (``np.minimum(1, B/‖w‖)`` → 1), canaries 10B·e₁ / 10B·e₂: perfect separation.
+      With canaries of norm B the bug is invisible (clipping is then a no-op): the far canaries are what
+      makes it catchable.
 
     Not tested here, because they are not privacy bugs: symmetrising a full i.i.d. N(0, σ²) matrix N
-    as (N + Nᵀ)/2 (off-diagonal noise σ/√2, but it is post-processing of G + N, the Gaussian
-    mechanism on the full matrix, whose Frobenius sensitivity ‖wwᵀ − w′w′ᵀ‖_F/n is ≤ √2·B²/n too)
-    or as N + Nᵀ (more noise), and i.i.d. noise on both triangles (next test).
+    as (N + Nᵀ)/2 or as N + Nᵀ, and i.i.d. noise on both triangles (next test).
     """
     a = run_audit(variant, seed=303, far=far)
     assert a.rho_release == pytest.approx(RHO, rel=1e-12)
     assert a.mu_lb > a.mu_requested, f"{variant} not caught: mu_lb={a.mu_lb:.3f} <= {a.mu_requested:.3f}"
-    if variant == "diagonal_not_noised":
+    if variant in ("diagonal_not_noised", "no_entry_clipping", "no_row_clipping"):
         assert a.fp == 0 and a.fn == 0
 
 
@@ -342,9 +429,9 @@ def test_independent_noise_on_both_triangles_is_asymmetric_not_leaky():
     This is NOT a privacy violation: the full matrix has Frobenius sensitivity
     ‖wwᵀ − w′w′ᵀ‖_F/n ≤ √2·B²/n, so i.i.d. noise σ on all d² entries is itself a ρ-zCDP Gaussian
     mechanism (and it reveals the upper triangle with exactly the claimed noise). The audit must
-    therefore stay sound (μ_lb ≤ 2.236; observed 2.057); what catches the bug is the exact
-    symmetry check (the releases are not symmetric), i.e. a correctness test, not the audit.
+    therefore stay sound (μ_lb ≤ 2.236); what catches the bug is the exact symmetry check (the releases
+    are not symmetric), i.e. a correctness test, not the audit.
     """
-    a = run_audit("independent_triangles", seed=303)
+    a = run_audit("independent_triangles", seed=303, mechanism="ball")
     assert not a.symmetric
     assert a.mu_lb <= a.mu_requested
