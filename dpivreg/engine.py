@@ -19,7 +19,8 @@ from .backends import DaskRows, InMemoryRows, RowSource, is_dask_collection
 from .kernels import KERNELS, pass_matrix
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, check_rho, noise_std, CALIBRATIONS
 
-__all__ = ["dp_2s_gd", "DP2SGDPath", "DivergenceError", "METHODS", "preconditioner_root", "check_schedule"]
+__all__ = ["dp_2s_gd", "run_on_rows", "row_source", "DP2SGDPath", "DivergenceError", "METHODS",
+           "preconditioner_root", "check_schedule"]
 
 METHODS = ("gd", "preconditioned")
 
@@ -186,6 +187,14 @@ def make_rng(seed) -> np.random.Generator:
     )
 
 
+def row_source(Z, X, Y, n_exog: int = 0, *, kernel: str = "auto",
+               n_threads: int | None = None) -> tuple[RowSource, int, int]:
+    """The checked working arrays as a :class:`~dpivreg.backends.RowSource` (in memory or Dask), with p and
+    n_exog, for a fit that makes several passes over the same rows (:func:`run_on_rows`). Call ``close()``
+    on the source when done."""
+    return _validate_data(Z, X, Y, n_exog, kernel=kernel, n_threads=n_threads)
+
+
 def _validate_data(Z, X, Y, n_exog, *, kernel: str = "auto", n_threads: int | None = None) -> tuple[RowSource, int, int]:
     """Check the data and wrap it as a :class:`~dpivreg.backends.RowSource`; returns (rows, p, n_exog)."""
     if kernel not in KERNELS:
@@ -298,11 +307,20 @@ def preconditioner_root(theta_endog: np.ndarray, S: np.ndarray, n_exog: int, rid
     theta_full = np.concatenate([exog_block, theta_endog], axis=-1)
     P = np.swapaxes(theta_full, -1, -2) @ S @ theta_full
     P = (P + np.swapaxes(P, -1, -2)) / 2.0 + ridge * np.eye(P.shape[-1])
-    if kind == "cholesky":
-        L = np.linalg.cholesky(P)
-        return np.linalg.solve(L, np.broadcast_to(np.eye(P.shape[-1]), P.shape))
+    broken = ~np.all(np.isfinite(P), axis=(-2, -1))  # a diverged iterate (e.g. in a simulated world): NaN root
+    P = np.where(broken[..., None, None], np.eye(P.shape[-1]), P)
     eigenvalues, vectors = np.linalg.eigh(P)
-    return (vectors / np.sqrt(np.maximum(eigenvalues, ridge))[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+    eigenvalues = np.maximum(eigenvalues, ridge)  # the ridge is the floor whatever the rounding of P
+    if kind == "cholesky":
+        # L from the QR factor of the symmetric square root S (P = SSᵀ = RᵀR): no loss of definiteness to
+        # rounding, whatever the spread of the spectrum
+        S = (vectors * np.sqrt(eigenvalues)[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+        R = np.linalg.qr(S, mode="r")
+        R = R * np.sign(np.diagonal(R, axis1=-2, axis2=-1))[..., :, None]
+        root = np.linalg.solve(np.swapaxes(R, -1, -2), np.broadcast_to(np.eye(P.shape[-1]), P.shape))
+    else:
+        root = (vectors / np.sqrt(eigenvalues)[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+    return np.where(broken[..., None, None], np.nan, root)
 
 
 def _check_bouncing(path: np.ndarray, step: float, clip: float | None, what: str, name: str) -> None:
@@ -490,6 +508,21 @@ def dp_2s_gd(
     summation. The arrays are not persisted: call ``.persist()`` first if they fit in the
     cluster's memory, otherwise every iteration reads them again from their source.
     """
+    rows, p, n_exog = _validate_data(Z, X, Y, n_exog, kernel=kernel, n_threads=n_threads)
+    try:
+        return run_on_rows(rows, p, n_exog, T=T, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1,
+                           clip2=clip2, calibration=calibration, seed=seed, method=method,
+                           second_moment=second_moment, ridge=ridge, theta0=theta0, beta0=beta0, schedule=schedule,
+                           group_share=group_share)
+    finally:
+        rows.close()
+
+
+def run_on_rows(rows: RowSource, p: int, n_exog: int, *, T, rho1, rho2, eta, alpha, clip1, clip2,
+                calibration: str = "exact", seed=None, method: str = "gd", second_moment=None, ridge=None,
+                theta0=None, beta0=None, schedule=None, group_share: float = 0.2) -> DP2SGDPath:
+    """:func:`dp_2s_gd` on a checked :class:`~dpivreg.backends.RowSource` (:func:`row_source`), so that a fit
+    can make other passes (e.g. the clipping release) over the same rows; the caller closes ``rows``."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
     T = check_T(T)
@@ -504,18 +537,14 @@ def dp_2s_gd(
     if grouped and not (isinstance(group_share, numbers.Real) and 0.0 < group_share < 1.0):
         raise ValueError(f"group_share must be a number in (0, 1), got {group_share!r}.")
     rng = make_rng(seed)
-    rows, p, n_exog = _validate_data(Z, X, Y, n_exog, kernel=kernel, n_threads=n_threads)
-    try:
-        if grouped and n_exog == 0:
-            raise ValueError("clip1/clip2 as (exogenous, rest) pairs need exogenous columns (n_exog > 0); pass "
-                             "single thresholds instead.")
-        start = _check_start(theta0, beta0, rows.q, p, n_exog)
-        return _run(rows, p, n_exog, T=T, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1, clip2=clip2,
-                    calibration=calibration, rng=rng, method=method, second_moment=second_moment, ridge=ridge,
-                    start=start, schedule=schedule, split=n_exog if grouped else None,
-                    group_share=float(group_share) if grouped else 0.0)
-    finally:
-        rows.close()
+    if grouped and n_exog == 0:
+        raise ValueError("clip1/clip2 as (exogenous, rest) pairs need exogenous columns (n_exog > 0); pass "
+                         "single thresholds instead.")
+    start = _check_start(theta0, beta0, rows.q, p, n_exog)
+    return _run(rows, p, n_exog, T=T, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1, clip2=clip2,
+                calibration=calibration, rng=rng, method=method, second_moment=second_moment, ridge=ridge,
+                start=start, schedule=schedule, split=n_exog if grouped else None,
+                group_share=float(group_share) if grouped else 0.0)
 
 
 def _check_clips(clip1, clip2):

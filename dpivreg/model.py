@@ -11,24 +11,26 @@ import numpy as np
 from formulaic.utils.context import capture_context
 
 from ._dask import is_dask_collection
+from .clipping import adaptive_clip, resolve_public_clip, standardized_clip, theorem_clip
 from .design import IVDesign, design_from_arrays, design_from_formula
-from .engine import METHODS, DivergenceError, check_positive, check_T, dp_2s_gd, make_rng
+from .engine import (METHODS, DivergenceError, check_positive, check_T, make_rng, preconditioner_root, row_source,
+                     run_on_rows)
 from .inference import private_inference
+from .moments import solve_2sls
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, working_scale
 from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, check_delta, check_rho
 from .results import DPIVResults, FitSettings
 from .theory import delta_tau
+from . import tuning
 
-__all__ = ["DPIV2SLS", "theorem_clip", "standardized_clip"]
+__all__ = ["DPIV2SLS", "theorem_clip", "standardized_clip", "FIT_METHODS", "INITS", "DEFAULT_SHARES"]
 
-
-def theorem_clip(n: int, q: int, T: int, *, tau: float = 5.0, c0: float = 1.0) -> float:
-    """The Theorem's clipping threshold γ1 = γ2 = c0·(√q + √(τ + log(nT)))² (eq. "parameter settings").
-
-    Public: it depends only on n, q, T and τ. It is stated for isotropic data of unit scale,
-    so dpivreg applies it on the working scale.
-    """
-    return c0 * (math.sqrt(q) + math.sqrt(tau + math.log(n * T))) ** 2
+#: Estimators of :meth:`DPIV2SLS.fit`: the DP-2S-GD iterations, and noisy-moment 2SLS.
+FIT_METHODS = (*METHODS, "moments")
+#: Starting points of the iteration.
+INITS = ("moments", "zero")
+#: Default budgets of the releases besides the two stages, as shares of rho1 + rho2.
+DEFAULT_SHARES = {"rho0": 0.2, "rho_clip": 0.05, "rho_inf": 0.05}
 
 
 def _paper_step_sizes_from_data(scale: WorkingScale) -> tuple[float, float]:
@@ -172,37 +174,58 @@ class DPIV2SLS:
     def fit(
         self,
         *,
-        rho1: float,
-        rho2: float,
-        T: int,
+        rho1: float | None = None,
+        rho2: float | None = None,
+        T: int | None = None,
+        rho: float | None = None,
         rho0: float | None = None,
+        rho_clip: float | None = None,
+        rho_inf: float | None = None,
         delta: float = 1e-5,
         preprocess: str = "private",
         method: str = "preconditioned",
+        init: str | None = None,
+        schedule: str | None = None,
         eta: float | None = None,
         alpha: float | None = None,
         clip: float | tuple[float, float] | Mapping[str, float] | str | bool | None = None,
+        exog_share: float = 0.2,
         calibration: str = "exact",
         bounds: Mapping[str, tuple[float, float]] | None = None,
         seed=None,
         tau: float = 5.0,
         inference: bool = True,
-        rho_inf: float | None = None,
     ) -> DPIVResults:
-        """Fit by DP-2S-GD and return the private estimate beside the non-private 2SLS benchmark.
+        """Fit privately and return the estimate, its private inference and the NON-PRIVATE 2SLS benchmark.
+
+        The default is DP-2S-GD from a private warm start (see the docs' method page): one release of the
+        bounded columns' second moments (``rho0``) gives the working scale and the starting point (2SLS on
+        the released moments); one release of gradient-norm histograms (``rho_clip``) gives the clipping
+        thresholds; then ``T`` noisy steps of the two stages (``rho1``, ``rho2``) on a staggered schedule,
+        with step sizes, T and the schedule chosen from the release's public noise level; then one release
+        for the standard errors (``rho_inf``). ``init="zero"`` (and ``method="gd"``) run the paper's
+        Algorithm as written.
 
         Parameters
         ----------
         rho1, rho2 : float
             zCDP budgets of the first stage (Θ path) and the second stage (β path), > 0.
-            ``numpy.inf`` means no noise in that stage: the fit is then NOT private.
-        T : int
-            Number of iterations.
+            ``numpy.inf`` means no noise in that stage: the fit is then NOT private. Give both, or
+            ``rho`` instead.
+        T : int, optional
+            Number of iterations. Default: from the warm start, T = 1 + ⌈log 0.02 / log c⌉ in [3, 12], c the
+            per-step contraction implied by the whitening error κ̂ (:mod:`dpivreg.tuning`); 20 (the paper's
+            experiments) from a zero start.
+        rho : float, optional
+            The total zCDP budget instead of ``rho1``, ``rho2``: split as rho1 = rho2 and the default shares
+            below of the releases that the fit makes (e.g. rho1 = rho2 = rho/2.6 on the default path).
+            ``method="moments"`` spends all of it on its one release.
         rho0 : float, optional
-            zCDP budget of the private preprocessing (``preprocess="private"``): one release of
-            the bounded columns' second moments, from which centring, scales and the
-            instruments' whitening are computed. Default ``0.1·(rho1 + rho2)``. The fit spends
-            rho0 + rho1 + rho2 in total; all three are reported.
+            Budget of the moment release (``preprocess="private"``). Default ``0.2·(rho1 + rho2)``.
+        rho_clip : float, optional
+            Budget of the clipping release (``clip="adaptive"``). Default ``0.05·(rho1 + rho2)``.
+        rho_inf : float, optional
+            Budget of the inference release (the residual variance). Default ``0.05·(rho1 + rho2)``.
         delta : float, default 1e-5
             δ at which ε is reported (the budget is zCDP; δ only affects the conversion).
         preprocess : {"private", "bounds", "data"}
@@ -211,29 +234,45 @@ class DPIV2SLS:
             budget. ``"data"``: the paper's practice, the same transformations from the exact
             data moments (a ``PrivacyLeakWarning``); for reproduction. See
             :mod:`dpivreg.preprocess`.
-        method : {"preconditioned", "gd"}
+        method : {"preconditioned", "gd", "moments"}
             ``"preconditioned"`` (default): the second stage steps along P_t⁻¹·gradient with
             P_t built from the released Θ⁽ᵗ⁾, per-sample gradients clipped in the P_t-whitened
             coordinates (see :func:`dpivreg.dp_2s_gd`); post-processing of released values, so
-            the privacy proof is unchanged. ``"gd"``: the paper's plain iteration.
+            the privacy proof is unchanged. ``"gd"``: the paper's plain iteration (with a zero start, the
+            Theorem's clip and the data's step sizes unless given). ``"moments"``: noisy-moment 2SLS, the
+            whole budget on one release of the second moments (the yardstick a user could write
+            themselves; :mod:`dpivreg.moments`); it spends what the default fit would spend with the same
+            arguments (rho0 + rho1 + rho2 + rho_clip + rho_inf, or ``rho``).
+        init : {"moments", "zero"}, optional
+            Starting point: ``"moments"`` (default with ``preprocess`` "private" or "data" and
+            ``method="preconditioned"``), 2SLS on the released moments (post-processing, free);
+            ``"zero"``: Θ⁽⁰⁾ = 0, β⁽⁰⁾ = 0, the paper's Algorithm.
+        schedule : {"staggered", "uniform"}, optional
+            How each stage's budget is spread over the steps. ``"staggered"`` (default with the warm start):
+            the first stage at steps 0 … T−2, the second at 1 … T−1, shares growing towards the end
+            (:func:`dpivreg.tuning.staggered_schedule`). ``"uniform"``: 1/T at every step (the Algorithm).
         eta, alpha : float, optional
-            Step sizes on the working scale. Defaults: with ``method="preconditioned"``,
-            η = α = min(1, 6/T) (public: the contraction (1 − 6/T)^T ≈ e⁻⁶ while the noise of
-            the last ≈ T/6 steps is averaged; 1 when both stages are noiseless); with ``method="gd"`` the paper's experimental
-            rule η = 1/(1+δ(τ))², α = 2/(2γ̄(τ)+γ̲(τ)) with δ, γ̄, γ̲ read from the data's
-            eigenvalues: (1+δ)² = λ_max(Z̃ᵀZ̃/n) and γ̄, γ̲ the extreme eigenvalues of the first-stage
-            fit's Θ̂ᵀ(Z̃ᵀZ̃/n)Θ̂ on the working scale (a ``PrivacyLeakWarning``).
-        clip : None, "theorem", "rms", float, (float, float), {"c0": float} or False
-            Clipping thresholds on the working scale (all choices are public). ``None`` or
-            ``"theorem"``: the Theorem's γ1 = γ2 = c0(√q + √(τ + log(nT)))² with c0 = 1, which
-            under the paper's assumptions (isotropic sub-Gaussian rows, as the working scale
-            approximates) clips no row with high probability, so it adds no bias;
-            ``{"c0": c}``: the same with c0 = c. ``"rms"``: γ1 = 3·sqrt(q·p_endog),
-            γ2 = 3·sqrt(p), three times the root-mean-square gradient norm of standardised,
-            whitened data: less noise, but biased when the data have heavy tails or
-            high-leverage rows (see the docs' pipeline benchmark). A number: both stages; a
-            pair: (γ1, γ2). ``False``: no clipping, which leaves the sensitivity unbounded; only
-            allowed with rho1 = rho2 = inf (a non-private run).
+            Step sizes on the working scale. Defaults: from the warm start η = α = 1/(1 + κ̂), κ̂ the 90th
+            percentile of the whitening error simulated from the moment release's public noise (1 when the
+            moments are exact); from a zero start with ``method="preconditioned"`` η = α = min(1, 6/T)
+            (1 when both stages are noiseless); with ``method="gd"`` the paper's experimental rule
+            η = 1/(1+δ(τ))², α = 2/(2γ̄(τ)+γ̲(τ)) with δ, γ̄, γ̲ read from the data's eigenvalues (a
+            ``PrivacyLeakWarning``).
+        clip : None, "adaptive", "theorem", "rms", float, (float, float), {"c0": float} or False
+            Clipping thresholds on the working scale. ``None``: ``"adaptive"`` with the warm start, else
+            ``"theorem"``. ``"adaptive"``: chosen privately from one release of gradient-norm histograms
+            at the start (budget ``rho_clip``), each clipping group's threshold the private quantile that
+            leaves at most ½√n rows above it; with exogenous regressors the exogenous rows and coordinates
+            are clipped as a group of their own (:mod:`dpivreg.clipping`). ``"theorem"``: the Theorem's
+            γ1 = γ2 = c0(√q + √(τ + log(nT)))², c0 = 1 (``{"c0": c}`` for another c0), which under the
+            paper's assumptions clips no row; ``"rms"``: γ1 = 3·sqrt(q·p_endog), γ2 = 3·sqrt(p). A
+            number: both stages; a pair: (γ1, γ2). ``False``: no clipping, only with rho1 = rho2 = inf
+            (a non-private run).
+        exog_share : float, default 0.2
+            With group clipping, the share of each stage's per-step budget spent on the exogenous
+            group; the instruments' rows and the endogenous coordinates get the rest, because the
+            endogenous coefficients (the causal effects) are what IV is for. Raise it when the
+            controls' coefficients matter as much.
         calibration : {"exact", "paper"}
             Noise calibration (see :func:`dpivreg.dp_2s_gd`); the accountant always reports
             the budget actually spent.
@@ -244,83 +283,88 @@ class DPIV2SLS:
         seed : None, int, SeedSequence or Generator
             Source of all privacy noise (``None``: fresh OS entropy).
         tau : float, default 5
-            Confidence parameter τ of the Theorem (clipping rule, error bound).
+            Confidence parameter τ of the Theorem (its clipping rule, the error bound).
         inference : bool, default True
             Compute private standard errors, p-values and confidence intervals (see
-            :mod:`dpivreg.inference`): one more release, the residual variance, paid for with
-            ``rho_inf``; the privacy-noise variance is post-processing. ``False`` spends nothing
-            and leaves ``bse``, ``conf_int`` … unavailable. Needs whitened instruments, so it is
-            unavailable with ``preprocess="bounds"``.
-        rho_inf : float, optional
-            zCDP budget of the inference release. Default ``0.05·(rho1 + rho2)``.
+            :mod:`dpivreg.inference`). DP-2S-GD makes one more release for them, the residual variance
+            (``rho_inf``); ``method="moments"`` reads it from its own release (no extra budget). ``False``
+            spends nothing and leaves ``bse``, ``conf_int`` … unavailable. Needs whitened instruments, so it
+            is unavailable with ``preprocess="bounds"``.
 
         Returns
         -------
         DPIVResults
         """
-        rho1 = check_rho(rho1, "rho1")
-        rho2 = check_rho(rho2, "rho2")
-        rho0 = 0.1 * (rho1 + rho2) if rho0 is None else check_rho(rho0, "rho0")
-        rho_inf = 0.05 * (rho1 + rho2) if rho_inf is None else check_rho(rho_inf, "rho_inf")
+        if method not in FIT_METHODS:
+            raise ValueError(f"method must be one of {FIT_METHODS}, got {method!r}.")
+        if preprocess not in PREPROCESS_ROUTES:
+            raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {preprocess!r}.")
         if not isinstance(inference, bool):
             raise TypeError(f"inference must be True or False, got {inference!r}.")
         delta = check_delta(delta)
+        tau = _check_tau(tau)
         if calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
-        if preprocess not in PREPROCESS_ROUTES:
-            raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {preprocess!r}.")
-        T_checked = check_T(T)
-        tau = _check_tau(tau)
+        if method == "moments":
+            _check_moments_options(preprocess=preprocess, T=T, init=init, schedule=schedule, eta=eta, alpha=alpha,
+                                   clip=clip, calibration=calibration)
+        init = _resolve_init(init, preprocess, method)
+        clip = ("adaptive" if init == "moments" else "theorem") if clip is None else clip
+        budget = _budgets(rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip, rho_inf=rho_inf,
+                          preprocess=preprocess, method=method, adaptive=isinstance(clip, str) and clip == "adaptive",
+                          inference=inference)
         rng = make_rng(seed)
+        if method == "moments":
+            return self._fit_moments(budget, bounds=bounds, preprocess=preprocess, inference=inference,
+                                     delta=delta, tau=tau, rng=rng)
+        return self._fit_dp2sgd(budget, T=T, preprocess=preprocess, method=method, init=init, schedule=schedule,
+                                eta=eta, alpha=alpha, clip=clip, exog_share=exog_share, calibration=calibration,
+                                bounds=bounds, tau=tau, inference=inference, delta=delta, rng=rng)
+
+    def _fit_dp2sgd(self, budget: dict, *, T, preprocess, method, init, schedule, eta, alpha, clip, exog_share,
+                    calibration, bounds, tau, inference, delta, rng) -> DPIVResults:
+        rho1, rho2, rho0 = budget["rho1"], budget["rho2"], budget["rho0"]
         leaks: list[str] = []
-
         scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng)
-        if scale.leaked_columns:
-            leaks.append(
-                "bounds were read from the data (no public bounds given) for: "
-                + ", ".join(scale.leaked_columns)
-                + ". Pass bounds={column: (lower, upper)} for each of them."
-            )
-        if preprocess == "data":
-            leaks.append(
-                "centring, scaling and whitening used the exact data moments (preprocess='data'). "
-                "Use preprocess='private' to pay for them in the budget."
-            )
-
+        leaks += _scale_leaks(scale, preprocess)
         n, q = scale.Z.shape
         p = scale.X.shape[1]
-        clip1, clip2, clip_source = _resolve_clip(
-            clip, n=n, q=q, p=p, p_endog=p - scale.n_exog, T=T_checked, tau=tau, rho1=rho1, rho2=rho2,
-        )
-        eta_source = "user" if eta is not None else ("data" if method == "gd" else "min(1, 6/T)")
-        alpha_source = "user" if alpha is not None else ("data" if method == "gd" else "min(1, 6/T)")
-        if method == "preconditioned":
-            default_step = 1.0 if math.isinf(rho1) and math.isinf(rho2) else min(1.0, 6.0 / T_checked)
-            eta = default_step if eta is None else eta
-            alpha = default_step if alpha is None else alpha
-        elif eta is None or alpha is None:
-            data_eta, data_alpha = _paper_step_sizes_from_data(scale)
-            eta = data_eta if eta is None else eta
-            alpha = data_alpha if alpha is None else alpha
-            leaked = [name for name, src in (("eta", eta_source), ("alpha", alpha_source)) if src == "data"]
-            leaks.append(
-                f"step size(s) {', '.join(leaked)} were computed from the data's eigenvalues (the paper's rule). "
-                "Pass public eta= and alpha= for a private fit."
-            )
-
-        eta, alpha = check_positive(eta, "eta"), check_positive(alpha, "alpha")
+        k = scale.n_exog
+        start, kappa = None, 0.0
+        if init == "moments":
+            theta0, beta0 = solve_2sls(scale.moments.working(), q, k, p - k)
+            start = (theta0, beta0)
+            if scale.moments.sigma > 0:
+                kappa = tuning.whitening_error(scale.instrument_moment_draws(rng, 200))
+        noiseless = math.isinf(rho1) and math.isinf(rho2)
+        steps = _resolve_steps(eta, alpha, T, method=method, init=init, kappa=kappa, noiseless=noiseless,
+                               scale=scale, leaks=leaks)
+        eta, alpha, T_checked = steps["eta"], steps["alpha"], steps["T"]
         if preprocess != "bounds":
-            _check_step_stability(None if eta_source == "data" else eta, None if alpha_source == "data" else alpha,
-                                  method=method, n=n, q=q, tau=tau)
-
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", PrivacyLeakWarning)
-            path = dp_2s_gd(
-                scale.Z, scale.X, scale.Y, T=T_checked, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha,
-                clip1=clip1, clip2=clip2, calibration=calibration, seed=rng, n_exog=scale.n_exog, method=method,
-            )
+            _check_step_stability(None if steps["eta_source"] == "data" else eta,
+                                  None if steps["alpha_source"] == "data" else alpha, method=method, n=n, q=q, tau=tau)
+        schedule = _resolve_schedule(schedule, init)
+        shares = (tuning.staggered_schedule(T_checked, tuning.contraction(kappa, min(eta, alpha)))
+                  if schedule == "staggered" else tuning.uniform_schedule(T_checked))
+        rows, _, _ = row_source(scale.Z, scale.X, scale.Y, k)
+        try:
+            clip_choice = None
+            if isinstance(clip, str) and clip == "adaptive":
+                clip_choice = _adaptive_clip(rows, scale, start, method, rho=budget["rho_clip"], rng=rng)
+                clip1, clip2, clip_source = clip_choice.clip1, clip_choice.clip2, "adaptive (private)"
+            else:
+                clip1, clip2, clip_source = resolve_public_clip(clip, n=n, q=q, p=p, p_endog=p - k, T=T_checked,
+                                                                tau=tau, rho1=rho1, rho2=rho2)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", PrivacyLeakWarning)
+                path = run_on_rows(
+                    rows, p, k, T=T_checked, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1, clip2=clip2,
+                    calibration=calibration, seed=rng, method=method,
+                    theta0=None if start is None else start[0], beta0=None if start is None else start[1],
+                    schedule=shares, group_share=exog_share,
+                )
+        finally:
+            rows.close()
         for w in caught:
             if issubclass(w.category, PrivacyLeakWarning):
                 leaks.append(str(w.message))
@@ -328,49 +372,207 @@ class DPIV2SLS:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         if preprocess == "private" and math.isinf(rho0):
             leaks.append("rho0 = inf: the preprocessing moments were released without noise (not private).")
+        if clip_choice is not None and math.isinf(budget["rho_clip"]):
+            leaks.append("rho_clip = inf: the clipping histograms were released without noise (not private).")
         for leak in leaks:
-            warnings.warn(leak, PrivacyLeakWarning, stacklevel=2)
+            warnings.warn(leak, PrivacyLeakWarning, stacklevel=3)
 
-        inference_result, inference_note = None, "not requested (inference=False)"
-        if inference and preprocess == "bounds":
-            inference_note = "unavailable with preprocess='bounds' (needs privately whitened instruments)"
-        elif inference:
-            try:
-                inference_result = private_inference(
-                    path, scale, rho=math.inf if preprocess == "data" else rho_inf, tau=tau, rng=rng)
-                inference_note = ""
-                if not inference_result.reliable:
-                    warnings.warn(_unreliable_message(inference_result), UserWarning, stacklevel=2)
-            except OverflowError as exc:
-                inference_note = f"unavailable: {exc}"
-        inference_releases = [inference_result.release] if inference_result and inference_result.release else []
-
-        target = {"rho1": rho1, "rho2": rho2}
-        if preprocess == "private":
-            target = {"rho0": rho0, **target}
-        if inference_releases:
-            target["rho_inf"] = rho_inf
-        privacy = PrivacyBudget([*scale.releases, *path.privacy.releases, *inference_releases], target=target)
+        inference_result, inference_note = _run_inference(
+            inference, preprocess, lambda: private_inference(
+                path, scale, rho=math.inf if preprocess == "data" else budget["rho_inf"], tau=tau, rng=rng,
+                start=start))
+        releases = [*scale.releases, *([clip_choice.release] if clip_choice else []), *path.privacy.releases]
+        if inference_result is not None and inference_result.release is not None:
+            releases.append(inference_result.release)
+        target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf")
+                  if any(r.stage == name for r in releases)}
+        privacy = PrivacyBudget(releases, target=target)
         settings = FitSettings(
-            T=path.T, eta=path.eta, alpha=path.alpha, eta_source=eta_source, alpha_source=alpha_source,
-            clip1=clip1, clip2=clip2, clip_source=clip_source, calibration=calibration, tau=tau,
-            rho0=rho0 if preprocess == "private" else 0.0, rho1=rho1, rho2=rho2, preprocess=preprocess,
-            method=method, rho_inf=rho_inf if inference_releases else 0.0,
+            T=path.T, eta=path.eta, alpha=path.alpha, eta_source=steps["eta_source"],
+            alpha_source=steps["alpha_source"], clip1=clip1, clip2=clip2, clip_source=clip_source,
+            calibration=calibration, tau=tau, rho0=privacy.rho0 if preprocess == "private" else 0.0, rho1=rho1,
+            rho2=rho2, preprocess=preprocess, method=method, rho_inf=privacy.rho_of("rho_inf"), init=init,
+            schedule=schedule, T_source=steps["T_source"], rho_clip=privacy.rho_of("rho_clip"), kappa=kappa,
+            exog_share=exog_share if path.split is not None else 0.0, adaptive_clip=clip_choice,
+        )
+        return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
+                           leaks=tuple(leaks), privacy=privacy, inference=inference_result,
+                           inference_note=inference_note)
+
+    def _fit_moments(self, budget: dict, *, bounds, preprocess, inference, delta, tau, rng) -> DPIVResults:
+        """Noisy-moment 2SLS: the whole budget on one moment release (see :mod:`dpivreg.moments`)."""
+        from .inference import moment_inference  # noqa: PLC0415 - keeps the import graph one-way
+
+        total = budget["total"]
+        leaks: list[str] = []
+        scale = working_scale(self._design, bounds, route=preprocess, rho0=total, rng=rng)
+        leaks += _scale_leaks(scale, preprocess)
+        if preprocess == "private" and math.isinf(total):
+            leaks.append("rho = inf: the moments were released without noise (not private).")
+        for leak in leaks:
+            warnings.warn(leak, PrivacyLeakWarning, stacklevel=3)
+        n, q = scale.Z.shape
+        k = scale.n_exog
+        p = scale.X.shape[1]
+        theta, beta = solve_2sls(scale.moments.working(), q, k, p - k)
+        path = _single_estimate_path(theta, beta, k, scale.releases)
+        inference_result, inference_note = _run_inference(
+            inference, preprocess, lambda: moment_inference(scale, theta, beta, rng=rng))
+        privacy = PrivacyBudget(list(scale.releases), target={"rho0": total} if preprocess == "private" else {})
+        settings = FitSettings(
+            T=0, eta=0.0, alpha=0.0, eta_source="none", alpha_source="none", clip1=None, clip2=None,
+            clip_source="entries of the bounded columns in [-1, 1]", calibration="exact", tau=tau,
+            rho0=privacy.rho0, rho1=0.0, rho2=0.0, preprocess=preprocess, method="moments", rho_inf=0.0,
+            init="none", schedule="none", T_source="none",
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
                            inference_note=inference_note)
 
 
+def _adaptive_clip(rows, scale: WorkingScale, start, method: str, *, rho: float, rng: np.random.Generator):
+    """The private clipping release at the starting point (zeros without a warm start)."""
+    q, p, k = scale.Z.shape[1], scale.X.shape[1], scale.n_exog
+    theta0, beta0 = start if start is not None else (np.zeros((q, p - k)), np.zeros(p))
+    W0 = None
+    if method == "preconditioned":
+        W0 = preconditioner_root(theta0, np.eye(q), k, 1e-4, "cholesky" if k else "symmetric")
+    return adaptive_clip(rows, theta0, beta0, W0, k, rho=rho, rng=rng)
 
-def _unreliable_message(inference) -> str:
-    return (
-        "the private standard errors may be unreliable: the privacy noise left in the first stage is "
-        f"{inference.first_stage_noise_ratio:.2g} of its smallest singular value (flag above "
-        f"{inference.MAX_NOISE_RATIO:.2g}) and the private whitening is off by {inference.whitening_error:.2g} "
-        f"(flag above {inference.MAX_WHITENING_ERROR:.2g}). Nominal 95% intervals then cover anywhere from "
-        "about 0.8 to 1.0 (docs: coverage study). Increase n, rho0 (whitening) or rho1 (first stage)."
-    )
+
+def _check_moments_options(**options) -> None:
+    """method="moments" runs no iteration: options of the iteration are errors, not silently ignored."""
+    if options.pop("preprocess") == "bounds":
+        raise ValueError('method="moments" needs the moment release: use preprocess="private" (or "data").')
+    defaults = {"T": None, "init": None, "schedule": None, "eta": None, "alpha": None, "clip": None,
+                "calibration": "exact"}
+    given = [name for name, value in options.items() if value is not defaults[name]
+             and not (name == "calibration" and value == "exact")]
+    if given:
+        raise ValueError(f'method="moments" runs no iteration, so {", ".join(given)} do not apply; drop them '
+                         '(the budget is set with rho, or with the same rho1/rho2/... as the default fit).')
+
+
+def _resolve_init(init: str | None, preprocess: str, method: str) -> str:
+    if init is None:
+        return "moments" if preprocess != "bounds" and method == "preconditioned" else "zero"
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}.")
+    if init == "moments" and preprocess == "bounds":
+        raise ValueError('init="moments" needs the moment release: use preprocess="private" (or "data"), '
+                         'or init="zero".')
+    return init
+
+
+def _resolve_schedule(schedule: str | None, init: str) -> str:
+    if schedule is None:
+        return "staggered" if init == "moments" else "uniform"
+    if schedule not in tuning.SCHEDULES:
+        raise ValueError(f"schedule must be one of {tuning.SCHEDULES}, got {schedule!r}.")
+    return schedule
+
+
+def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, method: str, adaptive: bool,
+             inference: bool) -> dict:
+    """Every release's budget: the given ones, defaults as shares of rho1 + rho2 (:data:`DEFAULT_SHARES`),
+    or a total ``rho`` split by those shares over the releases the fit makes; and their total.
+
+    ``method="moments"`` spends on its one release the total that the default DP-2S-GD fit would spend with
+    the same arguments (its moments, clipping, two stages and inference releases), or ``rho``.
+    """
+    if method == "moments":
+        adaptive = True  # the default fit's clip
+    used = {"rho0": preprocess == "private", "rho_clip": adaptive, "rho_inf": inference}
+    if rho is not None:
+        if any(v is not None for v in (rho1, rho2, rho0, rho_clip, rho_inf)):
+            raise ValueError("pass either rho (the total budget, split by the default shares) or the individual "
+                             "budgets rho1, rho2 (and optionally rho0, rho_clip, rho_inf), not both.")
+        rho = check_rho(rho, "rho")
+        weight = 1.0 + sum(DEFAULT_SHARES[name] for name, on in used.items() if on)
+        stage = rho / (2.0 * weight)
+        budget = {"rho1": stage, "rho2": stage}
+        budget.update({name: 2.0 * stage * DEFAULT_SHARES[name] for name in DEFAULT_SHARES})
+    else:
+        if rho1 is None or rho2 is None:
+            raise TypeError("fit() needs the budgets rho1 and rho2 (zCDP of the two stages), or rho (the total).")
+        budget = {"rho1": check_rho(rho1, "rho1"), "rho2": check_rho(rho2, "rho2")}
+        for name, value in (("rho0", rho0), ("rho_clip", rho_clip), ("rho_inf", rho_inf)):
+            budget[name] = (DEFAULT_SHARES[name] * (budget["rho1"] + budget["rho2"]) if value is None
+                            else check_rho(value, name))
+    budget["total"] = rho if rho is not None else (
+        budget["rho1"] + budget["rho2"] + sum(budget[name] for name, on in used.items() if on))
+    return budget
+
+
+def _scale_leaks(scale: WorkingScale, preprocess: str) -> list[str]:
+    leaks = []
+    if scale.leaked_columns:
+        leaks.append("bounds were read from the data (no public bounds given) for: " + ", ".join(scale.leaked_columns)
+                     + ". Pass bounds={column: (lower, upper)} for each of them.")
+    if preprocess == "data":
+        leaks.append("centring, scaling and whitening used the exact data moments (preprocess='data'). "
+                     "Use preprocess='private' to pay for them in the budget.")
+    return leaks
+
+
+def _resolve_steps(eta, alpha, T, *, method: str, init: str, kappa: float, noiseless: bool, scale: WorkingScale,
+                   leaks: list[str]) -> dict:
+    """Step sizes and T, with where each came from (see the ``fit`` docstring)."""
+    T_checked = None if T is None else check_T(T)
+    sources = {"eta": "user" if eta is not None else None, "alpha": "user" if alpha is not None else None}
+    if method == "preconditioned" and init == "moments":
+        default = tuning.step_sizes(kappa)
+        eta = default if eta is None else eta
+        alpha = default if alpha is None else alpha
+        sources = {name: src or "1/(1+kappa)" for name, src in sources.items()}
+    elif method == "preconditioned":
+        T_for_steps = 20 if T_checked is None else T_checked
+        default = 1.0 if noiseless else min(1.0, 6.0 / T_for_steps)
+        eta = default if eta is None else eta
+        alpha = default if alpha is None else alpha
+        sources = {name: src or "min(1, 6/T)" for name, src in sources.items()}
+    elif eta is None or alpha is None:
+        data_eta, data_alpha = _paper_step_sizes_from_data(scale)
+        leaked = [name for name in ("eta", "alpha") if sources[name] is None]
+        eta = data_eta if eta is None else eta
+        alpha = data_alpha if alpha is None else alpha
+        sources = {name: src or "data" for name, src in sources.items()}
+        leaks.append(f"step size(s) {', '.join(leaked)} were computed from the data's eigenvalues (the paper's rule). "
+                     "Pass public eta= and alpha= for a private fit.")
+    eta, alpha = check_positive(eta, "eta"), check_positive(alpha, "alpha")
+    T_source = "user"
+    if T_checked is None:
+        if init == "moments":
+            T_checked = tuning.iterations(max(tuning.contraction(kappa, eta), tuning.contraction(kappa, alpha)))
+            T_source = "from kappa"
+        else:
+            T_checked, T_source = 20, "paper's experiments"
+    return {"eta": eta, "alpha": alpha, "T": T_checked, "eta_source": sources["eta"],
+            "alpha_source": sources["alpha"], "T_source": T_source}
+
+
+def _run_inference(requested: bool, preprocess: str, compute):
+    """(result, note): the private inference, or why there is none."""
+    if not requested:
+        return None, "not requested (inference=False)"
+    if preprocess == "bounds":
+        return None, "unavailable with preprocess='bounds' (needs privately whitened instruments)"
+    try:
+        result = compute()
+    except OverflowError as exc:
+        return None, f"unavailable: {exc}"
+    for message in result.warnings:
+        warnings.warn(message, UserWarning, stacklevel=4)
+    return result, ""
+
+
+def _single_estimate_path(theta: np.ndarray, beta: np.ndarray, n_exog: int, releases) -> "DP2SGDPath":
+    """The moment estimate as a path of length 0 (T = 0), so that the results object reads it like a fit."""
+    from .engine import DP2SGDPath  # noqa: PLC0415
+
+    return DP2SGDPath(theta=theta[None], beta=beta[None], lambda1=0.0, lambda2=0.0, clip1=None, clip2=None, eta=0.0,
+                      alpha=0.0, n_exog=n_exog, calibration="exact", method="moments",
+                      privacy=PrivacyBudget(list(releases)), clipped_rows=np.zeros((0, 2), dtype=np.int64))
 
 
 def _check_step_stability(eta: float | None, alpha: float | None, *, method: str, n: int, q: int,
@@ -405,62 +607,3 @@ def _check_tau(tau) -> float:
     if not math.isfinite(tau) or tau <= 0:
         raise ValueError(f"tau must be a finite number > 0 (the Theorem's confidence parameter), got {tau!r}.")
     return float(tau)
-
-
-def standardized_clip(q: int, p: int, p_endog: int, *, c: float = 3.0) -> tuple[float, float]:
-    """Clipping thresholds for standardised, whitened columns: (c·sqrt(q·p_endog), c·sqrt(p)).
-
-    With E[zzᵀ] = I the instrument norm is about sqrt(q), and first-stage residuals of
-    unit-variance columns have norm at most about sqrt(p_endog); in the second stage the
-    P_t-whitened x̂ has norm about sqrt(p) and the residual at most about unit scale. The
-    thresholds are c = 3 times those root-mean-square products: public, and tight enough
-    that the noise is not wasted on a worst case that the Theorem's rule covers.
-    """
-    return c * math.sqrt(q * p_endog), c * math.sqrt(p)
-
-
-def _resolve_clip(clip, *, n: int, q: int, p: int, p_endog: int, T: int, tau: float, rho1: float, rho2: float):
-    """Turn the ``clip`` argument into (γ1, γ2, description)."""
-    if clip is False:
-        if math.isfinite(rho1) or math.isfinite(rho2):
-            raise ValueError(
-                "clip=False (no clipping) leaves the gradients' sensitivity unbounded, so no finite rho1/rho2 "
-                "can be guaranteed. Use clipping, or rho1=rho2=numpy.inf for an explicitly non-private run."
-            )
-        return None, None, "none (NOT private)"
-    if clip is True:
-        raise TypeError("clip=True is ambiguous: pass None, 'theorem', 'rms', a number, a pair, {'c0': value} or False.")
-    if isinstance(clip, str) and clip == "rms":
-        gamma1, gamma2 = standardized_clip(q, p, p_endog)
-        return gamma1, gamma2, "3 x RMS norm"
-    if clip is None or (isinstance(clip, str) and clip == "theorem"):
-        gamma = theorem_clip(n, q, T, tau=tau)
-        return gamma, gamma, "Theorem, c0 = 1"
-    if isinstance(clip, str):
-        raise ValueError(f"clip as a string must be 'theorem' or 'rms', got {clip!r}.")
-    if isinstance(clip, Mapping):
-        if set(clip) != {"c0"}:
-            raise ValueError(f'clip as a dict must be {{"c0": value}}, got keys {sorted(clip)}.')
-        c0 = clip["c0"]
-        if isinstance(c0, bool) or not isinstance(c0, numbers.Real):
-            raise TypeError(f'clip["c0"] must be a number > 0, got {c0!r}.')
-        if not math.isfinite(c0) or c0 <= 0:
-            raise ValueError(f'clip["c0"] must be a finite number > 0, got {c0!r}.')
-        gamma = theorem_clip(n, q, T, tau=tau, c0=float(c0))
-        return gamma, gamma, f"Theorem, c0 = {c0:g}"
-    if isinstance(clip, numbers.Real):
-        return _positive_clip(clip, "clip"), _positive_clip(clip, "clip"), "user"
-    if isinstance(clip, (tuple, list)) and len(clip) == 2:
-        return _positive_clip(clip[0], "clip[0]"), _positive_clip(clip[1], "clip[1]"), "user"
-    raise TypeError(
-        f"clip must be None, 'theorem', 'rms', a number, a (gamma1, gamma2) pair, {{'c0': value}} or False; "
-        f"got {clip!r}."
-    )
-
-
-def _positive_clip(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a clipping threshold (a number > 0), got {value!r}.")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite clipping threshold > 0, got {value!r}.")
-    return float(value)

@@ -32,7 +32,7 @@ from .engine import DP2SGDPath
 from .preprocess import WorkingScale
 from .inference import PrivateInference
 from .privacy import PrivacyBudget
-from . import theory
+from . import theory, tuning
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import DPIV2SLS
@@ -91,6 +91,21 @@ class FitSettings:
         ``"preconditioned"`` or ``"gd"``.
     rho_inf : float
         Budget of the inference release (0 when none was made).
+    init : str
+        Starting point: ``"moments"`` (warm start from the released moments), ``"zero"`` (the
+        Algorithm), ``"none"`` (``method="moments"``).
+    schedule : str
+        ``"staggered"``, ``"uniform"`` or ``"none"``.
+    T_source : str
+        Where T came from (``"user"``, ``"from kappa"``, ``"paper's experiments"``).
+    rho_clip : float
+        Budget of the clipping release (0 when none was made).
+    kappa : float
+        The whitening error κ̂ the default steps and T were chosen from (post-processing; 0 when exact).
+    exog_share : float
+        Share of each stage's budget on the exogenous clipping group (0 without group clipping).
+    adaptive_clip : AdaptiveClip or None
+        The private clipping release and its outcome (``clip="adaptive"``).
     """
 
     T: int
@@ -109,11 +124,20 @@ class FitSettings:
     preprocess: str
     method: str
     rho_inf: float = 0.0
+    init: str = "zero"
+    schedule: str = "uniform"
+    T_source: str = "user"
+    rho_clip: float = 0.0
+    kappa: float = 0.0
+    exog_share: float = 0.0
+    adaptive_clip: Any = None
 
 
 def _fmt(value: float, digits: int = 4) -> str:
     if value is None:
         return "none"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_fmt(v, digits) for v in value) + ")"
     if isinstance(value, (int, np.integer)):
         return str(value)
     if math.isinf(value):
@@ -209,9 +233,14 @@ class DPIVResults:
         return self.privacy.is_private and not self._leaks
 
     # ------------------------------------------------------------------ private releases
+    @property
+    def estimator(self) -> str:
+        """``"DP-2S-GD"`` or ``"noisy moments"`` (``method="moments"``)."""
+        return "noisy moments" if self._settings.method == "moments" else "DP-2S-GD"
+
     @cached_property
     def params(self) -> pd.Series:
-        """β⁽ᵀ⁾ in original units (private release)."""
+        """The private estimate in original units: β⁽ᵀ⁾ (DP-2S-GD) or 2SLS on the released moments."""
         beta = self._scale.beta_to_original(self._engine_path.beta_final)
         return pd.Series(beta, index=self.design.regressor_names, name="parameter")
 
@@ -257,13 +286,14 @@ class DPIVResults:
 
     @property
     def bias(self) -> pd.Series:
-        """Estimated bias of β⁽ᵀ⁾ after T steps (post-processing; see :mod:`dpivreg.inference`)."""
+        """Simulated bias of the estimate (post-processing, a diagnostic: nothing is corrected by it; a
+        value above 0.2 standard errors raises a warning at fit time; see :mod:`dpivreg.inference`)."""
         return pd.Series(self.inference.bias, index=self.design.regressor_names, name="bias")
 
     @property
     def tvalues(self) -> pd.Series:
-        """z statistics (params − bias) / bse (normal approximation)."""
-        return ((self.params - self.bias) / self.bse).rename("zstat")
+        """z statistics params / bse (normal approximation)."""
+        return (self.params / self.bse).rename("zstat")
 
     @property
     def pvalues(self) -> pd.Series:
@@ -272,16 +302,12 @@ class DPIVResults:
                          name="pvalue")
 
     def conf_int(self, alpha: float = 0.05) -> pd.DataFrame:
-        """Private (1 − alpha) confidence intervals, columns ``lower`` and ``upper``.
-
-        Centred at ``params − bias`` (the released estimate corrected for the iteration's estimated
-        finite-T bias), half-width z_(1−alpha/2)·``bse``.
-        """
+        """Private (1 − alpha) confidence intervals, columns ``lower`` and ``upper``: ``params`` ±
+        z_(1−alpha/2)·``bse``."""
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
             raise ValueError(f"alpha must lie in (0, 1), e.g. 0.05 for 95% intervals; got {alpha!r}.")
         half = stats.norm.ppf(1.0 - alpha / 2.0) * self.bse
-        centre = self.params - self.bias
-        return pd.DataFrame({"lower": centre - half, "upper": centre + half})
+        return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
 
     # ------------------------------------------------------------------ theory (free)
     @cached_property
@@ -296,7 +322,14 @@ class DPIVResults:
         """
         d, path = self.design, self._engine_path
         q, k = len(d.z_names), len(d.exog_names)
+        self._require_iteration("contraction rates")
         delta = theory.delta_tau(self.nobs, q, self._settings.tau)
+        if self._settings.method == "preconditioned" and self._settings.init == "moments":
+            # the whitening error κ̂ of the release bounds the spectrum of Z̃ᵀZ̃/n (see dpivreg.tuning)
+            kappa = self._settings.kappa
+            theta_rate = min(tuning.contraction(kappa, self._settings.eta) ** 2, 1.0)
+            beta_rate = min(tuning.contraction(kappa, self._settings.alpha) ** 2, 1.0)
+            return theory.ContractionRates(beta_rate, theta_rate, max(beta_rate, theta_rate))
         if self._settings.method == "preconditioned":
             return theory.preconditioned_contraction_rates(delta, self._settings.eta, self._settings.alpha)
         theta_full = np.concatenate([np.eye(q, k), path.theta_final], axis=1)
@@ -308,13 +341,19 @@ class DPIVResults:
         """The Theorem's error-bound components for this fit (up to constants, c = 1; no privacy cost).
 
         Uses n, p = all regressors, q = all instruments, T, the budgets actually spent, τ and
-        the contraction rate κ of :attr:`contraction`.
+        the contraction rate κ of :attr:`contraction`. The Theorem starts from zero; from the warm start
+        the optimisation term multiplies the warm start's (smaller) error instead of ‖β̂‖.
         """
+        self._require_iteration("the Theorem's error bound")
         d, priv = self.design, self.privacy
         return theory.error_bound(
             self.nobs, len(d.regressor_names), len(d.z_names), self._settings.T,
             priv.rho1, priv.rho2, tau=self._settings.tau, kappa=self._bound_kappa(),
         )
+
+    def _require_iteration(self, what: str) -> None:
+        if self._settings.method == "moments":
+            raise ValueError(f"{what} describe(s) DP-2S-GD; method='moments' runs no iteration.")
 
     def _bound_kappa(self) -> float:
         # κ = 1 (no contraction guaranteed) is outside theory's (0, 1) domain: report the closest value.
@@ -359,22 +398,34 @@ class DPIVResults:
 
         left = [
             ("Dep. Variable:", self.design.dependent_name),
-            ("Estimator:", "DP-2S-GD"),
+            ("Estimator:", self.estimator),
             ("No. Observations:", str(self.nobs)),
-            ("Iterations T:", str(s.T)),
-            ("Method:", s.method),
-            ("Preprocessing:", self._preprocess_label()),
-            ("Step size eta:", f"{_fmt(s.eta)} ({s.eta_source})"),
-            ("Step size alpha:", f"{_fmt(s.alpha)} ({s.alpha_source})"),
-            ("Clip gamma1, gamma2:", f"{_fmt(s.clip1)}, {_fmt(s.clip2)}"),
-            ("Clip rule:", s.clip_source),
-            ("Bounds:", self._scaling_label()),
         ]
-        right = [
-            ("Calibration:", s.calibration),
-            ("rho0 (zCDP, preprocessing):", _fmt(priv.rho0)),
-            ("rho1 (zCDP):", budget(s.rho1, priv.rho1)),
-            ("rho2 (zCDP):", budget(s.rho2, priv.rho2)),
+        if s.method == "moments":
+            left += [("Method:", "2SLS on one release of the second moments"),
+                     ("Preprocessing:", self._preprocess_label()), ("Bounds:", self._scaling_label())]
+            right = [("rho (zCDP, moments):", _fmt(priv.rho0))]
+        else:
+            left += [
+                ("Iterations T:", f"{s.T} ({s.T_source})"),
+                ("Method:", s.method),
+                ("Start:", {"moments": "warm (private moments)", "zero": "zero (the Algorithm)"}[s.init]),
+                ("Schedule:", s.schedule),
+                ("Preprocessing:", self._preprocess_label()),
+                ("Step size eta:", f"{_fmt(s.eta)} ({s.eta_source})"),
+                ("Step size alpha:", f"{_fmt(s.alpha)} ({s.alpha_source})"),
+                ("Clip gamma1, gamma2:", f"{_fmt(s.clip1)}, {_fmt(s.clip2)}"),
+                ("Clip rule:", s.clip_source),
+                ("Bounds:", self._scaling_label()),
+            ]
+            right = [
+                ("Calibration:", s.calibration),
+                ("rho0 (zCDP, preprocessing):", _fmt(priv.rho0)),
+                ("rho_clip (zCDP, clipping):", _fmt(priv.rho_of("rho_clip"))),
+                ("rho1 (zCDP):", budget(s.rho1, priv.rho1)),
+                ("rho2 (zCDP):", budget(s.rho2, priv.rho2)),
+            ]
+        right += [
             ("rho_inf (zCDP, inference):", _fmt(priv.rho_of("rho_inf"))),
             ("Total rho (spent):", _fmt(priv.rho)),
             ("delta:", f"{self._delta:g}"),
@@ -417,21 +468,27 @@ class DPIVResults:
             bse, z, pv, ci = self.bse, self.tvalues, self.pvalues, self.conf_int()
             private = {c: [_fmt(self.params[c]), _fmt(bse[c]), _fmt(z[c], 3), f"{pv[c]:.4f}",
                            _fmt(ci.loc[c, "lower"]), _fmt(ci.loc[c, "upper"])] for c in names}
-            private_headers = ["DP-2S-GD", "Std. Err.", "z", "P>|z|", "Lower CI", "Upper CI"]
+            private_headers = [self._column_label, "Std. Err.", "z", "P>|z|", "Lower CI", "Upper CI"]
         else:
             private = {c: [_fmt(self.params[c])] for c in names}
-            private_headers = ["DP-2S-GD"]
+            private_headers = [self._column_label]
         rows = [private[c] + [_fmt(ref[c]), _fmt(se[c]), _fmt(diff[c]), _fmt(diff[c] / se[c], 3)] for c in names]
         headers = private_headers + ["IV2SLS*", "Std. Err.*", "Diff.*", "Diff./SE*"]
         return SimpleTable(
             rows, headers=headers, stubs=names, txt_fmt=copy.deepcopy(fmt_params),
-            title="Parameter Estimates (private: DP-2S-GD; * = NON-PRIVATE benchmark)",
+            title=f"Parameter Estimates (private: {self.estimator}; * = NON-PRIVATE benchmark)",
         )
+
+    @property
+    def _column_label(self) -> str:
+        return "Moments" if self._settings.method == "moments" else "DP-2S-GD"
 
     def _bound_table(self) -> SimpleTable:
         rows = self.bound.rows()
         c = self.contraction
         rows.append(("κ_β, κ_Θ (second, first stage)", f"{_fmt(c.kappa_beta)}, {_fmt(c.kappa_theta)}"))
+        if self._settings.init == "moments":
+            rows.append(("Start", "warm: optimisation term × its error"))
         return SimpleTable(
             [[v] for _, v in rows], stubs=[k for k, _ in rows], txt_fmt=copy.deepcopy(fmt_2cols),
             title="Error bound components (Theorem, up to constants)",
@@ -447,27 +504,45 @@ class DPIVResults:
             "CAUTION: private std. errors flagged unreliable (first-stage noise ratio "
             f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); coverage may be "
             "anywhere from about 0.8 to 1.0. ")
+        if self._settings.method == "moments":
+            how = ("homoskedastic 2SLS sampling variance with the residual variance read from the moment release "
+                   "+ privacy-noise variance by parametric bootstrap of the release")
+        else:
+            how = ("homoskedastic 2SLS sampling variance from a private residual variance (rho_inf) + "
+                   "privacy-noise variance by parametric bootstrap of the whole fit (moments, warm start, "
+                   "iteration)")
         return caution + (
-            "Private std. errors (normal approx., 95% CI): homoskedastic 2SLS sampling variance from a private "
-            f"residual variance (rho_inf) + privacy-noise variance by parametric bootstrap of the iteration "
-            f"({inf.replications} paths; noise share of the variance {np.min(share):.0%}-{np.max(share):.0%}). "
-            "Intervals are centred at the estimate minus its simulated finite-T bias. "
+            f"Private std. errors (normal approx., 95% CI): {how} ({inf.replications} paths; noise share of the "
+            f"variance {np.min(share):.0%}-{np.max(share):.0%}). Intervals are centred at the estimate. "
             "Assumes homoskedastic errors and negligible gradient clipping."
         )
 
     def _notes(self) -> list[str]:
         d, sc = self.design, self._scale
+        label = self._column_label
         notes = [
-            "Private release: the DP-2S-GD columns (beta^(T) and its inference); their cost is the total rho above.",
-            "* NON-PRIVATE: the IV2SLS estimate, its robust std. err., the difference DP-2S-GD - IV2SLS and that",
+            f"Private release: the {label} columns (the estimate and its inference); their cost is the total rho "
+            "above.",
+            f"* NON-PRIVATE: the IV2SLS estimate, its robust std. err., the difference {label} - IV2SLS and that",
             "  difference in IV2SLS std. errs. are computed from the raw data without noise. Use them to validate;",
             "  never publish them.",
             self._inference_text(),
-            "Error bound: the Theorem's terms with all constants set to 1 (shapes, not calibrated errors); "
-            "no privacy cost. " + ("kappa from the released Theta^(T) (method 'gd')."
-                                  if self._settings.method == "gd" else
-                                  "The Theorem is proved for method 'gd'; kappa here is the preconditioned "
-                                  "iteration's contraction."),
+        ]
+        if self._settings.method != "moments":
+            notes.append(
+                "Error bound: the Theorem's terms with all constants set to 1 (shapes, not calibrated errors); "
+                "no privacy cost. " + ("kappa from the released Theta^(T) (method 'gd')."
+                                      if self._settings.method == "gd" else
+                                      "The Theorem is proved for method 'gd'; kappa here is the preconditioned "
+                                      "iteration's contraction."))
+        if self._settings.adaptive_clip is not None:
+            clip = self._settings.adaptive_clip
+            notes.append(
+                "Clipping thresholds: private (rho_clip), from released histograms of the gradient norms at the "
+                f"start; each allows at most {clip.target:.0f} rows above it"
+                + (" (exogenous rows and coordinates clipped as a group of their own, "
+                   f"{self._settings.exog_share:.0%} of each stage's budget)." if clip.grouped else "."))
+        notes += [
             f"Endogenous: {', '.join(d.endog_names)}. Instruments: {', '.join(d.instrument_names)}."
             + (f" Exogenous: {', '.join(d.exog_names)}." if d.exog_names else " No exogenous regressors."),
         ]
@@ -497,7 +572,8 @@ class DPIVResults:
         smry = DPIVSummary()
         smry.tables.append(self._top_table())
         smry.tables.append(self._parameter_table())
-        smry.tables.append(self._bound_table())
+        if self._settings.method != "moments":
+            smry.tables.append(self._bound_table())
         smry.add_extra_txt(self._notes())
         return smry
 

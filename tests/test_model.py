@@ -117,14 +117,15 @@ def test_default_fit_with_bounds_has_no_leak(frame):
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
         res = model.fit(rho1=0.4, rho2=0.6, rho0=0.25, T=20, bounds={**_wide_bounds(model), "w": (0, 10)}, seed=1)
-    # rho_inf defaults to 0.05·(rho1 + rho2) = 0.05 (the inference release)
-    assert res.privacy.rho == pytest.approx(0.25 + 0.4 + 0.6 + 0.05, rel=1e-12)
-    assert (res.privacy.rho0, res.privacy.rho1, res.privacy.rho2, res.privacy.rho_of("rho_inf")) == pytest.approx(
-        (0.25, 0.4, 0.6, 0.05), rel=1e-12)
-    assert res.privacy.target == pytest.approx({"rho0": 0.25, "rho1": 0.4, "rho2": 0.6, "rho_inf": 0.05})
+    # rho_clip and rho_inf default to 0.05·(rho1 + rho2) = 0.05 (the clipping and the inference releases)
+    assert res.privacy.rho == pytest.approx(0.25 + 0.05 + 0.4 + 0.6 + 0.05, rel=1e-12)
+    assert (res.privacy.rho0, res.privacy.rho_of("rho_clip"), res.privacy.rho1, res.privacy.rho2,
+            res.privacy.rho_of("rho_inf")) == pytest.approx((0.25, 0.05, 0.4, 0.6, 0.05), rel=1e-12)
+    assert res.privacy.target == pytest.approx({"rho0": 0.25, "rho_clip": 0.05, "rho1": 0.4, "rho2": 0.6,
+                                                "rho_inf": 0.05})
     no_inference = model.fit(rho1=0.4, rho2=0.6, rho0=0.25, T=20, bounds={**_wide_bounds(model), "w": (0, 10)},
                              seed=1, inference=False)
-    assert no_inference.privacy.rho == pytest.approx(1.25, rel=1e-12)
+    assert no_inference.privacy.rho == pytest.approx(1.30, rel=1e-12)
 
 
 def test_private_fit_with_bounds_and_public_steps_has_no_leak(frame):
@@ -133,10 +134,15 @@ def test_private_fit_with_bounds_and_public_steps_has_no_leak(frame):
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
         res = model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3)
-    assert res.leaks == () and res.is_private
-    assert res.privacy.rho == pytest.approx(2.3)  # rho0 = 0.1·(rho1 + rho2), rho_inf = 0.05·(rho1 + rho2)
-    assert [r.stage for r in res.privacy.releases] == ["rho0", "rho1", "rho2", "rho_inf"]
-    assert res.settings.clip1 == pytest.approx(theorem_clip(len(frame), 3, 20))
+        theorem = model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3, clip="theorem")
+    assert res.leaks == () and res.is_private and theorem.leaks == ()
+    # rho0 = 0.2·(rho1 + rho2), rho_clip = rho_inf = 0.05·(rho1 + rho2)
+    assert res.privacy.rho == pytest.approx(2.6) and theorem.privacy.rho == pytest.approx(2.5)
+    stages = [r.stage for r in res.privacy.releases]
+    assert stages[:2] == ["rho0", "rho_clip"] and stages[-1] == "rho_inf" and set(stages[2:-1]) == {"rho1", "rho2"}
+    assert [r.stage for r in theorem.privacy.releases if r.stage != "rho1" and r.stage != "rho2"] == ["rho0",
+                                                                                                       "rho_inf"]
+    assert theorem.settings.clip1 == pytest.approx(theorem_clip(len(frame), 3, 20))
     assert model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3, clip="rms").settings.clip1 == \
         pytest.approx(3 * math.sqrt(3 * 1))  # q = 3, p_endog = 1
     assert "No privacy leak" in res.summary().as_text()
@@ -203,7 +209,7 @@ def test_bad_bounds(frame, bounds, exc, match):
         ({"clip": -1}, ValueError, "clip"),
         ({"clip": (1.0, 0.0)}, ValueError, r"clip\[1\]"),
         ({"clip": {"c": 1}}, ValueError, "c0"),
-        ({"clip": "big"}, ValueError, "'theorem' or 'rms'"),
+        ({"clip": "big"}, ValueError, "one of \\('adaptive', 'theorem', 'rms'\\)"),
         ({"clip": [1.0]}, TypeError, "clip"),
         ({"rho0": -1}, ValueError, "rho0"),
         ({"preprocess": "none"}, ValueError, "preprocess"),
@@ -226,7 +232,8 @@ def test_bad_fit_arguments(frame, kwargs, exc, match):
 def test_clip_options(frame):
     model = DPIV2SLS.from_formula("y ~ 1 + [x1 ~ z1 + z2]", frame)
     args = dict(rho1=1, rho2=1, T=4, eta=1.0, alpha=0.5, bounds={"y": (-40, 40), "x1": (-20, 20),
-                                                                   "z1": (-8, 8), "z2": (-8, 8)}, seed=0)
+                                                                   "z1": (-8, 8), "z2": (-8, 8)}, seed=0,
+                schedule="uniform")
     assert model.fit(clip=(2.0, 3.0), **args).settings.clip2 == 3.0
     res = model.fit(clip={"c0": 0.5}, **args)
     assert res.settings.clip1 == pytest.approx(0.5 * (math.sqrt(3) + math.sqrt(5 + math.log(2000 * 4))) ** 2)
@@ -244,7 +251,7 @@ def test_results_objects(frame):
     pd.testing.assert_series_equal(res.path.iloc[-1], res.params, check_names=False)
     assert list(res.first_stage.columns) == ["x1", "x2"]
     assert res.nobs == 2000 and res.model is model
-    assert res.privacy.rho == pytest.approx(5.75)
+    assert res.privacy.rho == pytest.approx(6.5)  # + rho0 = 0.2·5, rho_clip = rho_inf = 0.05·5
     assert res.epsilon == pytest.approx(res.privacy.epsilon(1e-6))
     assert res.clipped_rows.shape == (7, 2)
     assert "DPIVResults" in repr(res)
@@ -265,8 +272,9 @@ def test_summary_content(frame):
     res = model.fit(rho1=0.5, rho2=1.5, T=5, eta=1.0, alpha=0.5, seed=0, delta=1e-6,
                     bounds={"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8)})
     text = res.summary().as_text()
-    for fragment in ["DP-2S-GD", "rho0 (zCDP, preprocessing):", "0.2", "rho1 (zCDP):", "0.5", "rho2 (zCDP):",
-                     "1.5", "rho_inf (zCDP, inference):", "0.1", "Total rho (spent):", "2.3", "delta:",
+    for fragment in ["DP-2S-GD", "rho0 (zCDP, preprocessing):", "0.4", "rho1 (zCDP):", "0.5", "rho2 (zCDP):",
+                     "1.5", "rho_inf (zCDP, inference):", "0.1", "rho_clip (zCDP, clipping):", "Total rho (spent):",
+                     "2.6", "delta:", "warm (private moments)", "staggered", "adaptive (private)",
                      "private moments", "preconditioned", "Std. Err.", "P>|z|", "Lower CI",
                      "epsilon (exact Gauss.):", f"{res.privacy.epsilon(1e-6):.4g}",
                      f"{res.privacy.epsilon(1e-6, 'bun-steinke'):.4g}", "IV2SLS*", "NON-PRIVATE",
@@ -316,7 +324,7 @@ def test_labsup_demo_numbers():
     assert res.benchmark.params["kids"] == pytest.approx(-5.5112, abs=1e-4)
     assert res.benchmark.std_errors["kids"] == pytest.approx(3.5790, abs=1e-4)
     assert res.benchmark.params["Intercept"] == pytest.approx(37.842, abs=1e-3)
-    assert res.privacy.rho == pytest.approx(2.3)
+    assert res.privacy.rho == pytest.approx(2.6)
 
 
 def test_labsup_default_pipeline_is_unbiased_and_tight():
@@ -366,10 +374,17 @@ def test_bound_block_is_free_post_processing(frame):
     assert bound.statistical == pytest.approx(math.sqrt(p * q) * (tau + math.log(p * q)) / math.sqrt(n), rel=1e-12)
     expected = theory.error_bound(n, p, q, 12, 0.5, 2.0, tau=tau, kappa=res.contraction.kappa)
     assert bound.total == pytest.approx(expected.total, rel=1e-12) and bound.regime == expected.regime
-    pre = model.fit(rho1=0.5, rho2=2.0, T=12, eta=0.5, alpha=0.3, seed=2, bounds=bounds)
+    pre = model.fit(rho1=0.5, rho2=2.0, T=12, eta=0.5, alpha=0.3, seed=2, bounds=bounds, init="zero")
     upper, lower = (1 + delta) ** 2, (1 - delta) ** 2
     expected_theta = max(abs(1 - 0.5 * upper), abs(1 - 0.5 * lower)) ** 2
     assert pre.contraction.kappa == pytest.approx(max(0.7**2, expected_theta), rel=1e-12)
+    # from the warm start: the contraction implied by the whitening error κ̂ of the release (dpivreg.tuning)
+    warm = model.fit(rho1=0.5, rho2=2.0, T=12, eta=0.5, alpha=0.3, seed=2, bounds=bounds)
+    kappa = warm.settings.kappa
+    assert 0 < kappa < 1
+    expected = max(abs(1 - 0.5 * (1 - kappa)), abs(0.5 * (1 + kappa) - 1)) ** 2, \
+        max(abs(1 - 0.3 * (1 - kappa)), abs(0.3 * (1 + kappa) - 1)) ** 2
+    assert (warm.contraction.kappa_theta, warm.contraction.kappa_beta) == pytest.approx(expected, rel=1e-12)
     for fragment in ["Error bound components (Theorem, up to constants)", "Optimization term", "Privacy term",
                      "Statistical term", "Dominating term", "Regime", "T condition", "n condition", "κ"]:
         assert fragment in text, fragment
