@@ -997,6 +997,22 @@ def _preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, centres
     return counts, box_moment_sum(V / unit, with_constant)
 
 
+def dask_moment_sum(design: DaskIVDesign, free_names: list, centres: np.ndarray, scales: np.ndarray,
+                    with_constant: bool) -> np.ndarray:
+    """Σ uuᵀ of the box moment release's rows (the free columns mapped to [−1, 1]), in one pass."""
+    from .preprocess import _all_columns  # noqa: PLC0415
+
+    index = {name: j for j, name in enumerate(_all_columns(design))}
+    free = [index[c] for c in free_names]
+    d = len(index)
+    full_centres, full_scales = np.zeros(d), np.ones(d)
+    full_centres[free], full_scales[free] = centres, scales
+    lo, hi = np.full(d, -np.inf), np.full(d, np.inf)
+    _, outer = blockwise_sum(design.values, _preprocess_block, lo, hi, full_centres, full_scales, free,
+                             np.ones(len(free)), with_constant)
+    return outer
+
+
 def dask_working_scale(design: DaskIVDesign, bounds: dict[str, tuple[float, float]], *, route: str,
                        rho0: float, rng: np.random.Generator):
     """:func:`dpivreg.preprocess.working_scale` for a Dask design: one pass, lazy working arrays.

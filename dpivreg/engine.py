@@ -20,7 +20,7 @@ from .kernels import KERNELS, pass_matrix
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, check_rho, noise_std, CALIBRATIONS
 
 __all__ = ["dp_2s_gd", "run_on_rows", "row_source", "DP2SGDPath", "DivergenceError", "METHODS",
-           "preconditioner_root", "check_schedule"]
+           "preconditioner_root", "check_schedule", "IterationPlan", "iteration_plan"]
 
 METHODS = ("gd", "preconditioned")
 
@@ -111,6 +111,61 @@ class DP2SGDPath:
     def theta_final(self) -> np.ndarray:
         """Θ⁽ᵀ⁾, the private first-stage estimate."""
         return self.theta[-1]
+
+    @property
+    def plan(self) -> "IterationPlan":
+        """The run's public settings as an :class:`IterationPlan` (uniform, ungrouped when not recorded)."""
+        T = self.T
+        schedule = self.schedule if self.schedule is not None else np.full((2, T), 1.0 / max(T, 1))
+        noise1 = self.noise1 if self.noise1 is not None else np.full((T, 2), self.lambda1)
+        noise2 = self.noise2 if self.noise2 is not None else np.full((T, 2), self.lambda2)
+        return IterationPlan(T, self.eta, self.alpha, self.method, self.n_exog, schedule, noise1, noise2, self.split,
+                             self.ridge, self.root or ("symmetric" if self.method == "preconditioned" else None))
+
+
+@dataclass(frozen=True)
+class IterationPlan:
+    """Everything about a run of the iteration that is public before it runs: the steps, the schedule, the
+    per-step noise of each stage and clipping group, the preconditioner. The privacy-noise simulation
+    (:func:`dpivreg.inference.noise_covariance`) replays a plan in moment form; :func:`iteration_plan`
+    makes one without data, which is how the default chooses between DP-2S-GD and noisy moments.
+
+    Attributes are those of :class:`DP2SGDPath` of the same names.
+    """
+
+    T: int
+    eta: float
+    alpha: float
+    method: str
+    n_exog: int
+    schedule: np.ndarray
+    noise1: np.ndarray
+    noise2: np.ndarray
+    split: int | None
+    ridge: float | None
+    root: str | None
+
+
+def iteration_plan(n: int, q: int, p: int, n_exog: int, *, T: int, rho1: float, rho2: float, eta: float,
+                   alpha: float, clip1, clip2, calibration: str = "exact", method: str = "preconditioned",
+                   schedule=None, group_share: float = 0.2, ridge: float | None = None) -> IterationPlan:
+    """The :class:`IterationPlan` of a run with these (checked) settings: per-step noise stds of every stage and
+    group (step t of stage k spends ρk·schedule[k, t], split between the groups by ``group_share``), the
+    default ridge q·(η·λ̄1)² + 1e-4 (λ̄1 the uniform schedule's first-stage noise) and the root."""
+    schedule = check_schedule(schedule, T)
+    split = n_exog if isinstance(clip1, tuple) else None
+    share = group_share if split is not None else 0.0
+    noise1 = _stage_noise(clip1, n, rho1, schedule[0], split, share, calibration, "1")
+    noise2 = _stage_noise(clip2, n, rho2, schedule[1], split, share, calibration, "2")
+    root = None
+    if method == "preconditioned":
+        if ridge is None:
+            ridge = default_ridge(q, eta, noise_std(_rest(clip1), n, T, rho1, calibration))
+            if not math.isfinite(ridge):
+                raise ValueError(f"eta={eta:g} is too large: the default ridge q·(η·λ1)² overflows. Lower eta.")
+        ridge = check_positive(ridge, "ridge")
+        root = "cholesky" if split is not None else "symmetric"
+    return IterationPlan(T, eta, alpha, method, n_exog, schedule, noise1, noise2, split, ridge, root)
 
 
 # ----------------------------------------------------------------------------------------
@@ -597,8 +652,12 @@ def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: flo
     """The iteration of :func:`dp_2s_gd` on checked arguments."""
 
     n, q = rows.n, rows.q
-    noise1 = _stage_noise(clip1, n, rho1, schedule[0], split, group_share, calibration, "1")
-    noise2 = _stage_noise(clip2, n, rho2, schedule[1], split, group_share, calibration, "2")
+    if method != "preconditioned" and (second_moment is not None or ridge is not None):
+        raise ValueError('second_moment and ridge only apply to method="preconditioned".')
+    plan = iteration_plan(n, q, p, n_exog, T=T, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1,
+                          clip2=clip2, calibration=calibration, method=method, schedule=schedule,
+                          group_share=group_share, ridge=ridge)
+    noise1, noise2, ridge, root_kind = plan.noise1, plan.noise2, plan.ridge, plan.root
     privacy = PrivacyBudget(
         [*_stage_releases("first stage: Θ path", "rho1", clip1, noise1, schedule[0], n, split,
                           ("exogenous rows", "instrument rows")),
@@ -614,21 +673,12 @@ def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: flo
     beta = np.zeros((T + 1, p))
     theta[0], beta[0] = start
     clipped_rows = np.zeros((T, 2), dtype=np.int64)
-    root_kind = None
     preconditioner = None
     if method == "preconditioned":
         S = _check_second_moment(second_moment, q)
-        if ridge is None:
-            ridge = default_ridge(q, eta, noise_std(_rest(clip1), n, T, rho1, calibration))
-            if not math.isfinite(ridge):
-                raise ValueError(f"eta={eta:g} is too large: the default ridge q·(η·λ1)² overflows. Lower eta.")
-        ridge = check_positive(ridge, "ridge")
-        root_kind = "cholesky" if split is not None else "symmetric"
 
         def preconditioner(theta_t: np.ndarray) -> np.ndarray:
             return preconditioner_root(theta_t, S, n_exog, ridge, root_kind)
-    elif second_moment is not None or ridge is not None:
-        raise ValueError('second_moment and ridge only apply to method="preconditioned".')
 
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(T):

@@ -46,12 +46,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engine import DP2SGDPath, preconditioner_root
+from .engine import DP2SGDPath, IterationPlan, preconditioner_root
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
 from .preprocess import WorkingScale
 from .privacy import Release, gaussian_zcdp
 
-__all__ = ["PrivateInference", "residual_variance_release", "noise_covariance", "sampling_covariance",
+__all__ = ["PrivateInference", "residual_variance_release", "simulate_fit", "noise_covariance", "sampling_covariance",
            "private_inference", "moment_inference", "MAX_BIAS_SE"]
 
 #: A simulated bias above this many standard errors (of any coefficient) raises a warning.
@@ -154,22 +154,22 @@ def _per_row(noise_t: np.ndarray, split: int | None, size: int) -> np.ndarray:
     return stds
 
 
-def noise_covariance(path: DP2SGDPath, scale: WorkingScale, *, replications: int, rng: np.random.Generator,
-                     warm_start: bool) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """Covariance and mean shift of β̃⁽ᵀ⁾ due to the privacy noise, by re-running the fit in moment form.
+def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, scale: WorkingScale, *,
+                 replications: int, rng: np.random.Generator,
+                 warm_start: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Draws of (Θ⁽ᵀ⁾, β̃⁽ᵀ⁾) under the privacy noise, by re-running the fit in moment form.
 
     Replication r draws the moment release's noise E_r (``scale.moments``; none without a release). Its
     world has the true working moments Z̃ᵀZ̃/n = S_r (the released ones minus E_r, on the working scale),
-    Z̃ᵀX̃_endog/n = S_r Θ⁽ᵀ⁾ and Z̃ᵀỹ/n = S_r Θ̄⁽ᵀ⁾β̃⁽ᵀ⁾, so that its 2SLS solution is the released (Θ⁽ᵀ⁾,
-    β̃⁽ᵀ⁾); its release is that plus E_r, from which its warm start is computed (``warm_start``; else the
-    start is zero). Then the run's iteration: same T, step sizes, schedule, method, preconditioner root and
-    ridge, clipping groups and per-step noise scales, fresh noise.
+    Z̃ᵀX̃_endog/n = S_r Θ_T and Z̃ᵀỹ/n = S_r Θ̄_T β_T, so that its 2SLS solution is the plug-in (Θ_T, β_T)
+    (the released estimate; or the warm start, when predicting before a run); its release is that plus E_r,
+    from which its warm start is computed (``warm_start``; else the start is zero). Then the plan's
+    iteration (:class:`dpivreg.engine.IterationPlan`): same T, step sizes, schedule, method, preconditioner
+    root and ridge, clipping groups and per-step noise scales, fresh noise.
 
-    Returns the covariance of the simulated β̃⁽ᵀ⁾, their mean minus β̃⁽ᵀ⁾ (the simulated bias), the median
-    spectral norm of the simulated first stage's deviation from its mean (the privacy noise left in Θ⁽ᵀ⁾)
-    and the median whitening error ‖S_r − I‖₂.
+    Returns the simulated Θ⁽ᵀ⁾ (R, q, p_endog) and β̃⁽ᵀ⁾ (R, p), and the worlds' Z̃ᵀZ̃/n (R, q, q).
     """
-    theta_T, beta_T, k = path.theta_final, path.beta_final, path.n_exog
+    k = plan.n_exog
     q, p_endog = theta_T.shape
     p = beta_T.shape[0]
     R = replications
@@ -189,24 +189,37 @@ def noise_covariance(path: DP2SGDPath, scale: WorkingScale, *, replications: int
         theta, beta = solve_2sls(released, q, k, p_endog)
     else:
         theta, beta = np.zeros((R, q, p_endog)), np.zeros((R, p))
-    schedule = path.schedule if path.schedule is not None else np.full((2, path.T), 1.0 / max(path.T, 1))
-    noise1 = path.noise1 if path.noise1 is not None else np.full((path.T, 2), path.lambda1)
-    noise2 = path.noise2 if path.noise2 is not None else np.full((path.T, 2), path.lambda2)
-    for t in range(path.T):
-        xi = rng.standard_normal(theta.shape) * _per_row(noise1[t], path.split, q)[:, None]
-        nu = rng.standard_normal(beta.shape) * _per_row(noise2[t], path.split, p)
-        theta_full = np.concatenate([exog_block, theta], axis=2)
-        grad2 = (np.einsum("rji,rjk,rk->ri", theta_full, S @ theta_full, beta)
-                 - np.einsum("rji,rj->ri", theta_full, g_y))
-        if path.method == "preconditioned":
-            W = preconditioner_root(theta, np.eye(q), k, path.ridge, path.root or "symmetric")
-            step = np.einsum("rji,rj->ri", W, np.einsum("rij,rj->ri", W, grad2) - nu)
-        else:
-            step = grad2 - nu
-        if schedule[1, t] > 0:
-            beta = beta - path.alpha * step
-        if schedule[0, t] > 0:
-            theta = theta - path.eta * ((S @ theta - g_x) - xi)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(plan.T):
+            xi = rng.standard_normal(theta.shape) * _per_row(plan.noise1[t], plan.split, q)[:, None]
+            nu = rng.standard_normal(beta.shape) * _per_row(plan.noise2[t], plan.split, p)
+            theta_full = np.concatenate([exog_block, theta], axis=2)
+            grad2 = (np.einsum("rji,rjk,rk->ri", theta_full, S @ theta_full, beta)
+                     - np.einsum("rji,rj->ri", theta_full, g_y))
+            if plan.method == "preconditioned":
+                W = preconditioner_root(theta, np.eye(q), k, plan.ridge, plan.root)
+                step = np.einsum("rji,rj->ri", W, np.einsum("rij,rj->ri", W, grad2) - nu)
+            else:
+                step = grad2 - nu
+            if plan.schedule[1, t] > 0:
+                beta = beta - plan.alpha * step
+            if plan.schedule[0, t] > 0:
+                theta = theta - plan.eta * ((S @ theta - g_x) - xi)
+    return theta, beta, np.asarray(S)
+
+
+def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, scale: WorkingScale, *,
+                     replications: int, rng: np.random.Generator,
+                     warm_start: bool) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """Covariance and mean shift of β̃⁽ᵀ⁾ due to the privacy noise (:func:`simulate_fit`).
+
+    Returns the covariance of the simulated β̃⁽ᵀ⁾, their mean minus β_T (the simulated bias), the median
+    spectral norm of the simulated first stage's deviation from its mean (the privacy noise left in Θ⁽ᵀ⁾)
+    and the median whitening error ‖S_r − I‖₂.
+    """
+    theta, beta, S = simulate_fit(plan, theta_T, beta_T, scale, replications=replications, rng=rng,
+                                  warm_start=warm_start)
+    q, p = theta_T.shape[0], beta_T.shape[0]
     theta_noise = float(np.median(np.linalg.norm(theta - theta.mean(axis=0), ord=2, axis=(1, 2))))
     whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
     return np.cov(beta, rowvar=False, ddof=1).reshape(p, p), beta.mean(axis=0) - beta_T, theta_noise, whitening
@@ -236,7 +249,8 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
     n = scale.Y.shape[0]
     sigma2, release = residual_variance_release(scale, path.beta_final, rho=rho, tau=tau, rng=rng)
     v_sampling = sampling_covariance(path.theta_final, path.n_exog, sigma2, n)
-    v_noise, shift, theta_noise, whitening = noise_covariance(path, scale, replications=replications, rng=rng,
+    v_noise, shift, theta_noise, whitening = noise_covariance(path.plan, path.theta_final, path.beta_final, scale,
+                                                              replications=replications, rng=rng,
                                                               warm_start=start is not None)
     return _assemble(scale, path.theta_final, path.n_exog, v_sampling, v_noise, shift, sigma2, release,
                      replications, theta_noise, whitening)

@@ -13,20 +13,21 @@ from formulaic.utils.context import capture_context
 from ._dask import is_dask_collection
 from .clipping import adaptive_clip, resolve_public_clip, standardized_clip, theorem_clip
 from .design import IVDesign, design_from_arrays, design_from_formula
-from .engine import (METHODS, DivergenceError, check_positive, check_T, make_rng, preconditioner_root, row_source,
-                     run_on_rows)
+from .engine import (DivergenceError, check_positive, check_T, iteration_plan, make_rng, preconditioner_root,
+                     row_source, run_on_rows)
 from .inference import private_inference
 from .moments import solve_2sls
-from .preprocess import PREPROCESS_ROUTES, WorkingScale, working_scale
+from .preprocess import PREPROCESS_ROUTES, WorkingScale, repeat_moment_release, working_scale
 from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, check_delta, check_rho
 from .results import DPIVResults, FitSettings
+from .selection import choose_estimator
 from .theory import delta_tau
 from . import tuning
 
 __all__ = ["DPIV2SLS", "theorem_clip", "standardized_clip", "FIT_METHODS", "INITS", "DEFAULT_SHARES"]
 
-#: Estimators of :meth:`DPIV2SLS.fit`: the DP-2S-GD iterations, and noisy-moment 2SLS.
-FIT_METHODS = (*METHODS, "moments")
+#: Estimators of :meth:`DPIV2SLS.fit`: the default's choice, the DP-2S-GD iterations, and noisy-moment 2SLS.
+FIT_METHODS = ("auto", "preconditioned", "gd", "moments")
 #: Starting points of the iteration.
 INITS = ("moments", "zero")
 #: Default budgets of the releases besides the two stages, as shares of rho1 + rho2.
@@ -183,7 +184,7 @@ class DPIV2SLS:
         rho_inf: float | None = None,
         delta: float = 1e-5,
         preprocess: str = "private",
-        method: str = "preconditioned",
+        method: str = "auto",
         init: str | None = None,
         schedule: str | None = None,
         eta: float | None = None,
@@ -234,8 +235,15 @@ class DPIV2SLS:
             budget. ``"data"``: the paper's practice, the same transformations from the exact
             data moments (a ``PrivacyLeakWarning``); for reproduction. See
             :mod:`dpivreg.preprocess`.
-        method : {"preconditioned", "gd", "moments"}
-            ``"preconditioned"`` (default): the second stage steps along P_t⁻¹·gradient with
+        method : {"auto", "preconditioned", "gd", "moments"}
+            ``"auto"`` (default): DP-2S-GD with ``method="preconditioned"``, unless the releases it makes
+            first (the moments and the clipping thresholds) predict that noisy moments would be more accurate
+            for the endogenous coefficients; then the rest of the budget buys a second release of the
+            moments instead of the iteration, and the estimate is noisy-moment 2SLS on both releases
+            (:mod:`dpivreg.selection`; no privacy cost, the same total budget either way, the summary says
+            which ran). The choice is only made on the default path (private preprocessing, the warm start,
+            the adaptive clip and no explicit T, eta, alpha or schedule); otherwise "auto" is
+            "preconditioned". ``"preconditioned"``: the second stage steps along P_t⁻¹·gradient with
             P_t built from the released Θ⁽ᵗ⁾, per-sample gradients clipped in the P_t-whitened
             coordinates (see :func:`dpivreg.dp_2s_gd`); post-processing of released values, so
             the privacy proof is unchanged. ``"gd"``: the paper's plain iteration (with a zero start, the
@@ -308,6 +316,9 @@ class DPIV2SLS:
         if method == "moments":
             _check_moments_options(preprocess=preprocess, T=T, init=init, schedule=schedule, eta=eta, alpha=alpha,
                                    clip=clip, calibration=calibration)
+        select = (method == "auto" and preprocess == "private" and init in (None, "moments") and clip is None
+                  and T is None and eta is None and alpha is None and schedule is None and calibration == "exact")
+        method = "preconditioned" if method == "auto" else method
         init = _resolve_init(init, preprocess, method)
         clip = ("adaptive" if init == "moments" else "theorem") if clip is None else clip
         budget = _budgets(rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip, rho_inf=rho_inf,
@@ -319,10 +330,10 @@ class DPIV2SLS:
                                      delta=delta, tau=tau, rng=rng)
         return self._fit_dp2sgd(budget, T=T, preprocess=preprocess, method=method, init=init, schedule=schedule,
                                 eta=eta, alpha=alpha, clip=clip, exog_share=exog_share, calibration=calibration,
-                                bounds=bounds, tau=tau, inference=inference, delta=delta, rng=rng)
+                                bounds=bounds, tau=tau, inference=inference, delta=delta, rng=rng, select=select)
 
     def _fit_dp2sgd(self, budget: dict, *, T, preprocess, method, init, schedule, eta, alpha, clip, exog_share,
-                    calibration, bounds, tau, inference, delta, rng) -> DPIVResults:
+                    calibration, bounds, tau, inference, delta, rng, select: bool = False) -> DPIVResults:
         rho1, rho2, rho0 = budget["rho1"], budget["rho2"], budget["rho0"]
         leaks: list[str] = []
         scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng)
@@ -355,6 +366,21 @@ class DPIV2SLS:
             else:
                 clip1, clip2, clip_source = resolve_public_clip(clip, n=n, q=q, p=p, p_endog=p - k, T=T_checked,
                                                                 tau=tau, rho1=rho1, rho2=rho2)
+            selection = None
+            if select and start is not None and math.isfinite(rho0) and math.isfinite(rho1) and math.isfinite(rho2):
+                plan = iteration_plan(n, q, p, k, T=T_checked, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1,
+                                      clip2=clip2, calibration=calibration, method=method, schedule=shares,
+                                      group_share=exog_share)
+                rest = rho1 + rho2 + (budget["rho_inf"] if inference else 0.0)
+                selection = choose_estimator(scale, start, plan, rng=rng,
+                                             moments_sigma=scale.moments.sigma * math.sqrt(rho0 / (rho0 + rest)))
+                if selection.estimator == "noisy moments":
+                    scale = repeat_moment_release(self._design, scale, rho=rest, rng=rng)
+                    for leak in leaks:
+                        warnings.warn(leak, PrivacyLeakWarning, stacklevel=3)
+                    return self._moments_results(scale, [clip_choice.release], leaks, budget, preprocess=preprocess,
+                                                 inference=inference, delta=delta, tau=tau, rng=rng,
+                                                 selection=selection, total=rho0 + rest)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", PrivacyLeakWarning)
                 path = run_on_rows(
@@ -394,6 +420,7 @@ class DPIV2SLS:
             rho2=rho2, preprocess=preprocess, method=method, rho_inf=privacy.rho_of("rho_inf"), init=init,
             schedule=schedule, T_source=steps["T_source"], rho_clip=privacy.rho_of("rho_clip"), kappa=kappa,
             exog_share=exog_share if path.split is not None else 0.0, adaptive_clip=clip_choice,
+            selection=selection,
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
@@ -401,8 +428,6 @@ class DPIV2SLS:
 
     def _fit_moments(self, budget: dict, *, bounds, preprocess, inference, delta, tau, rng) -> DPIVResults:
         """Noisy-moment 2SLS: the whole budget on one moment release (see :mod:`dpivreg.moments`)."""
-        from .inference import moment_inference  # noqa: PLC0415 - keeps the import graph one-way
-
         total = budget["total"]
         leaks: list[str] = []
         scale = working_scale(self._design, bounds, route=preprocess, rho0=total, rng=rng)
@@ -411,6 +436,15 @@ class DPIV2SLS:
             leaks.append("rho = inf: the moments were released without noise (not private).")
         for leak in leaks:
             warnings.warn(leak, PrivacyLeakWarning, stacklevel=3)
+        return self._moments_results(scale, [], leaks, budget, preprocess=preprocess, inference=inference,
+                                     delta=delta, tau=tau, rng=rng, selection=None, total=total)
+
+    def _moments_results(self, scale: WorkingScale, extra_releases: list, leaks: list[str], budget: dict, *,
+                         preprocess: str, inference: bool, delta: float, tau: float, rng: np.random.Generator,
+                         selection, total: float) -> DPIVResults:
+        """2SLS on the scale's (released) moments, its inference and the results object."""
+        from .inference import moment_inference  # noqa: PLC0415 - keeps the import graph one-way
+
         n, q = scale.Z.shape
         k = scale.n_exog
         p = scale.X.shape[1]
@@ -418,12 +452,16 @@ class DPIV2SLS:
         path = _single_estimate_path(theta, beta, k, scale.releases)
         inference_result, inference_note = _run_inference(
             inference, preprocess, lambda: moment_inference(scale, theta, beta, rng=rng))
-        privacy = PrivacyBudget(list(scale.releases), target={"rho0": total} if preprocess == "private" else {})
+        releases = [*scale.releases[:1], *extra_releases, *scale.releases[1:]]
+        target = {"rho0": total} if preprocess == "private" else {}
+        if extra_releases:
+            target = {"rho0": total - budget["rho_clip"], "rho_clip": budget["rho_clip"]}
+        privacy = PrivacyBudget(releases, target=target)
         settings = FitSettings(
             T=0, eta=0.0, alpha=0.0, eta_source="none", alpha_source="none", clip1=None, clip2=None,
             clip_source="entries of the bounded columns in [-1, 1]", calibration="exact", tau=tau,
             rho0=privacy.rho0, rho1=0.0, rho2=0.0, preprocess=preprocess, method="moments", rho_inf=0.0,
-            init="none", schedule="none", T_source="none",
+            init="none", schedule="none", T_source="none", rho_clip=privacy.rho_of("rho_clip"), selection=selection,
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["solve_2sls", "residual_variance_from_moments", "moment_noise_covariance", "FLOOR"]
+__all__ = ["solve_2sls", "residual_variance_from_moments", "moment_draws", "moment_noise_covariance", "FLOOR"]
 
 #: Relative floor of the spectra inverted by :func:`solve_2sls` (of the largest eigenvalue).
 FLOOR = 1e-6
@@ -62,8 +62,18 @@ def residual_variance_from_moments(S: np.ndarray, q: int, n_exog: int, beta: np.
     return float(max(value, 0.0))
 
 
+def moment_draws(released: np.ndarray, noise: np.ndarray, to_working, q: int, n_exog: int,
+                 p_endog: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The plug-in world's solution and draws of the noisy-moment 2SLS estimate (working scale): the released
+    moments are the world's truth, each draw re-releases them with a fresh draw of the noise (``noise``,
+    (R, D, D), on the release's scale). Returns (β_plugin (p,), Θ draws (R, q, p_endog), β draws (R, p))."""
+    _, beta_plugin = solve_2sls(to_working(released), q, n_exog, p_endog)
+    theta, beta = solve_2sls(to_working(released + noise), q, n_exog, p_endog)
+    return beta_plugin, theta, beta
+
+
 def moment_noise_covariance(released: np.ndarray, noise: np.ndarray, to_working, q: int, n_exog: int,
-                            p_endog: int) -> tuple[np.ndarray, np.ndarray]:
+                            p_endog: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Covariance and mean shift of the noisy-moment 2SLS estimate on the working scale, by simulation.
 
     The plug-in world's moments are the released ones; each replication releases them again with a fresh
@@ -72,7 +82,6 @@ def moment_noise_covariance(released: np.ndarray, noise: np.ndarray, to_working,
     β (p, p), their mean minus the plug-in solution (the estimator's simulated bias) and the simulated first
     stages (R, q, p_endog).
     """
-    _, beta_plugin = solve_2sls(to_working(released), q, n_exog, p_endog)
-    theta, beta = solve_2sls(to_working(released + noise), q, n_exog, p_endog)
+    beta_plugin, theta, beta = moment_draws(released, noise, to_working, q, n_exog, p_endog)
     p = beta.shape[-1]
     return np.cov(beta, rowvar=False, ddof=1).reshape(p, p), beta.mean(axis=0) - beta_plugin, theta

@@ -43,6 +43,7 @@ estimand, so only scaling and (uncentred) whitening are applied.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_s
 from .privacy import Release, check_rho
 
 __all__ = ["WorkingScale", "ReleasedMoments", "PREPROCESS_ROUTES", "validate_bounds", "working_scale",
-           "free_columns", "n_free_instruments", "box_columns"]
+           "repeat_moment_release", "free_columns", "n_free_instruments", "box_columns"]
 
 PREPROCESS_ROUTES = ("private", "bounds", "data")
 Bounds = Mapping[str, tuple[float, float]]
@@ -93,11 +94,13 @@ class ReleasedMoments:
         L = self.working_map
         return L @ M @ L.T
 
-    def noise_draws(self, rng: np.random.Generator, replications: int) -> np.ndarray:
+    def noise_draws(self, rng: np.random.Generator, replications: int, sigma: float | None = None) -> np.ndarray:
         """Draws (replications, D, D) of the release's noise: symmetric, N(0, σ²) on the upper triangle of
-        every entry the release noised (none on the constant's own entry, which is known)."""
+        every entry the release noised (none on the constant's own entry, which is known); ``sigma``
+        overrides σ (e.g. the noise a release with another budget would have)."""
         D = self.matrix.shape[0]
-        upper = np.triu(rng.standard_normal((replications, D, D)) * self.sigma)
+        sigma = self.sigma if sigma is None else sigma
+        upper = np.triu(rng.standard_normal((replications, D, D)) * sigma)
         E = upper + np.swapaxes(np.triu(upper, 1), 1, 2)
         E[:, 0, 0] = 0.0
         if not self.released_constant:
@@ -463,6 +466,42 @@ def _with_units(scales: pd.Series, free: list, unit: np.ndarray) -> pd.Series:
     scaled = scales.copy()
     scaled[free] = scales[free].to_numpy() * unit
     return scaled
+
+
+def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float,
+                          rng: np.random.Generator) -> WorkingScale:
+    """A second, independent release (budget ``rho``) of the same box moments as ``scale``'s private release,
+    combined with it by inverse-variance weights.
+
+    Two Gaussian releases of one statistic with noise σ₁, σ₂ are, after this weighting, exactly one release
+    with σ = (σ₁⁻² + σ₂⁻²)^(−1/2), i.e. at ρ₁ + ρ₂ (zCDP composes additively): nothing of the first release is
+    wasted. The working scale (built from the first release) is kept; 2SLS on the moments does not depend on
+    it. Returns the scale with the combined moments and both records.
+    """
+    if scale.route != "private" or scale.moments is None:
+        raise ValueError("a repeated moment release needs the private route's first release.")
+    rho = check_rho(rho, "rho")
+    constant = design.constant_name if getattr(design, "is_dask", False) else _constant_name(design)
+    free = free_columns(design, constant)
+    first = scale.moments
+    centres, scales = scale.bound_centres[free].to_numpy(), scale.bound_scales[free].to_numpy()
+    if getattr(design, "is_dask", False):
+        from ._dask import dask_moment_sum  # noqa: PLC0415 - dask is optional
+
+        outer = dask_moment_sum(design, free, centres, scales, first.released_constant)
+    else:
+        frame = pd.concat([design.dependent, design.exog, design.endog, design.instruments], axis=1)
+        V = np.column_stack([(frame[c].to_numpy(dtype=np.float64) - centres[j]) / scales[j]
+                             for j, c in enumerate(free)]) if free else np.zeros((design.nobs, 0))
+        outer = box_moment_sum(V, first.released_constant)  # clipping to [−1, 1] is clipping to the bounds
+    second, record, sigma = moments_from_sum(outer, design.nobs, with_constant=first.released_constant,
+                                             route="private", rho=rho, rng=rng)
+    record = dataclasses.replace(record, name=record.name + ", second release")
+    w1, w2 = first.sigma ** -2.0, sigma ** -2.0
+    combined = (w1 * first.matrix + w2 * second) / (w1 + w2)
+    combined[0, 0] = 1.0
+    moments = ReleasedMoments(combined, (w1 + w2) ** -0.5, first.released_constant, first.working_map)
+    return dataclasses.replace(scale, moments=moments, releases=(*scale.releases, record))
 
 
 def free_columns(design: IVDesign, constant: str | None) -> list:

@@ -106,6 +106,8 @@ class FitSettings:
         Share of each stage's budget on the exogenous clipping group (0 without group clipping).
     adaptive_clip : AdaptiveClip or None
         The private clipping release and its outcome (``clip="adaptive"``).
+    selection : Selection or None
+        The default's choice between DP-2S-GD and noisy moments (``method="auto"``), or None.
     """
 
     T: int
@@ -131,6 +133,7 @@ class FitSettings:
     kappa: float = 0.0
     exog_share: float = 0.0
     adaptive_clip: Any = None
+    selection: Any = None
 
 
 def _fmt(value: float, digits: int = 4) -> str:
@@ -401,10 +404,14 @@ class DPIVResults:
             ("Estimator:", self.estimator),
             ("No. Observations:", str(self.nobs)),
         ]
+        if s.selection is not None:
+            left.append(("Chosen by:", f"predicted error ratio {_fmt(s.selection.error_ratio, 3)}"))
         if s.method == "moments":
-            left += [("Method:", "2SLS on one release of the second moments"),
+            left += [("Method:", "2SLS on released second moments"),
                      ("Preprocessing:", self._preprocess_label()), ("Bounds:", self._scaling_label())]
             right = [("rho (zCDP, moments):", _fmt(priv.rho0))]
+            if priv.rho_of("rho_clip"):
+                right.append(("rho_clip (zCDP, clipping):", _fmt(priv.rho_of("rho_clip"))))
         else:
             left += [
                 ("Iterations T:", f"{s.T} ({s.T_source})"),
@@ -535,6 +542,13 @@ class DPIVResults:
                                       if self._settings.method == "gd" else
                                       "The Theorem is proved for method 'gd'; kappa here is the preconditioned "
                                       "iteration's contraction."))
+        if self._settings.selection is not None:
+            sel = self._settings.selection
+            other = "noisy moments" if sel.estimator == "DP-2S-GD" else "DP-2S-GD"
+            notes.append(
+                f"Estimator chosen by the default (method 'auto') over {other}: predicted median privacy-noise error of "
+                f"the endogenous coefficients, DP-2S-GD / noisy moments = {sel.error_ratio:.3g} (post-processing of "
+                "the moment and clipping releases; both routes spend the same total budget).")
         if self._settings.adaptive_clip is not None:
             clip = self._settings.adaptive_clip
             notes.append(

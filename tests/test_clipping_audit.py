@@ -1,0 +1,279 @@
+"""The private adaptive clip (:func:`dpivreg.clipping.adaptive_clip`): exact values and an empirical audit.
+
+The mechanism
+-------------
+At the public starting point (Θ⁽⁰⁾, β⁽⁰⁾, the preconditioner root W⁽⁰⁾) every row's gradient norm in each of G
+clipping groups (here G = 4: stage 1's exogenous and instrument rows, stage 2's exogenous and endogenous
+coordinates) is counted into a histogram over public bins; the G histograms are released with i.i.d.
+N(0, σ²) noise on every count, σ = Δ/sqrt(2ρ), Δ = √(2G) (replacing one row moves one count in each
+histogram). The thresholds are post-processing of the noisy counts. Claimed: ρ-zCDP (μ = sqrt(2ρ)).
+
+The audit
+---------
+Neighbours share n − 1 rows; the canary row's norms fall in a low bin of every histogram in D and in a high
+bin in D′, so the counts differ by ±1 in 2G places: ‖d‖ = √(2G) = Δ, the worst case. With its own norms and
+histograms (no shared code), the auditor forms S = ⟨u − mid, d⟩/σ² from each released u (the exact LLR of
+the claimed mechanism: N(±μ²/2, μ²)), and Clopper–Pearson bounds give μ_lb as in the DP-2S-GD audit.
+
+A second distinguisher reads the released *thresholds* (which feed the iteration and are published): "D iff
+the thresholds are those the exact rule gives on D". For the correct mechanism the thresholds are
+post-processing of the noisy counts, so this cannot beat μ; a mechanism that computed them from the exact
+counts (broken variant) is separated perfectly on neighbours where one row moves the exact threshold.
+
+n = 50, ρ = 2.5 (μ = 2.236), 2,000 releases per dataset (about a second).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from unittest import mock
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import dpivreg.clipping as clipping
+from dpivreg.engine import row_source
+from dpivreg.mechanisms import clip_from_histogram, histogram_counts, log_grid, release_histogram_counts
+
+from test_privacy_audit import CONF, TIGHT, expected_mu_lb, mu_lower_bound
+
+N_ROWS, Q, P, N_EXOG = 50, 3, 2, 1
+G = 4
+RHO = 2.5
+RUNS = 2000
+THETA0 = np.array([[0.1], [0.5], [-0.2]])  # public starting point (the warm start is a release: public)
+BETA0 = np.array([0.2, 0.7])
+RIDGE = 1e-4
+
+assert CONF == 5e-4
+
+
+def auditor_root() -> np.ndarray:
+    """W = L⁻¹ for P = Θ̄ᵀΘ̄ + ridge·I (2×2, Cholesky in closed form; nothing shared with the engine)."""
+    full = np.column_stack([np.eye(Q, N_EXOG), THETA0])
+    Pm = full.T @ full + RIDGE * np.eye(P)
+    a = math.sqrt(Pm[0, 0])
+    b = Pm[1, 0] / a
+    c = math.sqrt(Pm[1, 1] - b * b)
+    return np.array([[1 / a, 0.0], [-b / (a * c), 1 / c]])
+
+
+def auditor_norms(Z, X, Y) -> list[np.ndarray]:
+    """Per-row group norms from the explicit per-sample gradients at the start."""
+    W = auditor_root()
+    rows = []
+    for z, x, y in zip(Z, X, Y):
+        r = z @ THETA0 - x[N_EXOG:]
+        x_hat = np.concatenate([z[:N_EXOG], THETA0.T @ z])
+        x_tilde = W @ x_hat
+        e = x_hat @ BETA0 - y
+        g1 = np.outer(z, r)  # stage 1 gradient (q × p_endog)
+        g2 = x_tilde * e
+        rows.append([np.linalg.norm(g1[:N_EXOG]), np.linalg.norm(g1[N_EXOG:]), np.linalg.norm(g2[:N_EXOG]),
+                     np.linalg.norm(g2[N_EXOG:])])
+    return [np.array(col) for col in zip(*rows)]
+
+
+def auditor_edges() -> list[np.ndarray]:
+    """Public bins: √2-wide, around √(dimension) of each group (exog rows 1·1, instrument rows 2·1, 1, 1)."""
+    return [math.sqrt(d) * np.sqrt(2.0) ** np.arange(-16, 25) for d in (1, 2, 1, 1)]
+
+
+def auditor_counts(data) -> np.ndarray:
+    out = []
+    for v, e in zip(auditor_norms(*data), auditor_edges()):
+        index = np.clip(np.searchsorted(e, v, side="right") - 1, 0, len(e) - 2)
+        out.append(np.bincount(index, minlength=len(e) - 1))
+    return np.array(out, dtype=float)
+
+
+def neighbours(sensitive: bool = False, seed: int = 11):
+    """(Z, X, Y) of D and D′: shared rows near the start, the canary last (small norms in D, large in D′).
+
+    ``sensitive=True``: three shared rows with large norms too, so that with K = ½√50 = 3.54 rows allowed above
+    the threshold the canary moves the *exact* rule's thresholds (3 rows above in D, 4 in D′).
+    """
+    rng = np.random.default_rng(seed)
+    m = N_ROWS - 1
+    Z = np.column_stack([np.ones(m), rng.standard_normal((m, Q - 1))])
+    X = np.column_stack([np.ones(m), Z @ THETA0 + 0.3 * rng.standard_normal((m, 1))])
+    Y = X @ BETA0 + 0.3 * rng.standard_normal(m)
+    if sensitive:
+        Z[:3, 1], X[:3, 1], Y[:3] = 3.0, 40.0, 60.0
+    small = (np.array([1.0, 0.1, 0.0]), np.array([1.0, 0.06]), 0.25)
+    large = (np.array([1.0, 3.0, 0.0]), np.array([1.0, 40.0]), 60.0)
+    return [(np.vstack([Z, z]), np.vstack([X, x]), np.append(Y, y)) for z, x, y in (small, large)]
+
+
+def release(data, rng):
+    rows, _, _ = row_source(*data, N_EXOG)
+    try:
+        W0 = auditor_root()  # the same public matrix the package computes (checked below)
+        return clipping.adaptive_clip(rows, THETA0, BETA0, W0, N_EXOG, rho=RHO, rng=rng)
+    finally:
+        rows.close()
+
+
+def claimed_sigma() -> float:
+    return math.sqrt(2.0 * G) / math.sqrt(2.0 * RHO)
+
+
+def run_audit(seed: int, *, sensitive: bool = False, patches: dict | None = None, runs: int = RUNS):
+    worlds = neighbours(sensitive)
+    counts = [auditor_counts(w) for w in worlds]
+    d, mid = counts[0] - counts[1], (counts[0] + counts[1]) / 2.0
+    exact_thresholds = tuple(_exact_rule(counts[0]))
+    sigma = claimed_sigma()
+    S = np.zeros((2, runs))
+    same = np.zeros((2, runs), dtype=bool)
+    records = set()
+    with (mock.patch.multiple(clipping, **patches) if patches else contextlib.nullcontext()):
+        for w, data in enumerate(worlds):
+            rng = np.random.default_rng([seed, w])
+            for r in range(runs):
+                out = release(data, rng)
+                S[w, r] = np.sum((out.noisy_counts - mid) * d) / sigma**2
+                same[w, r] = _thresholds(out) == exact_thresholds
+                records.add(out.release.rho)
+    fp, fn = int(np.count_nonzero(S[1] > 0)), int(np.count_nonzero(S[0] <= 0))
+    fp_t, fn_t = int(np.count_nonzero(same[1])), int(np.count_nonzero(~same[0]))
+    return dict(S=S, mu_lb=mu_lower_bound(fp, fn, runs), mu_lb_thresholds=mu_lower_bound(fp_t, fn_t, runs),
+                mu_canary=float(np.linalg.norm(d) / sigma), records=records, fp=fp, fn=fn)
+
+
+def _thresholds(out) -> tuple:
+    return (*out.clip1, *out.clip2)
+
+
+def _exact_rule(counts: np.ndarray) -> list[float]:
+    return [clip_from_histogram(c, e, target=0.5 * math.sqrt(N_ROWS), sigma=0.0)
+            for c, e in zip(counts, auditor_edges())]
+
+
+# ----------------------------------------------------------------------------------------
+# exact values
+# ----------------------------------------------------------------------------------------
+def test_histogram_release_record_is_exact():
+    counts = np.arange(12.0).reshape(G, 3)
+    noisy, record, sigma = release_histogram_counts(counts, rho=RHO, rng=np.random.default_rng(0), name="h",
+                                                    stage="rho_clip")
+    assert record.sensitivity == pytest.approx(math.sqrt(2 * G), rel=1e-15)
+    assert sigma == pytest.approx(claimed_sigma(), rel=1e-15) and record.noise_std == sigma
+    assert record.rho == pytest.approx(RHO, rel=1e-12) and record.stage == "rho_clip"
+    exact, _, zero = release_histogram_counts(counts, rho=math.inf, rng=np.random.default_rng(0), name="h",
+                                              stage="rho_clip")
+    assert zero == 0.0 and np.array_equal(exact, counts)
+
+
+def test_package_counts_equal_the_auditors_and_the_worst_case_is_attained():
+    """The released histograms' exact part equals the auditor's (its own norms and bins), for any split of the
+    rows into blocks; the canary changes 2G counts by one (‖d‖ = √(2G) = Δ, the claimed sensitivity)."""
+    worlds = neighbours()
+    for data in worlds:
+        with mock.patch.object(clipping, "release_histogram_counts",
+                               lambda counts, **kw: (counts, None, 0.0)):
+            out = release(data, np.random.default_rng(0))
+        np.testing.assert_array_equal(out.noisy_counts, auditor_counts(data))
+        for e_pkg, e_aud in zip(out.edges, auditor_edges()):
+            np.testing.assert_allclose(e_pkg, e_aud, rtol=1e-15)
+        Z, X, Y = data
+        whole = clipping.gradient_norm_counts(Z, X[:, N_EXOG:], Y, _M(), N_EXOG, True, out.edges)[0]
+        halves = [clipping.gradient_norm_counts(Z[s], X[s, N_EXOG:], Y[s], _M(), N_EXOG, True, out.edges)[0]
+                  for s in (slice(0, 17), slice(17, None))]
+        np.testing.assert_array_equal(whole, halves[0] + halves[1])
+    d = auditor_counts(worlds[0]) - auditor_counts(worlds[1])
+    assert np.count_nonzero(d) == 2 * G and np.all(np.abs(d[d != 0]) == 1)
+    assert np.linalg.norm(d) == pytest.approx(math.sqrt(2 * G))
+    assert release(worlds[0], np.random.default_rng(0)).noisy_counts.shape == d.shape
+
+
+def _M():
+    from dpivreg.kernels import pass_matrix
+
+    return pass_matrix(THETA0, BETA0, auditor_root().T, N_EXOG)[0]
+
+
+def test_threshold_rule_exact_values():
+    """The smallest edge with at most K rows above it, bins at or below 3σ treated as empty."""
+    edges = log_grid(1.0, below=1, above=2)  # 2^-0.5 … 2^2: 6 bins
+    counts = np.array([10.0, 20.0, 5.0, 2.0, 1.0, 0.0])
+    assert clip_from_histogram(counts, edges, target=3.0, sigma=0.0) == edges[3]  # 2 + 1 rows above edge 3
+    assert clip_from_histogram(counts, edges, target=0.5, sigma=0.0) == edges[5]
+    assert clip_from_histogram(counts, edges, target=3.0, sigma=1.0) == edges[3]  # 2 and 1 are ≤ 3σ: empty
+    assert clip_from_histogram(counts, edges, target=1.0, sigma=2.0) == edges[2]  # only bins > 6 count
+    assert clip_from_histogram(counts + 100.0, edges, target=1.0, sigma=0.0) == edges[-1]
+
+
+# ----------------------------------------------------------------------------------------
+# the audit
+# ----------------------------------------------------------------------------------------
+def test_clipping_audit_is_sound_and_tight():
+    """Soundness μ_lb ≤ 2.236; tightness μ_lb ≥ 0.8·2.236 (expected ≈ 2.0 for an exact mechanism with 2,000
+    runs, delta-method sd 0.044: the floor is > 3.5 sd below). S is N(±μ²/2, μ²) (KS p > 1e-6, mean and sd
+    within 5 standard errors). The threshold distinguisher stays below the claim as well."""
+    a = run_audit(seed=21)
+    mu = math.sqrt(2 * RHO)
+    assert len(a["records"]) == 1 and a["records"].pop() == pytest.approx(RHO, rel=1e-12)
+    assert a["mu_canary"] == pytest.approx(mu, rel=1e-12)
+    for w, sign in ((0, 1.0), (1, -1.0)):
+        std = (a["S"][w] - sign * mu**2 / 2) / mu
+        assert stats.kstest(std, "norm").pvalue > 1e-6
+        assert abs(std.mean()) < 5 / math.sqrt(RUNS) and abs(std.std(ddof=1) - 1) < 5 / math.sqrt(2 * RUNS)
+    assert a["mu_lb"] <= mu
+    expected, sd = expected_mu_lb(mu, RUNS)
+    assert TIGHT * mu <= expected - 3.5 * sd
+    assert a["mu_lb"] >= TIGHT * mu
+    assert a["mu_lb_thresholds"] <= mu
+    sensitive = run_audit(seed=22, sensitive=True)
+    assert sensitive["mu_lb"] <= mu and sensitive["mu_lb_thresholds"] <= mu
+
+
+class _UnnoisedQuantile:
+    """Bug: the histograms are released with noise, but the thresholds are computed from the exact counts."""
+
+    def __init__(self) -> None:
+        self.exact = None
+        self.calls = 0
+
+    def release(self, counts, **kwargs):
+        self.exact, self.calls = counts.copy(), 0
+        return release_histogram_counts(counts, **kwargs)
+
+    def clip(self, noisy, edges, *, target, sigma, threshold=3.0):
+        exact = self.exact[self.calls]
+        self.calls += 1
+        return clip_from_histogram(exact, edges, target=target, sigma=0.0, threshold=threshold)
+
+
+def _one_histogram_sensitivity(counts, *, rho, rng, name, stage):
+    """Bug: Δ = √2, the sensitivity of ONE histogram, for G of them (σ is √G = 2 times too small)."""
+    sigma = math.sqrt(2.0) / math.sqrt(2.0 * rho)
+    noisy, record, _ = release_histogram_counts(counts, rho=rho, rng=rng, name=name, stage=stage)
+    return counts + (noisy - counts) * (sigma / record.noise_std), record, sigma
+
+
+@pytest.mark.parametrize("bug", ["one_histogram_sensitivity", "unnoised_quantile"])
+def test_clipping_audit_catches_broken_releases(bug):
+    """one_histogram_sensitivity: true μ = 2·2.236, the counts LLR separates the worlds (μ_lb > 2.236).
+    unnoised_quantile: on neighbours where one row moves the exact rule's thresholds, the released thresholds
+    identify the world every time (μ_lb = 5.34, the largest 2,000 runs can certify) although the counts are
+    correctly noised (their audit stays sound)."""
+    mu = math.sqrt(2 * RHO)
+    if bug == "one_histogram_sensitivity":
+        a = run_audit(seed=303, patches={"release_histogram_counts": _one_histogram_sensitivity})
+        assert a["mu_lb"] > mu, f"not caught: {a['mu_lb']:.3f}"
+    else:
+        broken = _UnnoisedQuantile()
+        a = run_audit(seed=303, sensitive=True, patches={"release_histogram_counts": broken.release,
+                                                         "clip_from_histogram": broken.clip})
+        assert a["mu_lb"] <= mu
+        assert a["mu_lb_thresholds"] > mu, f"not caught: {a['mu_lb_thresholds']:.3f}"
+
+
+def test_package_root_at_the_start_equals_the_auditors():
+    from dpivreg.engine import preconditioner_root
+
+    np.testing.assert_allclose(preconditioner_root(THETA0, np.eye(Q), N_EXOG, RIDGE, "cholesky"), auditor_root(),
+                               rtol=1e-12)
