@@ -349,10 +349,12 @@ class DPIVResults:
         """
         self._require_iteration("the Theorem's error bound")
         d, priv = self.design, self.privacy
-        return theory.error_bound(
-            self.nobs, len(d.regressor_names), len(d.z_names), self._settings.T,
-            priv.rho1, priv.rho2, tau=self._settings.tau, kappa=self._bound_kappa(),
-        )
+        n, p, q, tau = self.nobs, len(d.regressor_names), len(d.z_names), self._settings.tau
+        start_error = 1.0
+        if self._settings.init == "moments":  # as theory.plan(init="moments"): a start as good as 2SLS
+            start_error = min(theory.statistical_term(n, p, q, tau), 1.0)
+        return theory.error_bound(n, p, q, self._settings.T, priv.rho1, priv.rho2, tau=tau, kappa=self._bound_kappa(),
+                                  start_error=start_error)
 
     def _require_iteration(self, what: str) -> None:
         if self._settings.method == "moments":
@@ -495,7 +497,7 @@ class DPIVResults:
         c = self.contraction
         rows.append(("κ_β, κ_Θ (second, first stage)", f"{_fmt(c.kappa_beta)}, {_fmt(c.kappa_theta)}"))
         if self._settings.init == "moments":
-            rows.append(("Start", "warm: optimisation term × its error"))
+            rows.append(("Start", "warm: optimisation term × statistical"))
         return SimpleTable(
             [[v] for _, v in rows], stubs=[k for k, _ in rows], txt_fmt=copy.deepcopy(fmt_2cols),
             title="Error bound components (Theorem, up to constants)",

@@ -216,6 +216,13 @@ def _check_T_array(T: ArrayLike) -> tuple[np.ndarray, bool]:
     return arr, arr.ndim == 0
 
 
+def _check_start_error(value: float) -> float:
+    value = _real(value, "start_error")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"start_error must be a finite number > 0, got {value!r}.")
+    return value
+
+
 def _check_target(target: float) -> float:
     target = _real(target, "target")
     if not (math.isfinite(target) and target > 0):
@@ -938,6 +945,7 @@ def error_bound(
     *,
     tau: float = DEFAULT_TAU,
     kappa: float,
+    start_error: float = 1.0,
 ) -> ErrorBound:
     """Evaluate the Theorem's bound, its regime and its conditions at one T.
 
@@ -958,6 +966,9 @@ def error_bound(
         Confidence parameter τ > 0.
     kappa : float
         Contraction rate in (0, 1).
+    start_error : float, default 1
+        The optimisation term's factor: the starting point's distance to β̂ (1 for the Algorithm's zero
+        start, up to constants; a warm start's smaller error, see :func:`plan`).
 
     Returns
     -------
@@ -968,8 +979,11 @@ def error_bound(
     T = _check_scalar_T(T)
     rho1, rho2 = _check_rho(rho1, "rho1"), _check_rho(rho2, "rho2")
     tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    start_error = _check_start_error(start_error)
     a = _privacy_coef(n, p, q, min(rho1, rho2), tau)
     opt, priv, stat, total = (float(x[0]) for x in _terms(np.array([T]), kappa, a, _statistical(n, p, q, tau)))
+    opt *= start_error
+    total = opt + priv + stat
     values = (opt, priv, stat)
     return ErrorBound(
         n=n,
@@ -1054,6 +1068,8 @@ class Plan:
         Boundaries of the regimes.
     bound : ErrorBound
         The bound at ``recommended_T``.
+    init : str
+        The starting point planned for (``"zero"`` or ``"moments"``).
     """
 
     n: float
@@ -1068,6 +1084,7 @@ class Plan:
     t_condition_limit: float
     regime_boundaries: RegimeBoundaries
     bound: ErrorBound
+    init: str = "zero"
 
     @property
     def T_max(self) -> int:
@@ -1080,7 +1097,7 @@ class Plan:
         lines = [
             "DP-2S-GD error-bound plan (Theorem 1, up to constants, c = 1)",
             f"  n = {self.n:g}, p = {self.p:g}, q = {self.q:g}, rho1 = {self.rho1:g}, rho2 = {self.rho2:g}, "
-            f"tau = {self.tau:g}, kappa = {self.kappa:g}",
+            f"tau = {self.tau:g}, kappa = {self.kappa:g}, start = {self.init}",
             f"  recommended T     : {self.recommended_T}  (bound {_fmt(b.total)} = optimization "
             f"{_fmt(b.optimization)} + privacy {_fmt(b.privacy)} + statistical {_fmt(b.statistical)})",
             f"  regime at that T  : {b.regime}",
@@ -1176,10 +1193,17 @@ def plan(
     tau: float = DEFAULT_TAU,
     kappa: float = 0.5,
     T_max: int | None = None,
+    init: str = "zero",
+    start_error: float | None = None,
 ) -> Plan:
     """Tabulate the bound of Theorem 1 (eq. (e_beta(T) bound thm2)) over T and recommend a T.
 
-    Up to constants, c = 1.
+    Up to constants, c = 1. The Theorem starts from zero (the Algorithm, ``fit(init="zero")``). From a warm
+    start (``init="moments"``, the default fit) the optimisation term κ^(T/2) is multiplied by the start's
+    distance to β̂: by default the statistical term, i.e. a start as good as 2SLS up to constants (the
+    released moments are precise enough to whiten the instruments, hence to give a consistent 2SLS), so
+    that far fewer steps are recommended. (The default fit chooses its T from the moment release's
+    whitening error instead, see :mod:`dpivreg.tuning`; this plan shows the Theorem's view of it.)
 
     Parameters
     ----------
@@ -1198,6 +1222,11 @@ def plan(
         Largest T of the table. Default: ``max(100, 4·recommended T)``, extended to
         ``⌈2·T condition limit⌉`` when that is at most ten times as far, capped at ``10**6``:
         enough to pass the minimum of the total, and the T condition limit when it is nearby.
+    init : {"zero", "moments"}, default "zero"
+        The starting point of the fit being planned.
+    start_error : float, optional
+        The optimisation term's factor (the start's distance to β̂, up to constants): 1 for ``"zero"``, the
+        statistical term for ``"moments"`` unless given.
 
     Returns
     -------
@@ -1207,8 +1236,14 @@ def plan(
     p, q = _check_dims(p, q)
     rho1, rho2 = _check_rho(rho1, "rho1"), _check_rho(rho2, "rho2")
     tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    if init not in ("zero", "moments"):
+        raise ValueError(f"init must be 'zero' or 'moments', got {init!r}.")
     a, s = _coefficients(n, p, q, rho1, rho2, tau)
-    T_rec = _argmin_T(kappa, a, s)
+    if start_error is None:
+        start_error = 1.0 if init == "zero" else min(s, 1.0)
+    start_error = _check_start_error(start_error)
+    # start_error·κ^(T/2) + a√T + s = start_error·(κ^(T/2) + (a/c)√T + s/c): the same argmin problem
+    T_rec = _argmin_T(kappa, a / start_error, s / start_error)
     bounds = regime_boundaries(n, p, q, rho1, rho2, tau, kappa)
     if T_max is None:
         T_max = _default_T_max(T_rec, bounds.t_limit)
@@ -1219,6 +1254,8 @@ def plan(
         T_max = int(T_max_value)
     T_grid = np.arange(1, T_max + 1, dtype=float)
     opt, priv, stat, total = _terms(T_grid, kappa, a, s)
+    opt = opt * start_error
+    total = opt + priv + stat
     table = pd.DataFrame(
         {"optimization": opt, "privacy": priv, "statistical": stat, "total": total},
         index=pd.RangeIndex(1, T_max + 1, name="T"),
@@ -1239,7 +1276,8 @@ def plan(
         recommended_T=T_rec,
         t_condition_limit=bounds.t_limit,
         regime_boundaries=bounds,
-        bound=error_bound(n, p, q, T_rec, rho1, rho2, tau=tau, kappa=kappa),
+        bound=error_bound(n, p, q, T_rec, rho1, rho2, tau=tau, kappa=kappa, start_error=start_error),
+        init=init,
     )
 
 

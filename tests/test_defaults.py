@@ -238,3 +238,23 @@ def test_labsup_default_is_within_a_tenth_of_a_standard_error():
         covered.append(ci["lower"] <= -5.5112 <= ci["upper"])
     assert np.median(errors) <= 0.1
     assert all(covered)
+
+
+def test_plan_knows_the_start():
+    """plan(init="moments") scales the optimisation term by the start's error (default: the statistical term) and
+    so recommends fewer steps than the Theorem's zero start; error_bound takes the same factor."""
+    from dpivreg import plan
+    from dpivreg.theory import error_bound, statistical_term
+
+    zero, warm = plan(31857, 2, 2, 1, 1), plan(31857, 2, 2, 1, 1, init="moments")
+    s = statistical_term(31857, 2, 2)
+    assert warm.init == "moments" and warm.recommended_T < zero.recommended_T
+    np.testing.assert_allclose(warm.table["optimization"], s * zero.table["optimization"], rtol=1e-12)
+    assert warm.table["total"].idxmin() == warm.recommended_T
+    b = error_bound(31857, 2, 2, 5, 1, 1, kappa=0.5, start_error=0.1)
+    assert b.optimization == pytest.approx(0.1 * 0.5 ** 2.5) and b.total == pytest.approx(
+        b.optimization + b.privacy + b.statistical)
+    with pytest.raises(ValueError, match="init"):
+        plan(1000, 1, 1, 1, 1, init="warm")
+    with pytest.raises(ValueError, match="start_error"):
+        plan(1000, 1, 1, 1, 1, start_error=0)
