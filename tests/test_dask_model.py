@@ -226,7 +226,10 @@ def test_benchmark_equals_linearmodels(frames):
     {"preprocess": "data"},
     {"method": "gd"},
     {"bounds": {k: v for k, v in BOUNDS.items() if k != "w"}, "clip": "rms"},
-], ids=["private", "bounds", "data", "gd-data-steps", "leaky-bounds-rms"])
+    {"T": None},
+    {"T": None, "method": "moments"},
+    {"init": "zero", "clip": "theorem"},
+], ids=["private", "bounds", "data", "gd-data-steps", "leaky-bounds-rms", "default-choice", "moments", "zero-start"])
 def test_fit_equals_pandas_for_the_same_seed(frames, options):
     df, ddf = frames
     kwargs = {**FIT, **options}
@@ -440,3 +443,20 @@ def test_ill_conditioned_design_benchmark_and_data_steps_match_pandas():
     np.testing.assert_allclose(lazy.params, eager.params, rtol=1e-9)
     np.testing.assert_allclose(bench.params, eager.benchmark.params, rtol=1e-9)
     np.testing.assert_allclose(bench.std_errors, eager.benchmark.std_errors, rtol=1e-9)
+
+
+def test_repeated_moment_release_equals_pandas(frames):
+    """The default's second moment release (when noisy moments are chosen) is the same on Dask as in memory."""
+    from dpivreg.preprocess import repeat_moment_release, working_scale
+
+    df, ddf = frames
+    results = []
+    for data in (df, ddf):
+        model = _model(FORMULA, data)
+        rng = np.random.default_rng(3)
+        scale = working_scale(model.design, BOUNDS, route="private", rho0=0.2, rng=rng)
+        results.append(repeat_moment_release(model.design, scale, rho=1.5, rng=rng))
+    lazy, eager = results
+    np.testing.assert_allclose(lazy.moments.matrix, eager.moments.matrix, rtol=1e-10, atol=1e-14)
+    assert lazy.moments.sigma == pytest.approx(eager.moments.sigma, rel=1e-14)
+    assert [r.rho for r in lazy.releases] == pytest.approx([0.2, 1.5], rel=1e-12)
