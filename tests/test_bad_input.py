@@ -618,7 +618,7 @@ FIT_ARGUMENT_CASES = [
     ({"preprocess": "Private"}, ValueError, r"preprocess must be one of \('private', 'bounds', 'data'\), got 'Private'"),
     ({"preprocess": None}, ValueError, r"preprocess must be one of"),
     ({"method": None}, ValueError, r"method must be one of"),
-    ({"method": "GD"}, ValueError, r"method must be one of \('gd', 'preconditioned', 'moments'\), got 'GD'"),
+    ({"method": "GD"}, ValueError, r"method must be one of \('auto', 'preconditioned', 'gd', 'moments'\), got 'GD'"),
     ({"init": "warm"}, ValueError, r"init must be one of \('moments', 'zero'\)"),
     ({"init": "moments", "preprocess": "bounds"}, ValueError, r'init="moments" needs the moment release'),
     ({"schedule": "geometric"}, ValueError, r"schedule must be one of \('staggered', 'uniform'\)"),
