@@ -29,7 +29,9 @@ coefficient): the median and 90th percentile of |β̂ − β̂_2SLS| in 2SLS (ro
 designs) the true β.
 
     python benchmarks/estimator_comparison.py --quick                 # a smoke run (tests run it)
-    python benchmarks/estimator_comparison.py --out docs/_static/estimator_comparison.csv
+    python benchmarks/estimator_comparison.py --out docs/_static/estimator_comparison.csv \
+        --tables docs/_static --plot docs/_static/estimator_comparison.png    # the docs' tables (hours)
+    python benchmarks/estimator_comparison.py --from-csv docs/_static/estimator_comparison.csv --tables docs/_static
     python benchmarks/estimator_comparison.py --bias --out-bias docs/_static/large_n_bias.csv
 """
 
@@ -278,6 +280,21 @@ def bias_study(quick: bool) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
+def write_tables(table: pd.DataFrame, directory: Path) -> None:
+    """The docs' tables: median and 90th-percentile error (endogenous coefficients) by cell and route, and
+    the intervals' coverage and mean shift for the default and noisy moments."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for value, name in (("median_error_se", "median"), ("p90_error_se", "p90")):
+        out = wide(table, value).round(4)
+        out["default / moments"] = (out["default"] / out["moments"]).round(3)
+        out.reset_index().to_csv(directory / f"estimator_comparison_{name}.csv", index=False)
+    part = table[(table.coefficients == "endogenous") & table.route.isin(["default", "moments", "dp2sgd"])]
+    cover = part.pivot_table(index=["design", "n", "total_rho"], columns="route", sort=False,
+                             values=["cover_2sls", "cover_true", "mean_shift_private_se"])
+    cover.columns = [f"{value} ({route})" for value, route in cover.columns]
+    cover.round(3).reset_index().to_csv(directory / "estimator_comparison_inference.csv", index=False)
+
+
 def plot(table: pd.DataFrame, path: Path) -> None:
     import matplotlib
 
@@ -309,6 +326,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: two small designs, 3 runs")
     parser.add_argument("--out", help="write the comparison table as CSV here")
     parser.add_argument("--plot", help="write the synthetic designs' figure (PNG) here")
+    parser.add_argument("--tables", help="write the docs' summary tables (CSV) into this directory")
+    parser.add_argument("--from-csv", help="summarise an earlier run's --out CSV instead of running")
     parser.add_argument("--bias", action="store_true", help="run the large-n bias study instead")
     parser.add_argument("--out-bias", help="write the bias study as CSV here")
     args = parser.parse_args()
@@ -320,7 +339,7 @@ def main() -> None:
             table.to_csv(args.out_bias, index=False)
         return
     start = time.perf_counter()
-    table = comparison(args.quick)
+    table = pd.read_csv(args.from_csv) if args.from_csv else comparison(args.quick)
     for value in ("median_error_se", "p90_error_se", "mean_shift_private_se", "cover_2sls", "cover_true"):
         print(f"\n{value} (endogenous coefficients)")
         print(wide(table, value).round(3).to_string())
@@ -330,6 +349,8 @@ def main() -> None:
     print(f"\n{time.perf_counter() - start:.0f} s")
     if args.out:
         table.to_csv(args.out, index=False)
+    if args.tables:
+        write_tables(table, Path(args.tables))
     if args.plot:
         plot(table, Path(args.plot))
 

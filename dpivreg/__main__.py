@@ -9,7 +9,7 @@ import warnings
 DEMO_FORMULA = "weeks ~ 1 + [kids ~ samesex]"
 
 
-def run_demo(*, rho1: float, rho2: float, T: int, seed: int) -> str:
+def run_demo(*, rho1: float, rho2: float, T: int | None, seed: int) -> str:
     """Fit the README's example on the labour-supply data and return the summary text."""
     from .datasets import LABSUP_BOUNDS, LABSUP_CITATION, load_labsup
     from .model import DPIV2SLS
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="fit weeks ~ 1 + [kids ~ samesex] on the labour-supply data")
     demo.add_argument("--rho1", type=float, default=1.0, help="zCDP budget of the first stage (default 1)")
     demo.add_argument("--rho2", type=float, default=1.0, help="zCDP budget of the second stage (default 1)")
-    demo.add_argument("-T", type=int, default=20, help="iterations (default 20)")
+    demo.add_argument("-T", type=int, default=None, help="iterations (default: chosen by the fit)")
     demo.add_argument("--seed", type=int, default=20261129, help="seed of the privacy noise")
     args = parser.parse_args(argv)
     if args.command == "demo":

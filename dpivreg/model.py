@@ -372,7 +372,9 @@ class DPIV2SLS:
                                       clip2=clip2, calibration=calibration, method=method, schedule=shares,
                                       group_share=exog_share)
                 rest = rho1 + rho2 + (budget["rho_inf"] if inference else 0.0)
-                selection = choose_estimator(scale, start, plan, rng=rng,
+                # the prediction's Monte Carlo draws come from a child stream: the fit's own noise stream, and so
+                # the DP-2S-GD branch, is then exactly what method="preconditioned" draws for the same seed
+                selection = choose_estimator(scale, start, plan, rng=_child(rng),
                                              moments_sigma=scale.moments.sigma * math.sqrt(rho0 / (rho0 + rest)))
                 if selection.estimator == "noisy moments":
                     scale = repeat_moment_release(self._design, scale, rho=rest, rng=rng)
@@ -466,6 +468,14 @@ class DPIV2SLS:
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
                            inference_note=inference_note)
+
+
+def _child(rng: np.random.Generator) -> np.random.Generator:
+    """An independent generator that leaves ``rng``'s own stream untouched (numpy's spawn)."""
+    try:
+        return rng.spawn(1)[0]
+    except (TypeError, ValueError):  # a generator without a seed sequence: draw a seed from it instead
+        return np.random.default_rng(int(rng.integers(2**63)))
 
 
 def _adaptive_clip(rows, scale: WorkingScale, start, method: str, *, rho: float, rng: np.random.Generator):

@@ -34,6 +34,18 @@ DEFAULT_OUTDIR = Path("docs/_static/reproduction")
 PAPER_SETTING = dict(preprocess="data", method="gd", calibration="paper", inference=False)
 
 
+def default_budget(rho1: float, rho2: float) -> dict:
+    """The dpivreg default's budgets for a paper split (ρ1, ρ2) at the SAME total ρ1 + ρ2: the stages scaled by
+    c = 1/(1 + 0.2 + 0.05) to leave room for the default's moment release (ρ0 = 0.2 c(ρ1 + ρ2)) and clipping
+    release (ρ_clip = 0.05 c(ρ1 + ρ2)); no inference release (the scripts do not use it)."""
+    from dpivreg.model import DEFAULT_SHARES
+
+    c = 1.0 / (1.0 + DEFAULT_SHARES["rho0"] + DEFAULT_SHARES["rho_clip"])
+    stages = c * (rho1 + rho2)
+    return dict(rho1=c * rho1, rho2=c * rho2, rho0=DEFAULT_SHARES["rho0"] * stages,
+                rho_clip=DEFAULT_SHARES["rho_clip"] * stages)
+
+
 def parser(description: str, *, runs: int, quick_runs: int) -> argparse.ArgumentParser:
     """The common command line: --quick, --outdir, --runs, --seed."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -14,14 +14,18 @@ Two settings, side by side:
   α = 2/(2γ̄+γ̲) read from the data's eigenvalues) and ``calibration="paper"`` (the
   Proposition's noise, which spends only ρk/2: the accountant reports a total of 5, not 10).
   The data-derived preprocessing and step sizes are privacy leaks.
-* ``dpivreg default``: the private pipeline (public bounds from ``simulate_iv``, private
-  moments, the preconditioned iteration, exact calibration). Its budget includes ρ0 for the
-  preprocessing; to keep the TOTAL at 10 we pass ρ0 = 1 and scale the paper's (ρ1, ρ2) by 0.9:
-  (0.9, 8.1), (4.5, 4.5), (8.1, 0.9). Spent totals are written to the CSV.
+* ``dpivreg default``: DP-2S-GD as dpivreg runs it by default (public bounds from
+  ``simulate_iv``, the private moment release, the warm start from it, private adaptive clipping,
+  the staggered schedule and step sizes from the release, exact calibration), at the paper's
+  T = 20 and with ``method="preconditioned"`` (the iteration itself, not the default's choice of
+  estimator). Its budget includes the moment and clipping releases; to keep the TOTAL at 10 the
+  paper's (ρ1, ρ2) are scaled by 0.8 and ρ0 = 2, ρ_clip = 0.5: (0.8, 7.2), (4, 4), (7.2, 0.8)
+  (``_repro.default_budget``). Spent totals are written to the CSV.
 
-For reference, each panel also shows the same iteration WITHOUT any noise (ρ = ∞, the default's
-steps pinned to min(1, 6/T)): its error at T = 20 is the optimisation error, which does not
-shrink with n, and the sampling error ‖β̂_2SLS − β‖ of the benchmark itself.
+For reference, the paper's panels also show the same iteration WITHOUT any noise (ρ = ∞): its
+error at T = 20 is the optimisation error, which does not shrink with n; and every panel the
+sampling error ‖β̂_2SLS − β‖ of the benchmark itself. (Without noise the default starts at the exact
+2SLS solution, so its optimisation error is zero to rounding; the CSV keeps that row.)
 
 Full run (100 runs per point; about 15 min on one core of a busy 2-core machine)::
 
@@ -48,7 +52,6 @@ from dpivreg.datasets import simulate_iv
 T = 20
 RHO_TOTAL = 10.0
 SPLITS = [(1.0, 9.0), (5.0, 5.0), (9.0, 1.0)]
-RHO0 = 1.0  # dpivreg default: preprocessing budget, taken out of the same total of 10
 GRIDS_FULL = {
     5: [1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000],
     # The paper's panel (b) grid is not stated; up to 2·10⁴ keeps the full run near 30 min on
@@ -64,16 +67,14 @@ COLUMNS = ["setting", "p", "q", "n", "rho1", "rho2", "rho0", "rho_total_asked", 
 
 def fit_one(model, sim, setting: str, rho1: float, rho2: float, seed):
     """One fit; returns (β⁽ᵀ⁾, total ρ spent). rho1 = rho2 = inf: the same iteration without any noise."""
-    if np.isinf(rho1) and np.isinf(rho2) and setting != "paper":
-        step = min(1.0, 6.0 / T)  # the default steps; with no noise fit() would switch to 1
-        res = model.fit(rho1=np.inf, rho2=np.inf, rho0=np.inf, T=T, bounds=sim.bounds, eta=step, alpha=step,
-                        seed=seed, inference=False)
-    elif setting == "paper":
+    if setting == "paper":
         res = model.fit(rho1=rho1, rho2=rho2, T=T, seed=seed, **_repro.PAPER_SETTING)
+    elif np.isinf(rho1) and np.isinf(rho2):
+        res = model.fit(rho1=np.inf, rho2=np.inf, rho0=np.inf, rho_clip=np.inf, T=T, bounds=sim.bounds, seed=seed,
+                        inference=False, method="preconditioned")
     else:
-        share = (RHO_TOTAL - RHO0) / RHO_TOTAL
-        res = model.fit(rho1=share * rho1, rho2=share * rho2, rho0=RHO0, T=T, bounds=sim.bounds, seed=seed,
-                        inference=False)
+        res = model.fit(T=T, bounds=sim.bounds, seed=seed, inference=False, method="preconditioned",
+                        **_repro.default_budget(rho1, rho2))
     return res.params.to_numpy(), res.privacy.rho
 
 
@@ -113,11 +114,11 @@ def run(grids: dict[int, list[int]], runs: int, master_seed: int) -> pd.DataFram
                         noiseless[setting].append(np.nan)
             for (setting, (rho1, rho2)), errs in errors.items():
                 mean, se, ok = _repro.mean_se(errs)
-                paper = setting == "paper"
-                share = 1.0 if paper else (RHO_TOTAL - RHO0) / RHO_TOTAL
+                budget = (dict(rho1=rho1, rho2=rho2, rho0=0.0) if setting == "paper"
+                          else _repro.default_budget(rho1, rho2))
                 records.append(dict(
-                    setting=setting, p=p, q=p, n=n, rho1=share * rho1, rho2=share * rho2,
-                    rho0=0.0 if paper else RHO0, rho_total_asked=RHO_TOTAL,
+                    setting=setting, p=p, q=p, n=n, rho1=budget["rho1"], rho2=budget["rho2"],
+                    rho0=budget["rho0"], rho_total_asked=RHO_TOTAL,
                     rho_total_spent=spent.get((setting, (rho1, rho2)), np.nan), runs=runs, failures=runs - ok,
                     mean_error=mean, se_error=se, median_error=float(np.nanmedian(errs)) if ok else np.nan))
             mean, se, _ = _repro.mean_se(reference)
@@ -145,9 +146,9 @@ def slopes(rows: pd.DataFrame) -> list[float]:
 
 
 def paper_split(row) -> tuple[float, float]:
-    """The paper's (ρ1, ρ2) a row stands for (the default setting's are scaled by 0.9)."""
-    share = 1.0 if row["setting"] == "paper" else (RHO_TOTAL - RHO0) / RHO_TOTAL
-    return round(row["rho1"] / share, 6), round(row["rho2"] / share, 6)
+    """The paper's (ρ1, ρ2) a row stands for (the default setting's are scaled, see _repro.default_budget)."""
+    scale = 1.0 if row["setting"] == "paper" else _repro.default_budget(1.0, 0.0)["rho1"]
+    return round(row["rho1"] / scale, 6), round(row["rho2"] / scale, 6)
 
 
 def plot(df: pd.DataFrame, path, reduced_note: str) -> None:
@@ -168,14 +169,15 @@ def plot(df: pd.DataFrame, path, reduced_note: str) -> None:
                     continue
                 r0 = rows.iloc[0]
                 label = (f"ρ1 = {split[0]:g}, ρ2 = {split[1]:g}" if setting == "paper"
-                         else f"ρ1 = {r0['rho1']:g}, ρ2 = {r0['rho2']:g} (+ρ0 = {RHO0:g})")
+                         else f"ρ1 = {r0['rho1']:g}, ρ2 = {r0['rho2']:g} (+ρ0 = {r0['rho0']:g}, ρ_clip)")
                 ax.errorbar(rows["n"], rows["mean_error"], yerr=rows["se_error"], marker="o", ms=4, capsize=3,
                             color=colors[split], label=label)
             ax.plot(ref["n"], ref["mean_error"], ls="--", marker=".", color="grey",
                     label="‖β̂_2SLS − β‖ (2SLS sampling error)")
             floor = sub_p[sub_p["setting"] == NOISELESS[setting]]
-            ax.errorbar(floor["n"], floor["mean_error"], yerr=floor["se_error"], ls="--", marker="s", ms=3,
-                        capsize=2, color="black", label="no noise (ρ = ∞): optimisation error")
+            if setting == "paper":  # the default's noiseless error is zero to rounding (it starts at 2SLS)
+                ax.errorbar(floor["n"], floor["mean_error"], yerr=floor["se_error"], ls="--", marker="s", ms=3,
+                            capsize=2, color="black", label="no noise (ρ = ∞): optimisation error")
             if p == min(ps) and len(sub):
                 n0 = sub["n"].min()
                 y0 = sub[sub["n"] == n0]["mean_error"].min()
@@ -188,7 +190,7 @@ def plot(df: pd.DataFrame, path, reduced_note: str) -> None:
             spent = sub["rho_total_spent"].dropna()
             spent_txt = f", ρ spent {spent.iloc[0]:.3g}" if len(spent) else ""
             title = "paper's practice (data moments, gd, paper calibration)" if setting == "paper" \
-                else "dpivreg default (private pipeline)"
+                else "dpivreg default (DP-2S-GD, warm start)"
             ax.set_title(f"p = q = {p}: {title}\nT = {T}, total ρ asked {RHO_TOTAL:g}{spent_txt}", fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
@@ -207,8 +209,10 @@ def main(argv=None) -> int:
     args.outdir.mkdir(parents=True, exist_ok=True)
     watch = _repro.Stopwatch()
     print(f"error_vs_n: {runs} runs per point; grids {grids}")
+    budget = _repro.default_budget(5.0, 5.0)
     print("Setting 'paper' leaks (data moments, data step sizes) and its calibration spends rho/2; "
-          f"'dpivreg default' spends rho0 = {RHO0:g} + 0.9*(rho1 + rho2) = {RHO_TOTAL:g} in total.")
+          f"'dpivreg default' spends rho0 = {budget['rho0']:g} + rho_clip = {budget['rho_clip']:g} + "
+          f"0.8*(rho1 + rho2) = {RHO_TOTAL:g} in total.")
     df = run(grids, runs, args.seed)
     csv_path, png_path = args.outdir / "error_vs_n.csv", args.outdir / "error_vs_n.png"
     df.to_csv(csv_path, index=False)

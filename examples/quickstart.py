@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     bounds = {column: LABSUP_BOUNDS[column] for column in ("weeks", "kids", "samesex")}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a PrivacyLeakWarning here would be a bug in this example
-        res = DPIV2SLS.from_formula(formula, df).fit(rho1=1, rho2=1, T=20, bounds=bounds, seed=args.seed)
+        res = DPIV2SLS.from_formula(formula, df).fit(rho1=1, rho2=1, bounds=bounds, seed=args.seed)
     print(res.summary())
     print()
     print(f"private estimate beta(kids) = {res.params['kids']:.3f}, 95% CI "
@@ -49,9 +49,10 @@ def main(argv=None) -> int:
     # p = 2 regressors (intercept, kids) and q = 2 instruments (intercept, samesex).
     n, p, q = res.nobs, len(res.design.regressor_names), len(res.design.z_names)
     print()
-    pl = plan(n, p, q, rho1=1.0, rho2=1.0)
+    pl = plan(n, p, q, rho1=1.0, rho2=1.0, init="moments")  # the default fit starts from the private moments
     print(pl.summary())
-    print(f"\nplan(n={n}, p={p}, q={q}, rho1=1, rho2=1).recommended_T = {pl.recommended_T}")
+    print(f"\nplan(n={n}, p={p}, q={q}, rho1=1, rho2=1, init='moments').recommended_T = {pl.recommended_T} "
+          f"(the fit chose T = {res.settings.T} from its moment release)")
     print("bound components (constants 1) around it:")
     lo, hi = max(1, pl.recommended_T - 3), pl.recommended_T + 3
     print(pl.table.loc[lo:hi].to_string(float_format=lambda v: f"{v:.4g}"))

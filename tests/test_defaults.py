@@ -135,6 +135,9 @@ def test_choice_keeps_dp2sgd_where_it_is_far_more_accurate():
     assert res.settings.method == "preconditioned" and res.settings.T >= 3
     assert res.privacy.rho == pytest.approx(2.0, rel=1e-12)
     pd.testing.assert_series_equal(res.params, again.params)
+    # the prediction draws from a child stream: the fit itself is what method="preconditioned" gives
+    plain = model.fit(rho=2.0, bounds=sim.bounds, seed=4, method="preconditioned")
+    pd.testing.assert_series_equal(res.params, plain.params)
     assert "chosen by the default" in res.summary().as_text()
 
 
