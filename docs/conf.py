@@ -57,7 +57,7 @@ import re  # noqa: E402
 #     a visible "not generated yet" admonition (instead of a build warning);
 #   * a CSV that exists is inlined with its floats rounded to 4 significant digits.
 # Set DPIVREG_DOCS_REQUIRE_GENERATED=1 to make missing files fail the (-W) build instead.
-_GENERATED_DOCS = {"reproduction", "performance"}
+_GENERATED_DOCS = {"reproduction", "performance", "defaults"}
 _DIRECTIVE = re.compile(r"^\.\. (figure|csv-table)::\s*(.*)$")
 
 
