@@ -577,9 +577,13 @@ class RegimeBoundaries(NamedTuple):
 
 
 def regime_boundaries(
-    n: float, p: float, q: float, rho1: float, rho2: float, tau: float = DEFAULT_TAU, kappa: float = 0.5
+    n: float, p: float, q: float, rho1: float, rho2: float, tau: float = DEFAULT_TAU, kappa: float = 0.5,
+    *, start_error: float = 1.0,
 ) -> RegimeBoundaries:
     """Boundaries of the T regimes (remark after Theorem 1 on the dominating terms), c = 1.
+
+    The optimisation regime ends where start_error·κ^(T/2) falls to the statistical term; from a warm start
+    as good as 2SLS (``start_error`` equal to the statistical term) it is empty.
 
     Parameters
     ----------
@@ -593,6 +597,8 @@ def regime_boundaries(
         Confidence parameter τ > 0.
     kappa : float, default 0.5
         Contraction rate in (0, 1).
+    start_error : float, default 1
+        The optimisation term's factor (see :func:`error_bound`).
 
     Returns
     -------
@@ -606,7 +612,8 @@ def regime_boundaries(
     tau = _check_tau(tau)
     kappa = _check_kappa(kappa)
     log_factor_sq = _log_factor(p, q, tau) ** 2
-    ratio = n / (p * q * log_factor_sq)
+    # start_error·κ^(T/2) = √(pq)·log/√n  ⇔  κ^T = 1/ratio
+    ratio = _check_start_error(start_error) ** 2 * n / (p * q * log_factor_sq)
     end_optimization = math.log(ratio) / -math.log(kappa) if ratio > 1.0 else 0.0
     start_privacy = math.inf if math.isinf(rho_min) else n * rho_min * q * log_factor_sq / _pow(_c(q, tau), 6)
     return RegimeBoundaries(end_optimization, start_privacy, t_condition_limit(n, p, q, rho1, tau))
@@ -631,6 +638,8 @@ def regime(
     rho2: float,
     tau: float = DEFAULT_TAU,
     kappa: float = 0.5,
+    *,
+    start_error: float = 1.0,
 ) -> str | np.ndarray:
     """Regime of the bound at ``T`` (remark after Theorem 1 on the dominating terms), c = 1.
 
@@ -644,7 +653,7 @@ def regime(
     ----------
     T : int or array_like
         Number(s) of iterations, each ``>= 1``.
-    n, p, q, rho1, rho2, tau, kappa
+    n, p, q, rho1, rho2, tau, kappa, start_error
         As in :func:`regime_boundaries`.
 
     Returns
@@ -653,7 +662,7 @@ def regime(
         One of :data:`REGIMES` for scalar ``T``; an object array of labels otherwise.
     """
     T_arr, scalar = _check_T_array(T)
-    bounds = regime_boundaries(n, p, q, rho1, rho2, tau, kappa)
+    bounds = regime_boundaries(n, p, q, rho1, rho2, tau, kappa, start_error=start_error)
     if scalar:
         return _classify(float(T_arr), bounds)
     labels = np.empty(T_arr.shape, dtype=object)
@@ -997,7 +1006,7 @@ def error_bound(
         statistical=stat,
         total=total,
         dominant=TERM_NAMES[values.index(max(values))],
-        regime=regime(T, n, p, q, rho1, rho2, tau, kappa),
+        regime=regime(T, n, p, q, rho1, rho2, tau, kappa, start_error=start_error),
         t_condition=t_condition(T, n, p, q, rho1, tau),
         n_condition=n_condition(n, p, q, rho1, rho2, tau),
         kappa=kappa,
@@ -1244,7 +1253,7 @@ def plan(
     start_error = _check_start_error(start_error)
     # start_error·κ^(T/2) + a√T + s = start_error·(κ^(T/2) + (a/c)√T + s/c): the same argmin problem
     T_rec = _argmin_T(kappa, a / start_error, s / start_error)
-    bounds = regime_boundaries(n, p, q, rho1, rho2, tau, kappa)
+    bounds = regime_boundaries(n, p, q, rho1, rho2, tau, kappa, start_error=start_error)
     if T_max is None:
         T_max = _default_T_max(T_rec, bounds.t_limit)
     else:

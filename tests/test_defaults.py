@@ -257,6 +257,13 @@ def test_plan_knows_the_start():
     b = error_bound(31857, 2, 2, 5, 1, 1, kappa=0.5, start_error=0.1)
     assert b.optimization == pytest.approx(0.1 * 0.5 ** 2.5) and b.total == pytest.approx(
         b.optimization + b.privacy + b.statistical)
+    # the optimisation regime ends where start_error·κ^(T/2) = s: at T = 0 from a start as good as 2SLS,
+    # at T = 2·log(c/s)/log 2 from a start error c > s (κ = 1/2)
+    assert warm.regime_boundaries.end_optimization == 0.0 and warm.bound.regime == "statistical plateau"
+    c = 0.5
+    rb = plan(31857, 2, 2, 1, 1, init="moments", start_error=c).regime_boundaries
+    assert rb.end_optimization == pytest.approx(2 * math.log(c / s) / math.log(2), rel=1e-12)
+    assert rb.start_privacy == zero.regime_boundaries.start_privacy
     with pytest.raises(ValueError, match="init"):
         plan(1000, 1, 1, 1, 1, init="warm")
     with pytest.raises(ValueError, match="start_error"):
