@@ -136,6 +136,11 @@ class FitSettings:
     selection: Any = None
 
 
+def _percent(share: float) -> str:
+    """A share as a percentage with two significant digits below 1% (0.04%, not 0%)."""
+    return f"{share:.0%}" if share >= 0.01 or share == 0 else f"{100 * share:.2g}%"
+
+
 def _fmt(value: float, digits: int = 4) -> str:
     if value is None:
         return "none"
@@ -463,7 +468,7 @@ class DPIVResults:
         rows = max(len(left), len(right))
         left, right = left + [("", "")] * (rows - len(left)), right + [("", "")] * (rows - len(right))
         fmt = copy.deepcopy(fmt_2cols)
-        title = "DP-2S-GD Estimation Summary"
+        title = ("Noisy-Moment 2SLS" if self._settings.method == "moments" else "DP-2S-GD") + " Estimation Summary"
         table = SimpleTable([[v] for _, v in left], txt_fmt=fmt, title=title, stubs=[k for k, _ in left])
         table.extend_right(SimpleTable([[v] for _, v in right], stubs=["  " + k for k, _ in right]))
         return table
@@ -516,14 +521,16 @@ class DPIVResults:
         if self._settings.method == "moments":
             how = ("homoskedastic 2SLS sampling variance with the residual variance read from the moment release "
                    "+ privacy-noise variance by parametric bootstrap of the release")
+            assumes = "homoskedastic errors and values within their bounds"
         else:
             how = ("homoskedastic 2SLS sampling variance from a private residual variance (rho_inf) + "
                    "privacy-noise variance by parametric bootstrap of the whole fit (moments, warm start, "
                    "iteration)")
+            assumes = "homoskedastic errors and negligible gradient clipping"
         return caution + (
             f"Private std. errors (normal approx., 95% CI): {how} ({inf.replications} paths; noise share of the "
-            f"variance {np.min(share):.0%}-{np.max(share):.0%}). Intervals are centred at the estimate. "
-            "Assumes homoskedastic errors and negligible gradient clipping."
+            f"variance {_percent(np.min(share))}-{_percent(np.max(share))}). Intervals are centred at the "
+            f"estimate. Assumes {assumes}."
         )
 
     def _notes(self) -> list[str]:
