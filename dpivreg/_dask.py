@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import math
 import uuid
 import warnings
@@ -43,6 +44,8 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 from .backends import is_dask_collection as _is_dask_collection
 from .design import (
     _BLOCKS,
+    check_declared_constant,
+    declared_constant,
     _DesignNames,
     _FormulaParts,
     _as_float_blocks,
@@ -144,6 +147,8 @@ class DaskIVDesign(_DesignNames):
         The formula and engine the design was built with (None for arrays).
     n_dropped : int
         Rows dropped because of a missing value.
+    constant : Hashable, optional
+        The exogenous column declared as the intercept (:func:`dpivreg.design.declared_constant`).
     """
 
     values: Any
@@ -153,6 +158,7 @@ class DaskIVDesign(_DesignNames):
     formula: str | None = None
     formula_engine: str | None = None
     n_dropped: int = 0
+    constant: Hashable | None = None
 
     is_dask: ClassVar[bool] = True
 
@@ -188,27 +194,20 @@ class DaskIVDesign(_DesignNames):
 
     @property
     def constant_name(self) -> Hashable | None:
-        """Name of the first exog column that is constant and nonzero, or None."""
-        index = self._constant_position()
-        return None if index is None else self.exog_names[index - 1]
+        """Name of the exog column declared as the intercept, or None."""
+        return self.constant
 
     @property
     def constant_value(self) -> float:
         """The value of :attr:`constant_name` (1.0 without a constant)."""
-        index = self._constant_position()
-        return 1.0 if index is None else float(self.stats.minimum[index])
+        if self.constant is None:
+            return 1.0
+        return float(self.stats.minimum[1 + self.exog_names.index(self.constant)])
 
     @property
     def has_constant(self) -> bool:
-        """Whether an exog column is constant and nonzero (e.g. ``Intercept``)."""
-        return self.constant_name is not None
-
-    def _constant_position(self) -> int | None:
-        lo, hi = self.stats.minimum, self.stats.maximum
-        for j in self.positions["exog"]:
-            if lo[j] == hi[j] and lo[j] != 0:
-                return j
-        return None
+        """Whether the design declares an intercept (e.g. ``Intercept``)."""
+        return self.constant is not None
 
     def block(self, name: str) -> Any:
         """One block (``"dependent"``, ``"exog"``, ``"endog"``, ``"instruments"``) as a lazy Dask DataFrame."""
@@ -244,8 +243,7 @@ class DaskIVDesign(_DesignNames):
         (and reads the source) once instead of once per pass. Needs nobs × d × 8 bytes of
         (distributed) memory.
         """
-        return DaskIVDesign(self.values.persist(), self.names, self.nobs, self.stats, self.formula,
-                            self.formula_engine, self.n_dropped)
+        return dataclasses.replace(self, values=self.values.persist())
 
 
 def _positions(widths: tuple[int, ...]) -> dict[str, list[int]]:
@@ -416,7 +414,7 @@ def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...]) -> None:
 
 def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...], ...], *, formula: str | None,
             formula_engine: str | None, source: str, stacklevel: int,
-            encoded_columns: list[Hashable] | None = None) -> DaskIVDesign:
+            encoded_columns: list[Hashable] | None = None, constant: Any = None) -> DaskIVDesign:
     """Run the building pass, validate, warn and assemble the lazy design."""
     import dask  # noqa: PLC0415
     import dask.array as da  # noqa: PLC0415
@@ -425,6 +423,10 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
         raise ValueError("the data have no partitions; the design needs observations.")
     stats = _combine(list(dask.compute(*stats_parts)))
     _validate(stats, names)
+    declared = declared_constant(list(names[1]), constant)
+    if declared is not None:
+        j = 1 + list(names[1]).index(declared)
+        check_declared_constant(declared, float(stats["min"][j]), float(stats["max"][j]))
     d = sum(len(block) for block in names)
     chunks = [
         da.from_delayed(dask.delayed(_complete_rows)(raw), shape=(m, d), dtype=np.float64,
@@ -436,6 +438,7 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
         values=values, names=names, nobs=int(stats["n"]),
         stats=DesignStats(stats["min"], stats["max"], stats["scale"], stats["r"]),
         formula=formula, formula_engine=formula_engine, n_dropped=int(stats["n_raw"] - stats["n"]),
+        constant=declared,
     )
     _warn_dropped(design, source, stacklevel=stacklevel + 1)
     if stats["encoded"] is not None and encoded_columns:
@@ -913,13 +916,14 @@ def _array_partitions(inputs: dict[str, Any]) -> list[list]:
     )
 
 
-def dask_design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any) -> DaskIVDesign:
+def dask_design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, *,
+                            constant: Any = None) -> DaskIVDesign:
     """Build a lazy, validated IV design from Dask arrays, DataFrames or Series.
 
     The counterpart of :func:`dpivreg.design.design_from_arrays`: same naming of unnamed
     columns, rows with a missing value dropped jointly (per partition), the same checks.
     All inputs must be Dask collections of one kind (arrays, or DataFrames/Series) and
-    partitioned alike; ``exog`` may be None.
+    partitioned alike; ``exog`` may be None. ``constant`` declares the intercept as there.
     """
     from dask import delayed  # noqa: PLC0415
 
@@ -955,7 +959,7 @@ def dask_design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: 
     stats = [delayed(_block_raw_stats)(*parts, builder=builder, widths=widths, pairs=pairs) for parts in per_partition]
     raws = [delayed(builder)(*parts) for parts in per_partition]
     return _finish(raws, stats, names_t, formula=None, formula_engine=None, source="design_from_arrays",
-                   stacklevel=3)
+                   stacklevel=3, constant=constant)
 
 
 # ---------------------------------------------------------------------------

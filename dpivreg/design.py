@@ -86,6 +86,36 @@ class EncodedMissingWarning(UserWarning):
 # ---------------------------------------------------------------------------
 
 
+#: Exogenous column names that declare the intercept: the formula's intercept term (formulaic and patsy name it
+#: "Intercept") and statsmodels' ``add_constant`` ("const"). The intercept is part of the design, hence public;
+#: dpivreg never infers it from the values, which would let one row decide what is released.
+CONSTANT_NAMES: tuple[str, ...] = ("Intercept", "const")
+
+
+def declared_constant(exog_names: list[Hashable], constant: Any = None) -> Hashable | None:
+    """The exogenous column declared as the intercept: ``constant`` if a name, none if ``False``, otherwise the
+    first exogenous column named as in :data:`CONSTANT_NAMES`. Depends on names only (public)."""
+    if constant is False:
+        return None
+    if constant is None:
+        return next((name for name in exog_names if isinstance(name, str) and name in CONSTANT_NAMES), None)
+    if isinstance(constant, bool) or constant not in exog_names:
+        raise ValueError(f"constant must be the name of an exogenous column {exog_names}, None (a column named "
+                         f"{' or '.join(CONSTANT_NAMES)}) or False (no intercept), got {constant!r}.")
+    return constant
+
+
+def check_declared_constant(name: Hashable | None, lowest: float, highest: float) -> None:
+    """Raise unless the declared intercept holds one nonzero value (``lowest``/``highest``: its range)."""
+    if name is None or (lowest == highest and lowest != 0):
+        return
+    raise ValueError(
+        f"the exogenous column {name!r} is declared as the intercept (by its name or constant=) but its values "
+        f"are not one nonzero number (they range over [{lowest:g}, {highest:g}]). Rename the column, or pass "
+        "constant=False to DPIV2SLS(...) to treat it as an ordinary regressor (it then needs bounds)."
+    )
+
+
 class _DesignNames:
     """Names derived from the blocks' names, shared by the in-memory and the Dask design."""
 
@@ -151,6 +181,7 @@ class IVDesign(_DesignNames):
     formula: str | None = None
     formula_engine: str | None = None
     n_dropped: int = 0
+    constant: Hashable | None = None
 
     def __post_init__(self) -> None:
         for name in _BLOCKS:
@@ -175,6 +206,8 @@ class IVDesign(_DesignNames):
             )
         if self.endog.shape[1] == 0:
             raise ValueError("IVDesign.endog must have at least one column.")
+        if self.constant is not None and self.constant not in self.exog.columns:
+            raise ValueError(f"IVDesign.constant {self.constant!r} is not an exogenous column {self.exog_names}.")
 
     @property
     def nobs(self) -> int:
@@ -203,20 +236,13 @@ class IVDesign(_DesignNames):
 
     @property
     def constant_name(self) -> Hashable | None:
-        """Name of the first exog column that is constant and nonzero, or None."""
-        values = self.exog.to_numpy(dtype=np.float64)
-        if values.shape[0] == 0:
-            return None
-        for j, name in enumerate(self.exog.columns):
-            column = values[:, j]
-            if column[0] != 0 and np.all(column == column[0]):
-                return name
-        return None
+        """Name of the exog column declared as the intercept (see :func:`declared_constant`), or None."""
+        return self.constant
 
     @property
     def has_constant(self) -> bool:
-        """Whether an exog column is constant and nonzero (e.g. ``Intercept``)."""
-        return self.constant_name is not None
+        """Whether the design declares an intercept (e.g. ``Intercept``)."""
+        return self.constant is not None
 
 
 # ---------------------------------------------------------------------------
@@ -1085,6 +1111,7 @@ def _build(
     nrows: int,
     formula: str | None,
     formula_engine: str | None,
+    constant: Any = None,
 ) -> tuple[IVDesign, np.ndarray]:
     """
     Drop missing rows, validate and assemble the design.
@@ -1099,6 +1126,8 @@ def _build(
         Number of rows of the caller's data.
     formula, formula_engine : str or None
         Recorded in the design.
+    constant : Hashable, None or False
+        The intercept's declaration (:func:`declared_constant`).
 
     Returns
     -------
@@ -1112,11 +1141,16 @@ def _build(
     blocks, missing = _drop_missing(full, nrows - positions.size)
     kept = positions[~missing]
     _validate(blocks, int(nrows - kept.size), full["instruments"])
+    name = declared_constant(list(blocks["exog"].columns), constant)
+    if name is not None:
+        values = blocks["exog"][name].to_numpy()
+        check_declared_constant(name, float(values.min()), float(values.max()))
     design = IVDesign(
         **blocks,
         formula=formula,
         formula_engine=formula_engine,
         n_dropped=int(nrows - kept.size),
+        constant=name,
     )
     return design, kept
 
@@ -1281,7 +1315,7 @@ def _emit_encoded_missing(columns: list[Hashable], n_rows: int, stacklevel: int)
     )
 
 
-def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any) -> IVDesign:
+def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, *, constant: Any = None) -> IVDesign:
     """
     Build a validated IV design from arrays, Series or DataFrames.
 
@@ -1291,11 +1325,18 @@ def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any) 
         Dependent variable (nobs, or nobs by 1).
     exog : array_like or None
         Exogenous regressors (nobs by k), None if there are none. Include a
-        column of ones for an intercept.
+        column of ones for an intercept and declare it (``constant``).
     endog : array_like
         Endogenous regressors (nobs by p, p >= 1).
     instruments : array_like
         Excluded instruments (nobs by q, q >= p).
+    constant : str, None or False
+        The exogenous column that is the intercept: its name (e.g. ``"exog.0"``
+        for the first column of a NumPy array), ``None`` (default) for a column
+        named ``"Intercept"`` or ``"const"`` (``statsmodels.add_constant``), or
+        ``False`` for none. The declaration is public; the column must hold one
+        nonzero value. A column of ones that is not declared is an ordinary
+        regressor.
 
     Returns
     -------
@@ -1347,6 +1388,7 @@ def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any) 
         nrows=nrows,
         formula=None,
         formula_engine=None,
+        constant=constant,
     )
     _warn_dropped(design, "design_from_arrays", stacklevel=2)
     return design

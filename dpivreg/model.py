@@ -82,6 +82,13 @@ class DPIV2SLS:
         Endogenous regressors (n, p_endog).
     instruments : array_like
         Excluded instruments (n, q_instr), q_instr >= p_endog.
+    constant : str, None or False
+        Which exogenous column is the intercept: its name (``"exog.0"`` for the first column of a
+        NumPy array, ``"exog"`` for a single one), ``None`` (default) for a column named
+        ``"Intercept"`` or ``"const"`` (``statsmodels.add_constant``), ``False`` for none. It is a
+        declaration, hence public: dpivreg never infers the intercept from the values, because one
+        row could then change what the fit releases. An undeclared column of ones is an ordinary
+        regressor that needs bounds. Formulas declare it with ``1 +``.
 
     Notes
     -----
@@ -96,18 +103,18 @@ class DPIV2SLS:
     >>> from dpivreg.datasets import load_labsup
     >>> df = load_labsup()
     >>> res = DPIV2SLS.from_formula("weeks ~ 1 + [kids ~ samesex]", df).fit(
-    ...     rho1=1, rho2=1, T=20,
+    ...     rho1=1, rho2=1,
     ...     bounds={"weeks": (0, 52), "kids": (0, 12), "samesex": (0, 1)}, seed=0)
     >>> print(res.summary())  # doctest: +SKIP
     """
 
-    def __init__(self, dependent, exog, endog, instruments) -> None:
+    def __init__(self, dependent, exog, endog, instruments, *, constant=None) -> None:
         if any(is_dask_collection(value) for value in (dependent, exog, endog, instruments)):
             from ._dask import dask_design_from_arrays  # noqa: PLC0415 - dask is optional
 
-            self._design = dask_design_from_arrays(dependent, exog, endog, instruments)
+            self._design = dask_design_from_arrays(dependent, exog, endog, instruments, constant=constant)
         else:
-            self._design = design_from_arrays(dependent, exog, endog, instruments)
+            self._design = design_from_arrays(dependent, exog, endog, instruments, constant=constant)
 
     @classmethod
     def _from_design(cls, design: IVDesign) -> "DPIV2SLS":
@@ -556,7 +563,8 @@ def _scale_leaks(scale: WorkingScale, preprocess: str) -> list[str]:
     leaks = []
     if scale.leaked_columns:
         leaks.append("bounds were read from the data (no public bounds given) for: " + ", ".join(scale.leaked_columns)
-                     + ". Pass bounds={column: (lower, upper)} for each of them.")
+                     + ". Pass bounds={column: (lower, upper)} for each of them (an intercept column is declared "
+                     "instead: a formula's 1 +, a column named 'const', or DPIV2SLS(..., constant=name)).")
     if preprocess == "data":
         leaks.append("centring, scaling and whitening used the exact data moments (preprocess='data'). "
                      "Use preprocess='private' to pay for them in the budget.")

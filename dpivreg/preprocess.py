@@ -271,15 +271,6 @@ def _all_columns(design: IVDesign) -> list[str]:
     return [design.dependent_name, *design.exog_names, *design.endog_names, *design.instrument_names]
 
 
-def _constant_name(design: IVDesign) -> str | None:
-    """The exogenous column that is constant (a design choice, public), if any."""
-    for name in design.exog_names:
-        values = design.exog[name].to_numpy()
-        if values.size and np.all(values == values[0]) and values[0] != 0:
-            return name
-    return None
-
-
 def box_columns(names: list, bounds: dict[str, tuple[float, float]], constant: str | None, *, centred: bool,
                 data_largest: Mapping[str, float]) -> tuple[pd.Series, pd.Series, pd.Series, dict]:
     """Per column: the centre and scale of the bounded scale, where the bound came from, and (lo, hi).
@@ -436,7 +427,7 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         from ._dask import dask_working_scale  # noqa: PLC0415 - dask is optional
 
         return dask_working_scale(design, bounds, route=route, rho0=rho0, rng=rng)
-    constant = _constant_name(design)
+    constant = design.constant_name  # declared, never inferred from the values (public)
     raw, centres, scales, source, clipped = _bounded_columns(design, bounds, constant, centred=route != "bounds")
     free = free_columns(design, constant)
     moments, moment_scales = None, scales
@@ -481,7 +472,7 @@ def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float,
     if scale.route != "private" or scale.moments is None:
         raise ValueError("a repeated moment release needs the private route's first release.")
     rho = check_rho(rho, "rho")
-    constant = design.constant_name if getattr(design, "is_dask", False) else _constant_name(design)
+    constant = design.constant_name
     free = free_columns(design, constant)
     first = scale.moments
     centres, scales = scale.bound_centres[free].to_numpy(), scale.bound_scales[free].to_numpy()
