@@ -1,9 +1,10 @@
 """Quick start: a private IV regression on the Angrist–Evans labour-supply data, then a plan for T.
 
 The README example: the effect of the number of children on the mother's weeks worked, with
-``samesex`` (first two children of the same sex) as the instrument, fitted by DP-2S-GD with the
-default private pipeline at ρ1 = ρ2 = 1 (plus the preprocessing and inference budgets, reported
-in the summary), T = 20 and the public bounds of ``LABSUP_BOUNDS``. Then
+``samesex`` (first two children of the same sex) as the instrument, fitted with the default private
+pipeline at ρ1 = ρ2 = 1 (plus the moment, clipping and inference budgets, 2.6 in total, reported in
+the summary) and the public bounds of ``LABSUP_BOUNDS``: DP-2S-GD from a warm start, or noisy-moment
+2SLS where the pilot releases predict it to be more accurate (``method="auto"``). Then
 ``dpivreg.theory.plan`` tabulates the Theorem's error bound over T for this problem's size and
 recommends a T (free: it reads no data).
 
