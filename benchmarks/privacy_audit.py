@@ -10,6 +10,11 @@ Second moments (``dpivreg.mechanisms.box_second_moments``, the pipeline's releas
 ``ball_second_moments``, "Analyze Gauss"): the audit of ``tests/test_moments_audit.py`` (neighbours
 differing in one worst-case row, LLR on the released upper triangle), correct and broken variants.
 
+Clipping thresholds (``dpivreg.clipping.adaptive_clip``): the audit of ``tests/test_clipping_audit.py`` (LLR
+on the released histogram counts; and a distinguisher on the released thresholds). Grouped, scheduled
+iteration: the audit of ``tests/test_grouped_audit.py`` (per-group LLR on every active step; a Gaussian model
+fitted on half the runs; the exogenous group alone).
+
     python benchmarks/privacy_audit.py                 # the tables, 2,000 runs per dataset
     python benchmarks/privacy_audit.py --power 20      # + every case over 20 seeds
     python benchmarks/privacy_audit.py --verify 20000  # + the law of the statistic with 20,000 runs
@@ -28,6 +33,8 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import test_clipping_audit as clipping  # noqa: E402
+import test_grouped_audit as grouped  # noqa: E402
 import test_moments_audit as moments  # noqa: E402
 import test_privacy_audit as audit  # noqa: E402
 
@@ -109,6 +116,44 @@ def moments_table(runs: int) -> None:
               f"{a.mu_lb:>8.3f}  {verdict(a)}  ({time.perf_counter() - start:.2f} s)")
 
 
+def _row(name: str, claimed: float, lbs: dict, start: float) -> None:
+    shown = "  ".join(f"{k} {v:.3f}" for k, v in lbs.items())
+    best = max(lbs.values())
+    word = "VIOLATION (mu_lb > claimed mu)" if best > claimed else (
+        "sound and tight" if best >= audit.TIGHT * claimed else "sound, not tight")
+    print(f"{name:<26}{claimed:>11.3f}  {shown}  {word}  ({time.perf_counter() - start:.1f} s)")
+
+
+def clipping_table(runs: int) -> None:
+    print(f"\nClipping thresholds: {runs} runs per dataset, G = {clipping.G} histograms, n = {clipping.N_ROWS}, "
+          f"rho = {clipping.RHO}; mu_lb from the counts' LLR and from the released thresholds")
+    claimed = math.sqrt(2 * clipping.RHO)
+    for name, thunk in (("correct", lambda: clipping.run_audit(seed=21, runs=runs)),
+                        ("correct, sensitive rows", lambda: clipping.run_audit(seed=22, runs=runs, sensitive=True)),
+                        ("one-histogram sensitivity", lambda: clipping.broken_audit("one_histogram_sensitivity",
+                                                                                     runs=runs)),
+                        ("unnoised quantile", lambda: clipping.broken_audit("unnoised_quantile", runs=runs))):
+        start = time.perf_counter()
+        a = thunk()
+        _row(name, claimed, {"counts": a["mu_lb"], "thresholds": a["mu_lb_thresholds"]}, start)
+
+
+def grouped_table(runs: int) -> None:
+    print(f"\nGrouped, scheduled iteration: {runs} runs per dataset, T = {grouped.T}, rho1 + rho2 = "
+          f"{grouped.RHO1 + grouped.RHO2}; mu_lb from the claimed LLR, the fitted model, the exogenous group")
+    claimed = math.sqrt(2 * (grouped.RHO1 + grouped.RHO2))
+    for method in ("gd", "preconditioned"):
+        start = time.perf_counter()
+        a = grouped.run_audit(method, seed=61, runs=runs)
+        _row(f"correct, {method}", claimed, {"LLR": a["mu_lb"], "fitted": a["mu_lb_fitted"],
+                                             "exog": a["mu_lb_exog1"]}, start)
+    for bug, (patch, exogenous_canary) in grouped.BROKEN.items():
+        start = time.perf_counter()
+        with mock.patch.multiple("dpivreg.engine", _check_spent=lambda *a, **k: None, **patch):
+            a = grouped.run_audit("preconditioned", seed=303, runs=runs, exogenous_canary=exogenous_canary)
+        _row(bug, claimed, {"LLR": a["mu_lb"], "fitted": a["mu_lb_fitted"], "exog": a["mu_lb_exog1"]}, start)
+
+
 def power(n_seeds: int, runs: int) -> None:
     print(f"\nover {n_seeds} seeds ({runs} runs per dataset each): mu_lb min / mean / max, "
           "#(mu_lb > claimed mu), #(mu_lb > accountant mu), #(mu_lb < 0.8 claimed mu)")
@@ -151,6 +196,8 @@ def main() -> None:
     args = parser.parse_args()
     table(args.runs)
     moments_table(args.runs)
+    clipping_table(args.runs)
+    grouped_table(args.runs)
     if args.power:
         power(args.power, args.runs)
     if args.verify:

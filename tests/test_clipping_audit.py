@@ -254,6 +254,16 @@ def _one_histogram_sensitivity(counts, *, rho, rng, name, stage):
     return counts + (noisy - counts) * (sigma / record.noise_std), record, sigma
 
 
+def broken_audit(bug: str, seed: int = 303, runs: int = RUNS) -> dict:
+    """The audit of a deliberately broken release: ``"one_histogram_sensitivity"`` or ``"unnoised_quantile"``
+    (on the neighbours whose replaced row moves the exact rule's thresholds)."""
+    if bug == "one_histogram_sensitivity":
+        return run_audit(seed=seed, runs=runs, patches={"release_histogram_counts": _one_histogram_sensitivity})
+    broken = _UnnoisedQuantile()
+    return run_audit(seed=seed, runs=runs, sensitive=True,
+                     patches={"release_histogram_counts": broken.release, "clip_from_histogram": broken.clip})
+
+
 @pytest.mark.parametrize("bug", ["one_histogram_sensitivity", "unnoised_quantile"])
 def test_clipping_audit_catches_broken_releases(bug):
     """one_histogram_sensitivity: true μ = 2·2.236, the counts LLR separates the worlds (μ_lb > 2.236).
@@ -261,13 +271,10 @@ def test_clipping_audit_catches_broken_releases(bug):
     identify the world every time (μ_lb = 5.34, the largest 2,000 runs can certify) although the counts are
     correctly noised (their audit stays sound)."""
     mu = math.sqrt(2 * RHO)
+    a = broken_audit(bug)
     if bug == "one_histogram_sensitivity":
-        a = run_audit(seed=303, patches={"release_histogram_counts": _one_histogram_sensitivity})
         assert a["mu_lb"] > mu, f"not caught: {a['mu_lb']:.3f}"
     else:
-        broken = _UnnoisedQuantile()
-        a = run_audit(seed=303, sensitive=True, patches={"release_histogram_counts": broken.release,
-                                                         "clip_from_histogram": broken.clip})
         assert a["mu_lb"] <= mu
         assert a["mu_lb_thresholds"] > mu, f"not caught: {a['mu_lb_thresholds']:.3f}"
 

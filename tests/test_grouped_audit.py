@@ -218,11 +218,16 @@ def _combined_clipping(rows, theta, beta, W, n_exog, clip1, clip2, split=None):
     return _TRUE_CLIPPED_GRADIENTS(rows, theta, beta, W, n_exog, clip1[1], clip2[1], None)
 
 
-@pytest.mark.parametrize("bug, patch, exogenous_canary", [
-    ("group shares ignored", {"_stage_noise": _group_shares_ignored}, False),
-    ("schedule as noise factor", {"_stage_noise": _schedule_as_noise_factor}, False),
-    ("combined clipping", {"_clipped_gradients": _combined_clipping}, True)])
-def test_grouped_audit_catches_broken_mechanisms(bug, patch, exogenous_canary):
+# name -> (engine patch, exogenous canary); the statistic declared for each bug is named in the test below
+BROKEN = {
+    "group shares ignored": ({"_stage_noise": _group_shares_ignored}, False),
+    "schedule as noise factor": ({"_stage_noise": _schedule_as_noise_factor}, False),
+    "combined clipping": ({"_clipped_gradients": _combined_clipping}, True),
+}
+
+
+@pytest.mark.parametrize("bug", list(BROKEN))
+def test_grouped_audit_catches_broken_mechanisms(bug):
     """Each bug leaves the accountant's record at ρ1 + ρ2 (the engine's self-check is switched off, as a bug
     would slip past it), and one of the audit's two statistics certifies μ_lb > 2.236: the claimed mechanism's
     LLR (group shares ignored: every group's noise too small by its share's root) or the fitted model's
@@ -230,6 +235,7 @@ def test_grouped_audit_catches_broken_mechanisms(bug, patch, exogenous_canary):
     claimed weights dilute). Combined clipping is audited with a canary in the exogenous group only: its
     first-stage gradient is then clipped to the rest's threshold, three times the exogenous one, and the
     claimed LLR of that group (declared for this bug) sees a mean difference three times the claimed one."""
+    patch, exogenous_canary = BROKEN[bug]
     with mock.patch.multiple(engine, _check_spent=lambda *a, **k: None, **patch):
         a = run_audit("preconditioned", seed=303, exogenous_canary=exogenous_canary)
     best = max(a["mu_lb"], a["mu_lb_exog1" if exogenous_canary else "mu_lb_fitted"])
