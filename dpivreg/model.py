@@ -18,7 +18,7 @@ from .engine import (DivergenceError, check_positive, check_T, iteration_plan, m
 from .inference import private_inference
 from .moments import solve_2sls
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, repeat_moment_release, working_scale
-from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, check_delta, check_rho
+from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, Release, check_delta, check_rho
 from .results import DPIVResults, FitSettings
 from .selection import choose_estimator
 from .theory import delta_tau
@@ -373,8 +373,13 @@ class DPIV2SLS:
             else:
                 clip1, clip2, clip_source = resolve_public_clip(clip, n=n, q=q, p=p, p_endog=p - k, T=T_checked,
                                                                 tau=tau, rho1=rho1, rho2=rho2)
+            if preprocess == "private" and math.isinf(rho0):
+                leaks.append("rho0 = inf: the preprocessing moments were released without noise (not private).")
+            if clip_choice is not None and math.isinf(budget["rho_clip"]):
+                leaks.append("rho_clip = inf: the clipping histograms were released without noise (not private).")
             selection = None
-            if select and start is not None and math.isfinite(rho0) and math.isfinite(rho1) and math.isfinite(rho2):
+            finite = all(math.isfinite(budget[name]) for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf"))
+            if select and start is not None and finite:
                 plan = iteration_plan(n, q, p, k, T=T_checked, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1,
                                       clip2=clip2, calibration=calibration, method=method, schedule=shares,
                                       group_share=exog_share)
@@ -405,10 +410,9 @@ class DPIV2SLS:
                 leaks.append(str(w.message))
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        if preprocess == "private" and math.isinf(rho0):
-            leaks.append("rho0 = inf: the preprocessing moments were released without noise (not private).")
-        if clip_choice is not None and math.isinf(budget["rho_clip"]):
-            leaks.append("rho_clip = inf: the clipping histograms were released without noise (not private).")
+        exact_inference = inference and preprocess != "data" and math.isinf(budget["rho_inf"])
+        if exact_inference:
+            leaks.append("rho_inf = inf: the residual variance for inference was computed without noise (not private).")
         for leak in leaks:
             warnings.warn(leak, PrivacyLeakWarning, stacklevel=3)
 
@@ -419,6 +423,9 @@ class DPIV2SLS:
         releases = [*scale.releases, *([clip_choice.release] if clip_choice else []), *path.privacy.releases]
         if inference_result is not None and inference_result.release is not None:
             releases.append(inference_result.release)
+        elif inference_result is not None and exact_inference:
+            releases.append(Release("residual variance for inference (no noise)", "rho_inf", 1, None, math.inf, 0.0,
+                                    math.inf))
         target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf")
                   if any(r.stage == name for r in releases)}
         privacy = PrivacyBudget(releases, target=target)

@@ -139,7 +139,7 @@ class WorkingScale:
     constant_value : float
         Its value v.
     Z, X, Y : ndarray
-        The working arrays fed to the engine.
+        NON-PRIVATE: the working arrays fed to the engine, i.e. the data themselves (affinely mapped).
     n_exog : int
         Number of exogenous columns leading Z and X.
     releases : tuple of Release

@@ -6,9 +6,14 @@ Private releases (their cost is in ``privacy``): ``params`` (β⁽ᵀ⁾), ``pat
 ``first_stage`` / ``first_stage_path`` (Θ⁽ᵀ⁾ / Θ⁽⁰…ᵀ⁾), all mapped to original units by the
 public (or, with a warning, data-derived) column scales.
 
+Also private or post-processing: ``bse``, ``cov_params()``, ``conf_int()``, ``bias``, the working scale's
+centres, scales and released moments, the clipping thresholds and their histograms
+(``settings.adaptive_clip``) and the estimator choice (``settings.selection``).
+
 NON-PRIVATE (computed from the raw data without noise; for validation only, never to
 publish): ``benchmark`` (linearmodels IV2SLS on the same design), ``clipped_rows`` and
-``scale.clipped_values`` (diagnostics). The summary labels every such column.
+``scale.clipped_values`` (diagnostics), and the data the results hold: ``design``, ``model`` and the
+working arrays ``scale.Z``, ``scale.X``, ``scale.Y``. The summary labels every such column.
 """
 
 from __future__ import annotations
@@ -212,7 +217,9 @@ class DPIVResults:
 
     @property
     def scale(self) -> WorkingScale:
-        """Column scales, their sources and (non-private) clipping counts."""
+        """The working scale: column centres and scales, their sources and the released moments (private or
+        public), plus the NON-PRIVATE clipping counts ``clipped_values`` and working arrays ``Z``, ``X``, ``Y``
+        (the data themselves)."""
         return self._scale
 
     @property

@@ -168,6 +168,20 @@ def test_explicit_iteration_options_switch_the_choice_off(frame):
         assert res.settings.selection is None and res.estimator == "DP-2S-GD", kwargs
 
 
+@pytest.mark.parametrize("budget, named", [("rho0", "rho0 = inf"), ("rho_clip", "rho_clip = inf"),
+                                           ("rho_inf", "rho_inf = inf")])
+def test_an_infinite_share_is_a_named_leak_and_keeps_dp2sgd(frame, budget, named):
+    """An infinite budget for any one release means that release has no noise: the fit still runs (DP-2S-GD:
+    the choice is only made when every budget is finite), raises a PrivacyLeakWarning naming it, and the
+    accountant reports ρ = inf (found by review: rho_inf=inf used to crash in the moment branch, rho_clip=inf
+    to pass silently there, and rho_inf=inf to compute the residual variance exactly without a record)."""
+    model = DPIV2SLS.from_formula("y ~ 1 + [x ~ z1 + z2]", frame)
+    with pytest.warns(PrivacyLeakWarning, match=named):
+        res = model.fit(rho1=1.0, rho2=1.0, bounds=_bounds(model), seed=0, **{budget: math.inf})
+    assert res.estimator == "DP-2S-GD" and math.isinf(res.privacy.rho) and not res.is_private
+    assert np.all(np.isfinite(res.params)) and np.all(np.isfinite(res.bse))
+
+
 def test_repeated_release_equals_one_release_of_the_whole_budget_in_distribution(frame):
     """Combining the pilot (ρ_a) and a second release (ρ_b) by inverse-variance weights gives noise of
     variance σ²(ρ_a + ρ_b): checked on the combined release's recorded σ and, over 400 seeds, on the sd of one
