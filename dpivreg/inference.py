@@ -34,7 +34,7 @@ with too few steps or too small step sizes) raises a warning, because the interv
 where it should be (``res.bias`` holds it).
 
 Assumptions (stated in the docs and the summary): homoskedastic structural errors; the clipping of
-the gradients is inactive or negligible (the adaptive rule clips at most ½√n rows); the plug-in world is
+the gradients is inactive or negligible (the adaptive rule clips at most min(½√n, 50) rows); the plug-in world is
 close enough to the data's for the noise response; normal approximation.
 Everything here is post-processing of releases except σ̂²_u of DP-2S-GD, whose cost is recorded.
 """

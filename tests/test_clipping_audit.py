@@ -34,6 +34,7 @@ import pytest
 from scipy import stats
 
 import dpivreg.clipping as clipping
+from dpivreg.clipping import target_clipped_rows
 from dpivreg.engine import row_source
 from dpivreg.mechanisms import clip_from_histogram, histogram_counts, log_grid, release_histogram_counts
 
@@ -148,7 +149,7 @@ def _thresholds(out) -> tuple:
 
 
 def _exact_rule(counts: np.ndarray) -> list[float]:
-    return [clip_from_histogram(c, e, target=0.5 * math.sqrt(N_ROWS), sigma=0.0)
+    return [clip_from_histogram(c, e, target=target_clipped_rows(N_ROWS), sigma=0.0)
             for c, e in zip(counts, auditor_edges())]
 
 
@@ -204,6 +205,9 @@ def test_threshold_rule_exact_values():
     assert clip_from_histogram(counts, edges, target=3.0, sigma=1.0) == edges[3]  # 2 and 1 are ≤ 3σ: empty
     assert clip_from_histogram(counts, edges, target=1.0, sigma=2.0) == edges[2]  # only bins > 6 count
     assert clip_from_histogram(counts + 100.0, edges, target=1.0, sigma=0.0) == edges[-1]
+    # K = ½√n up to n = 10,000, then 50 rows
+    assert target_clipped_rows(400) == 10.0 and target_clipped_rows(10_000) == 50.0
+    assert target_clipped_rows(31_857) == 50.0 and target_clipped_rows(10**7) == 50.0
 
 
 # ----------------------------------------------------------------------------------------
