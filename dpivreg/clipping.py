@@ -101,7 +101,7 @@ def gradient_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: n
 
     ``M`` is the pass matrix at the starting point (:func:`dpivreg.kernels.pass_matrix`): uᵢ = zᵢᵀM gives
     the first-stage residual rᵢ, the whitened regressors x̃ᵢ and the second-stage residual eᵢ. Norms:
-    ‖zᵢ[g]‖·‖rᵢ‖ and ‖x̃ᵢ[g]‖·|eᵢ| for the groups g (split at ``n_exog``), or the whole vectors.
+    ‖zᵢ[g]‖·‖rᵢ‖ and ‖x̃ᵢ[g]‖·abs(eᵢ) for the groups g (split at ``n_exog``), or the whole vectors.
     """
     p_endog = X_endog.shape[1]
     U = Z @ M

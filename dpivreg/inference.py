@@ -29,7 +29,7 @@ Privacy noise (parametric bootstrap, Ferrando, Wang & Sheldon 2022)
 Total: V = J (V_samp + V_noise) Jᵀ in original units, J the Jacobian of the exact back-transform.
 Intervals, z statistics and p-values are centred at ``params``, so z = params / bse. The simulation also
 estimates the estimator's bias (the simulated mean minus the plug-in solution): from the warm start it is
-negligible (|bias| ≤ 0.05 SE on the benchmark designs); a bias above 0.2 standard errors (e.g. a zero start
+negligible (abs(bias) ≤ 0.05 SE on the benchmark designs); a bias above 0.2 standard errors (e.g. a zero start
 with too few steps or too small step sizes) raises a warning, because the interval is then not centred
 where it should be (``res.bias`` holds it).
 

@@ -8,7 +8,7 @@ stage, x̂ᵢ = Θ̄ᵀzᵢ, and R = P_t^(−1/2) (R = I for ``method="gd"``), e
 
     first-stage residual   rᵢ = uᵢ[:p_endog] − xᵢ,endog        gradient zᵢ rᵢᵀ,  norm ‖zᵢ‖·‖rᵢ‖
     whitened regressors    x̃ᵢ = uᵢ[p_endog:p_endog+p]          (= R x̂ᵢ)
-    second-stage residual  eᵢ = uᵢ[−1] − yᵢ                     gradient x̃ᵢ eᵢ,   norm ‖x̃ᵢ‖·|eᵢ|
+    second-stage residual  eᵢ = uᵢ[−1] − yᵢ                     gradient x̃ᵢ eᵢ,   norm ‖x̃ᵢ‖·abs(eᵢ)
 
 and the clipped sums are ``S1 = Σᵢ zᵢ (rᵢ·f1ᵢ)ᵀ`` (q × p_endog) and ``s2 = Σᵢ x̃ᵢ (eᵢ·f2ᵢ)`` (p)
 with fᵢ = min(1, γ/norm).
@@ -16,7 +16,7 @@ with fᵢ = min(1, γ/norm).
 Group clipping (``split = k``): the gradient's leading k rows (stage 1: the rows of zᵢrᵢᵀ that belong
 to the exogenous instruments) and leading k coordinates (stage 2: the exogenous coordinates of x̃ᵢeᵢ)
 form one group, the rest another, and each group is clipped to its own threshold with its own
-norm: ‖zᵢ[:k]‖·‖rᵢ‖ and ‖zᵢ[k:]‖·‖rᵢ‖, ‖x̃ᵢ[:k]‖·|eᵢ| and ‖x̃ᵢ[k:]‖·|eᵢ|. Each group's summed term is
+norm: ‖zᵢ[:k]‖·‖rᵢ‖ and ‖zᵢ[k:]‖·‖rᵢ‖, ‖x̃ᵢ[:k]‖·abs(eᵢ) and ‖x̃ᵢ[k:]‖·abs(eᵢ). Each group's summed term is
 formed from the very vectors whose norm was clipped. Each row's term is formed from exactly the vectors whose norms were
 clipped, so it has norm at most γ up to rounding relative to γ (summing zᵢeᵢ and projecting
 afterwards would not: a row with x̃ᵢ ≈ 0 and a huge eᵢ would escape clipping and swamp the

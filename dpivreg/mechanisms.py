@@ -11,10 +11,10 @@ Second moments of rows in a box (:func:`box_second_moments`)
     the upper triangle (diagonal included) of VᵀV/n plus i.i.d. N(0, σ²), mirrored. Its
     replace-one sensitivity is **D/n** (tight when D is even):
 
-    For rows a, b write s = (a + b)/2, t = (a − b)/2, so that |sᵢ| + |tᵢ| ≤ 1 and
+    For rows a, b write s = (a + b)/2, t = (a − b)/2, so that abs(sᵢ) + abs(tᵢ) ≤ 1 and
     aᵢaⱼ − bᵢbⱼ = 2(sᵢtⱼ + tᵢsⱼ). The squared norm of the upper triangle of aaᵀ − bbᵀ is
     Σ_{i<j} 4(sᵢtⱼ + tᵢsⱼ)² + Σᵢ 16sᵢ²tᵢ² = 4[‖s‖²‖t‖² + (sᵀt)² + 2Σᵢsᵢ²tᵢ²]. With
-    c = Σᵢ|sᵢtᵢ| ≤ D/4: (sᵀt)² ≤ c², Σᵢsᵢ²tᵢ² ≤ c/4 and ‖s‖² + ‖t‖² = Σᵢ(|sᵢ| + |tᵢ|)² − 2c ≤ D − 2c,
+    c = Σᵢ abs(sᵢtᵢ) ≤ D/4: (sᵀt)² ≤ c², Σᵢsᵢ²tᵢ² ≤ c/4 and ‖s‖² + ‖t‖² = Σᵢ(abs(sᵢ) + abs(tᵢ))² − 2c ≤ D − 2c,
     so ‖s‖²‖t‖² ≤ (D − 2c)²/4. Altogether the bracket is at most
     D²/4 − c(D − 2c − 1/2) ≤ D²/4, since D − 2c − 1/2 ≥ D/2 − 1/2 ≥ 0. Hence the norm is at most D.
     It is attained for even D by a = (1, …, 1) and b = a with D/2 non-constant coordinates

@@ -8,7 +8,7 @@ Why these rules (measured on the synthetic and real designs of ``benchmarks/esti
 -------------------------------------------------------------------------------------------------------
 The working instruments are whitened with *released* moments, so the true Z̃ᵀZ̃/n is I only up to the
 release's noise: its eigenvalues lie in [1 − κ, 1 + κ] with κ the spectral norm of the whitening error.
-With step η the first stage contracts by c = max(|1 − η(1 − κ)|, |η(1 + κ) − 1|) per step; the
+With step η the first stage contracts by c = max(abs(1 − η(1 − κ)), abs(η(1 + κ) − 1)) per step; the
 preconditioned second stage (Hessian Θ̄ᵀ(Z̃ᵀZ̃/n)Θ̄, preconditioner Θ̄ᵀΘ̄) has the same spectrum bounds.
 From a warm start close to the solution each step shrinks the distance by c, and the noise injected at a
 step is forgotten at the same rate. Hence:
@@ -60,7 +60,7 @@ def step_sizes(kappa: float) -> float:
 
 
 def contraction(kappa: float, step: float) -> float:
-    """Per-step contraction max(|1 − step(1 − κ)|, |step(1 + κ) − 1|) of either stage on the whitened scale."""
+    """Per-step contraction max(abs(1 − step(1 − κ)), abs(step(1 + κ) − 1)) of either stage on the whitened scale."""
     return max(abs(1.0 - step * (1.0 - kappa)), abs(step * (1.0 + kappa) - 1.0))
 
 
