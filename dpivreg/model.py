@@ -13,8 +13,8 @@ from formulaic.utils.context import capture_context
 from ._dask import is_dask_collection
 from .clipping import adaptive_clip, resolve_public_clip, standardized_clip, theorem_clip
 from .design import IVDesign, design_from_arrays, design_from_formula
-from .engine import (DivergenceError, check_positive, check_T, iteration_plan, make_rng, preconditioner_root,
-                     row_source, run_on_rows)
+from .engine import (DP2SGDPath, DivergenceError, check_positive, check_T, iteration_plan, make_rng,
+                     preconditioner_root, row_source, run_on_rows)
 from .inference import private_inference
 from .moments import solve_2sls
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, repeat_moment_release, working_scale
@@ -629,10 +629,8 @@ def _run_inference(requested: bool, preprocess: str, compute):
     return result, ""
 
 
-def _single_estimate_path(theta: np.ndarray, beta: np.ndarray, n_exog: int, releases) -> "DP2SGDPath":
+def _single_estimate_path(theta: np.ndarray, beta: np.ndarray, n_exog: int, releases) -> DP2SGDPath:
     """The moment estimate as a path of length 0 (T = 0), so that the results object reads it like a fit."""
-    from .engine import DP2SGDPath  # noqa: PLC0415
-
     return DP2SGDPath(theta=theta[None], beta=beta[None], lambda1=0.0, lambda2=0.0, clip1=None, clip2=None, eta=0.0,
                       alpha=0.0, n_exog=n_exog, calibration="exact", method="moments",
                       privacy=PrivacyBudget(list(releases)), clipped_rows=np.zeros((0, 2), dtype=np.int64))
