@@ -1,0 +1,43 @@
+"""Smoke tests of the benchmark that settles the default (``benchmarks/estimator_comparison.py --quick``).
+
+The full runs and their timings live in ``benchmarks/``; here the quick grid must run, spend the same total
+ρ on every route (the script asserts it for every fit) and write the docs' tables with their columns.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import estimator_comparison as ec  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def quick_table():
+    return ec.comparison(quick=True)
+
+
+def test_quick_comparison_covers_every_route_and_design(quick_table):
+    assert set(quick_table.route) == set(ec.ROUTES)
+    assert set(quick_table.design) == {"paper p=q=1", "labsup"}
+    endogenous = quick_table[quick_table.coefficients == "endogenous"]
+    assert endogenous.median_error_se.notna().all() and (endogenous.median_error_se >= 0).all()
+    assert endogenous.cover_2sls.between(0, 1).all()
+
+
+def test_docs_tables_are_written(quick_table, tmp_path):
+    ec.write_tables(quick_table, tmp_path)
+    median = pd.read_csv(tmp_path / "estimator_comparison_median.csv")
+    assert list(median.columns) == ["design", "n", "total_rho", *ec.ROUTES, "default / moments"]
+    inference = pd.read_csv(tmp_path / "estimator_comparison_inference.csv")
+    assert "cover_2sls (default)" in inference.columns and "mean_shift_private_se (moments)" in inference.columns
+
+
+def test_bias_study_reports_both_step_counts():
+    table = ec.bias_study(quick=True)
+    assert set(table.T_multiple) == {1, 3} and set(table.coefficient) == {"Intercept", "x"}
+    assert table.mean_shift_private_se.abs().max() < 1.0  # 5 seeds: a coarse check; the full study is in the docs
