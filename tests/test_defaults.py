@@ -282,3 +282,20 @@ def test_plan_knows_the_start():
         plan(1000, 1, 1, 1, 1, init="warm")
     with pytest.raises(ValueError, match="start_error"):
         plan(1000, 1, 1, 1, 1, start_error=0)
+
+
+def test_the_default_fit_raises_no_leak_on_either_branch(frame):
+    """fit(rho=..., bounds=...) with nothing else: no PrivacyLeakWarning whichever estimator the choice keeps
+    (labour-supply data: noisy moments; the synthetic frame: DP-2S-GD), every release recorded."""
+    labsup = load_labsup()
+    cases = [(DPIV2SLS.from_formula("weeks ~ 1 + [kids ~ samesex]", labsup),
+              {k: LABSUP_BOUNDS[k] for k in ("weeks", "kids", "samesex")}, "noisy moments")]
+    model = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame)
+    cases.append((model, _bounds(model), "DP-2S-GD"))
+    for model, bounds, estimator in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PrivacyLeakWarning)
+            res = model.fit(rho=2.6, bounds=bounds, seed=20261129)
+        assert res.estimator == estimator and res.is_private and res.leaks == ()
+        assert res.privacy.rho == pytest.approx(2.6, rel=1e-12)
+        assert "No privacy leak" in res.summary().as_text()
