@@ -21,7 +21,7 @@ enter (``benchmarks/estimator_comparison.py`` measures the whole default).
 (b) the labour-supply data, weeks ~ 1 + age + educ + black + hispan + [kids ~ samesex], with the
     public bounds of :data:`dpivreg.datasets.LABSUP_BOUNDS` (covariates on very different scales).
 
-    python benchmarks/private_pipeline.py                 # the full table (200 runs per cell; ~30 min)
+    python benchmarks/private_pipeline.py                 # the full table (200 runs per cell; ~30 min alone)
     python benchmarks/private_pipeline.py --quick         # a smoke run
     python benchmarks/private_pipeline.py --out docs/_static/private_pipeline.csv
 """
@@ -133,7 +133,7 @@ def main() -> None:
     print(ratio.round(3).to_string())
     print(f"\n{time.perf_counter() - start:.0f} s")
     if args.out:
-        table.to_csv(args.out, index=False)
+        table.round(4).to_csv(args.out, index=False)  # the docs show the CSV as a table
 
 
 if __name__ == "__main__":
