@@ -27,7 +27,7 @@ error at T = 20 is the optimisation error, which does not shrink with n; and eve
 sampling error ‖β̂_2SLS − β‖ of the benchmark itself. (Without noise the default starts at the exact
 2SLS solution, so its optimisation error is zero to rounding; the CSV keeps that row.)
 
-Full run (100 runs per point; about 15 min on one core of a busy 2-core machine)::
+Full run (100 runs per point; about 50 min on a 2-core machine shared with other benchmarks)::
 
     nice python examples/error_vs_n.py
 
