@@ -19,7 +19,7 @@ Two settings, side by side:
   the staggered schedule and step sizes from the release, exact calibration), at the paper's
   T = 20 and with ``method="preconditioned"`` (the iteration itself, not the default's choice of
   estimator). Its budget includes the moment and clipping releases; to keep the TOTAL at 10 the
-  paper's (ρ1, ρ2) are scaled by 0.8 and ρ0 = 2, ρ_clip = 0.5: (0.8, 7.2), (4, 4), (7.2, 0.8)
+  paper's (ρ1, ρ2) are scaled by 0.8 and ρ0 = 1.6, ρ_clip = 0.4: (0.8, 7.2), (4, 4), (7.2, 0.8)
   (``_repro.default_budget``). Spent totals are written to the CSV.
 
 For reference, the paper's panels also show the same iteration WITHOUT any noise (ρ = ∞): its
