@@ -349,6 +349,17 @@ def test_demo_command(capsys):
     assert "DP-2S-GD Estimation Summary" in out and "weeks" in out and "IV2SLS*" in out
 
 
+def test_readme_shows_the_demo_real_output(capsys):
+    """The README says its demo block is ``python -m dpivreg demo``'s real output: keep it so."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert cli_main(["demo"]) == 0
+    out = capsys.readouterr().out
+    block = out[out.index("dpivreg demo:"):out.index("No privacy leak")]
+    assert block in readme, "README.md's demo output is stale: paste `python -m dpivreg demo`'s output"
+
+
 def test_bound_block_is_free_post_processing(frame):
     """The bound uses only public quantities and the released Θ⁽ᵀ⁾; computing it raises no leak warning."""
     from dpivreg import theory
