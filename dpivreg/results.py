@@ -362,9 +362,7 @@ class DPIVResults:
         self._require_iteration("the Theorem's error bound")
         d, priv = self.design, self.privacy
         n, p, q, tau = self.nobs, len(d.regressor_names), len(d.z_names), self._settings.tau
-        start_error = 1.0
-        if self._settings.init == "moments":  # as theory.plan(init="moments"): a start as good as 2SLS
-            start_error = min(theory.statistical_term(n, p, q, tau), 1.0)
+        start_error = theory.initial_error(self._settings.init, n, p, q, tau)
         return theory.error_bound(n, p, q, self._settings.T, priv.rho1, priv.rho2, tau=tau, kappa=self._bound_kappa(),
                                   start_error=start_error)
 

@@ -99,6 +99,7 @@ __all__ = [
     "optimization_term",
     "privacy_term",
     "statistical_term",
+    "initial_error",
     "t_condition_limit",
     "n_condition_minimum",
     "Condition",
@@ -214,6 +215,13 @@ def _check_T_array(T: ArrayLike) -> tuple[np.ndarray, bool]:
     if arr.size and not (np.all(np.isfinite(arr)) and np.all(arr >= 1)):
         raise ValueError("T (number of iterations) must be finite and >= 1 in every entry.")
     return arr, arr.ndim == 0
+
+
+def initial_error(init: str, n: float, p: float, q: float, tau: float = DEFAULT_TAU) -> float:
+    """The optimisation term's factor for a starting point (up to constants, c = 1): 1 from the Algorithm's
+    zero start; from the warm start (``init="moments"``) the statistical term, capped at 1, i.e. a start as
+    good as 2SLS (the released moments whiten the instruments well enough for a consistent 2SLS)."""
+    return min(statistical_term(n, p, q, tau), 1.0) if init == "moments" else 1.0
 
 
 def _check_start_error(value: float) -> float:
@@ -1248,9 +1256,7 @@ def plan(
     if init not in ("zero", "moments"):
         raise ValueError(f"init must be 'zero' or 'moments', got {init!r}.")
     a, s = _coefficients(n, p, q, rho1, rho2, tau)
-    if start_error is None:
-        start_error = 1.0 if init == "zero" else min(s, 1.0)
-    start_error = _check_start_error(start_error)
+    start_error = _check_start_error(initial_error(init, n, p, q, tau) if start_error is None else start_error)
     # start_error·κ^(T/2) + a√T + s = start_error·(κ^(T/2) + (a/c)√T + s/c): the same argmin problem
     T_rec = _argmin_T(kappa, a / start_error, s / start_error)
     bounds = regime_boundaries(n, p, q, rho1, rho2, tau, kappa, start_error=start_error)
