@@ -390,8 +390,6 @@ class DPIV2SLS:
                                              moments_sigma=scale.moments.sigma * math.sqrt(rho0 / (rho0 + rest)))
                 if selection.estimator == "noisy moments":
                     scale = repeat_moment_release(self._design, scale, rho=rest, rng=rng)
-                    for leak in leaks:
-                        warnings.warn(leak, PrivacyLeakWarning, stacklevel=3)
                     return self._moments_results(scale, [clip_choice.release], leaks, budget, preprocess=preprocess,
                                                  inference=inference, delta=delta, tau=tau, rng=rng,
                                                  selection=selection, total=rho0 + rest)
@@ -413,8 +411,7 @@ class DPIV2SLS:
         exact_inference = inference and preprocess != "data" and math.isinf(budget["rho_inf"])
         if exact_inference:
             leaks.append("rho_inf = inf: the residual variance for inference was computed without noise (not private).")
-        for leak in leaks:
-            warnings.warn(leak, PrivacyLeakWarning, stacklevel=3)
+        _announce_leaks(leaks, stacklevel=4)
 
         inference_result, inference_note = _run_inference(
             inference, preprocess, lambda: private_inference(
@@ -450,17 +447,16 @@ class DPIV2SLS:
         leaks += _scale_leaks(scale, preprocess)
         if preprocess == "private" and math.isinf(total):
             leaks.append("rho = inf: the moments were released without noise (not private).")
-        for leak in leaks:
-            warnings.warn(leak, PrivacyLeakWarning, stacklevel=3)
         return self._moments_results(scale, [], leaks, budget, preprocess=preprocess, inference=inference,
                                      delta=delta, tau=tau, rng=rng, selection=None, total=total)
 
     def _moments_results(self, scale: WorkingScale, extra_releases: list, leaks: list[str], budget: dict, *,
                          preprocess: str, inference: bool, delta: float, tau: float, rng: np.random.Generator,
                          selection, total: float) -> DPIVResults:
-        """2SLS on the scale's (released) moments, its inference and the results object."""
+        """Announce the leaks, then 2SLS on the scale's (released) moments, its inference and the results."""
         from .inference import moment_inference  # noqa: PLC0415 - keeps the import graph one-way
 
+        _announce_leaks(leaks, stacklevel=5)  # the caller of fit(), through _fit_* and this method
         n, q = scale.Z.shape
         k = scale.n_exog
         p = scale.X.shape[1]
@@ -482,6 +478,13 @@ class DPIV2SLS:
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
                            inference_note=inference_note)
+
+
+def _announce_leaks(leaks: list[str], *, stacklevel: int) -> None:
+    """One PrivacyLeakWarning per leak, attributed to the user's call of fit() (``stacklevel`` counts from
+    here)."""
+    for leak in leaks:
+        warnings.warn(leak, PrivacyLeakWarning, stacklevel=stacklevel)
 
 
 def _child(rng: np.random.Generator) -> np.random.Generator:
