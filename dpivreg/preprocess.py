@@ -432,7 +432,7 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     free = free_columns(design, constant)
     moments, moment_scales = None, scales
     if route != "bounds":
-        V = np.column_stack([(raw[c] - centres[c]) / scales[c] for c in free]) if free else np.zeros((design.nobs, 0))
+        V = _box_rows(raw, free, centres, scales, design.nobs)
         rho = math.inf if route == "data" else rho0
         with_constant = release_constant(constant is not None, centres[free].to_numpy())
         unit = moment_units(np.max(np.abs(V), axis=0) if V.shape[0] else np.ones(len(free)), rho)
@@ -450,6 +450,14 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     Y = (raw[design.dependent_name] - maps["y_center"]) / maps["y_scale"]
     return WorkingScale(route=route, bound_scales=scales, bound_centres=centres, source=source, clipped_values=clipped,
                         Z=Z, X=X, Y=Y, n_exog=k, **maps)
+
+
+def _box_rows(columns: Mapping, free: list, centres: pd.Series, scales: pd.Series, nobs: int) -> np.ndarray:
+    """The rows of the box moment release: each free column mapped by its box centre and scale (values
+    beyond the bounds map beyond ±1; the release clips every entry to [−1, 1])."""
+    if not free:
+        return np.zeros((nobs, 0))
+    return np.column_stack([(np.asarray(columns[c], dtype=np.float64) - centres[c]) / scales[c] for c in free])
 
 
 def _with_units(scales: pd.Series, free: list, unit: np.ndarray) -> pd.Series:
@@ -475,15 +483,15 @@ def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float,
     constant = design.constant_name
     free = free_columns(design, constant)
     first = scale.moments
-    centres, scales = scale.bound_centres[free].to_numpy(), scale.bound_scales[free].to_numpy()
+    centres, scales = scale.bound_centres, scale.bound_scales
     if getattr(design, "is_dask", False):
         from ._dask import dask_moment_sum  # noqa: PLC0415 - dask is optional
 
-        outer = dask_moment_sum(design, free, centres, scales, first.released_constant)
+        outer = dask_moment_sum(design, free, centres[free].to_numpy(), scales[free].to_numpy(),
+                                first.released_constant)
     else:
         frame = pd.concat([design.dependent, design.exog, design.endog, design.instruments], axis=1)
-        V = np.column_stack([(frame[c].to_numpy(dtype=np.float64) - centres[j]) / scales[j]
-                             for j, c in enumerate(free)]) if free else np.zeros((design.nobs, 0))
+        V = _box_rows(frame, free, centres, scales, design.nobs)
         outer = box_moment_sum(V, first.released_constant)  # clipping to [−1, 1] is clipping to the bounds
     second, record, sigma = moments_from_sum(outer, design.nobs, with_constant=first.released_constant,
                                              route="private", rho=rho, rng=rng)
