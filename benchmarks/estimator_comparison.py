@@ -51,6 +51,8 @@ import pandas as pd
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
 from dpivreg.datasets import LABSUP_BOUNDS, load_labsup, simulate_iv
 
+from _reference import two_sls  # the benchmarks' non-private 2SLS
+
 ROUTES = ("default", "dp2sgd", "moments", "previous", "rms", "paper")
 RHOS = (0.5, 2.0, 10.0)
 Z95 = 1.959963984540054
@@ -64,21 +66,6 @@ class Data:
     bounds: dict
     beta: np.ndarray | None
     endog: list
-
-
-def two_sls(model: DPIV2SLS) -> tuple[np.ndarray, np.ndarray]:
-    """2SLS and its robust (HC0) standard errors, by least squares on QR factors (linearmodels' values)."""
-    d = model.design
-    Z = np.column_stack([d.exog.to_numpy(), d.instruments.to_numpy()])
-    X = np.column_stack([d.exog.to_numpy(), d.endog.to_numpy()])
-    y = d.dependent.to_numpy()[:, 0]
-    Q, _ = np.linalg.qr(Z)
-    X_hat = Q @ (Q.T @ X)
-    beta = np.linalg.lstsq(X_hat, y, rcond=None)[0]
-    e = y - X @ beta
-    bread = np.linalg.inv(X_hat.T @ X_hat)
-    meat = (X_hat * e[:, None] ** 2).T @ X_hat
-    return beta, np.sqrt(np.diag(bread @ meat @ bread))
 
 
 # ----------------------------------------------------------------------------------------

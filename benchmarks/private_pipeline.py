@@ -38,6 +38,8 @@ import pandas as pd
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
 from dpivreg.datasets import LABSUP_BOUNDS, load_labsup, simulate_iv
 
+from _reference import two_sls  # the benchmarks' non-private 2SLS
+
 ROUTES = {
     "paper": dict(preprocess="data", method="gd"),
     "data": dict(preprocess="data", method="preconditioned"),
@@ -64,14 +66,6 @@ def fit_error(model: DPIV2SLS, reference: np.ndarray, route: str, rho: float, bo
     return float(np.linalg.norm(res.params.to_numpy() - reference))
 
 
-def two_sls(model: DPIV2SLS) -> np.ndarray:
-    d = model.design
-    Z = np.column_stack([d.exog.to_numpy(), d.instruments.to_numpy()])
-    X = np.column_stack([d.exog.to_numpy(), d.endog.to_numpy()])
-    x_hat = Z @ np.linalg.lstsq(Z, X, rcond=None)[0]
-    return np.linalg.solve(x_hat.T @ x_hat, x_hat.T @ d.dependent.to_numpy()[:, 0])
-
-
 def synthetic_cells(ns, rhos, runs):
     rows = []
     for n in ns:
@@ -81,7 +75,7 @@ def synthetic_cells(ns, rhos, runs):
                 sim = simulate_iv(n, 5, 5, seed=run)
                 model = DPIV2SLS(sim.data["y"], None, sim.data[[f"x{j}" for j in range(1, 6)]],
                                  sim.data[[f"z{j}" for j in range(1, 6)]])
-                reference = two_sls(model)
+                reference = two_sls(model)[0]
                 for route in ROUTES:
                     errors[route].append(fit_error(model, reference, route, rho, sim.bounds, seed=10_000 + run))
             rows.extend(_summarise("synthetic p=q=5", n, rho, errors))
@@ -93,7 +87,7 @@ def labsup_cells(rhos, runs):
     df = load_labsup()
     model = DPIV2SLS.from_formula(LABSUP_FORMULA, df)
     bounds = {c: LABSUP_BOUNDS[c] for c in ("weeks", "kids", "samesex", "age", "educ", "black", "hispan")}
-    reference = two_sls(model)
+    reference = two_sls(model)[0]
     rows = []
     for rho in rhos:
         errors = {route: [fit_error(model, reference, route, rho, bounds, seed=run) for run in range(runs)]
