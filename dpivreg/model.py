@@ -20,7 +20,7 @@ from .moments import solve_2sls
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, repeat_moment_release, working_scale
 from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, Release, check_delta, check_rho
 from .results import DPIVResults, FitSettings
-from .selection import choose_estimator
+from .selection import choose_estimator, choose_iterations
 from .theory import delta_tau
 from . import tuning
 
@@ -221,9 +221,12 @@ class DPIV2SLS:
             ``numpy.inf`` means no noise in that stage: the fit is then NOT private. Give both, or
             ``rho`` instead.
         T : int, optional
-            Number of iterations. Default: from the warm start, T = 1 + ⌈log 0.02 / log c⌉ in [3, 12], c the
-            per-step contraction implied by the whitening error κ̂ (:mod:`dpivreg.tuning`); 20 (the paper's
-            experiments) from a zero start.
+            Number of iterations. Default, from the warm start with the adaptive clipping: the candidate
+            among 3, 4, 6, 8 and 12 with the smallest simulated privacy-noise error of the endogenous
+            coefficients (:func:`dpivreg.selection.choose_iterations`, post-processing of the releases);
+            with a public clipping rule, T = 1 + ⌈log 0.02 / log c⌉ in [3, 12], c the per-step contraction
+            implied by the whitening error κ̂ (:mod:`dpivreg.tuning`); 20 (the paper's experiments) from a
+            zero start.
         rho : float, optional
             The total zCDP budget instead of ``rho1``, ``rho2``: split as rho1 = rho2 and the default shares
             below of the releases that the fit makes (e.g. rho1 = rho2 = rho/2.6 on the default path).
@@ -362,8 +365,8 @@ class DPIV2SLS:
             _check_step_stability(None if steps["eta_source"] == "data" else eta,
                                   None if steps["alpha_source"] == "data" else alpha, method=method, n=n, q=q, tau=tau)
         schedule = _resolve_schedule(schedule, init)
-        shares = (tuning.staggered_schedule(T_checked, tuning.contraction(kappa, min(eta, alpha)))
-                  if schedule == "staggered" else tuning.uniform_schedule(T_checked))
+        contraction = tuning.contraction(kappa, min(eta, alpha))
+        shares = _schedule_shares(schedule, T_checked, contraction)
         rows, _, _ = row_source(scale.Z, scale.X, scale.Y, k)
         try:
             clip_choice = None
@@ -379,10 +382,18 @@ class DPIV2SLS:
                 leaks.append("rho_clip = inf: the clipping histograms were released without noise (not private).")
             selection = None
             finite = all(math.isfinite(budget[name]) for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf"))
+
+            def make_plan(T_plan: int):
+                return iteration_plan(n, q, p, k, T=T_plan, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1,
+                                      clip2=clip2, calibration=calibration, method=method,
+                                      schedule=_schedule_shares(schedule, T_plan, contraction), group_share=exog_share)
+
+            if steps["T_source"] == "from kappa" and clip_choice is not None and finite and kappa > 0:
+                # T from simulating each candidate's noise (post-processing of the releases; see choose_iterations)
+                T_checked, plan, _ = choose_iterations(scale, start, make_plan, rng=_child(rng))
+                shares, steps["T_source"] = plan.schedule, "simulated"
             if select and start is not None and finite:
-                plan = iteration_plan(n, q, p, k, T=T_checked, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1,
-                                      clip2=clip2, calibration=calibration, method=method, schedule=shares,
-                                      group_share=exog_share)
+                plan = make_plan(T_checked)
                 rest = rho1 + rho2 + (budget["rho_inf"] if inference else 0.0)
                 # the prediction's Monte Carlo draws come from a child stream: the fit's own noise stream, and so
                 # the DP-2S-GD branch, is then exactly what method="preconditioned" draws for the same seed
@@ -485,6 +496,11 @@ def _announce_leaks(leaks: list[str], *, stacklevel: int) -> None:
     here)."""
     for leak in leaks:
         warnings.warn(leak, PrivacyLeakWarning, stacklevel=stacklevel)
+
+
+def _schedule_shares(schedule: str, T: int, contraction: float) -> np.ndarray:
+    """(2, T) budget shares of the named schedule (:mod:`dpivreg.tuning`)."""
+    return tuning.staggered_schedule(T, contraction) if schedule == "staggered" else tuning.uniform_schedule(T)
 
 
 def _child(rng: np.random.Generator) -> np.random.Generator:

@@ -102,7 +102,8 @@ class FitSettings:
     schedule : str
         ``"staggered"``, ``"uniform"`` or ``"none"``.
     T_source : str
-        Where T came from (``"user"``, ``"from kappa"``, ``"paper's experiments"``).
+        Where T came from (``"user"``, ``"simulated"`` (:func:`dpivreg.selection.choose_iterations`),
+        ``"from kappa"`` (:func:`dpivreg.tuning.iterations`), ``"paper's experiments"``).
     rho_clip : float
         Budget of the clipping release (0 when none was made).
     kappa : float
