@@ -221,12 +221,13 @@ class DPIV2SLS:
             ``numpy.inf`` means no noise in that stage: the fit is then NOT private. Give both, or
             ``rho`` instead.
         T : int, optional
-            Number of iterations. Default, from the warm start with the adaptive clipping: the candidate
-            among 3, 4, 6, 8 and 12 with the smallest simulated privacy-noise error of the endogenous
-            coefficients (:func:`dpivreg.selection.choose_iterations`, post-processing of the releases);
-            with a public clipping rule, T = 1 + ⌈log 0.02 / log c⌉ in [3, 12], c the per-step contraction
-            implied by the whitening error κ̂ (:mod:`dpivreg.tuning`); 20 (the paper's experiments) from a
-            zero start.
+            Number of iterations. Default, from the warm start with the adaptive clipping and finite
+            budgets: the shortest of the candidates 3, 4, 6, 8 and 12 whose simulated privacy-noise error of
+            the endogenous coefficients is within about 2% of the best candidate's
+            (:func:`dpivreg.selection.choose_iterations`, post-processing of the releases); otherwise from
+            the warm start (a public clipping rule, an infinite budget) T = 1 + ⌈log 0.02 / log c⌉ in
+            [3, 12], c the per-step contraction implied by the whitening error κ̂ (:mod:`dpivreg.tuning`);
+            20 (the paper's experiments) from a zero start.
         rho : float, optional
             The total zCDP budget instead of ``rho1``, ``rho2``: split as rho1 = rho2 and the default shares
             below of the releases that the fit makes (e.g. rho1 = rho2 = rho/2.6 on the default path).
@@ -507,7 +508,7 @@ def _child(rng: np.random.Generator) -> np.random.Generator:
     """An independent generator that leaves ``rng``'s own stream untouched (numpy's spawn)."""
     try:
         return rng.spawn(1)[0]
-    except (TypeError, ValueError):  # a generator without a seed sequence: draw a seed from it instead
+    except (AttributeError, TypeError, ValueError):  # numpy < 1.25, or no seed sequence: draw a seed instead
         return np.random.default_rng(int(rng.integers(2**63)))
 
 

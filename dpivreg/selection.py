@@ -1,8 +1,8 @@
 """The default's choices made from the pilot releases (no privacy cost): T, and DP-2S-GD or noisy moments.
 
-The number of iterations (:func:`choose_iterations`) is the candidate whose planned iteration, simulated
-in moment form from the warm start, has the smallest median error; the estimator (:func:`choose_estimator`)
-is chosen next, with that plan, as follows.
+The number of iterations (:func:`choose_iterations`) is the shortest candidate whose planned iteration,
+simulated in moment form from the warm start, has a median error within about 2% of the best candidate's;
+the estimator (:func:`choose_estimator`) is chosen next, with that plan, as follows.
 
 Which private estimator is more accurate depends on the data: noisy moments pay for the declared bounds
 (the box sensitivity D/n), DP-2S-GD for the gradients' actual size (its clipping thresholds). With loose
@@ -53,7 +53,8 @@ from .inference import simulate_fit
 from .moments import moment_draws
 from .preprocess import WorkingScale
 
-__all__ = ["Selection", "choose_estimator", "choose_iterations", "REPLICATIONS", "T_CANDIDATES"]
+__all__ = ["Selection", "choose_estimator", "choose_iterations", "shortest_near_best", "REPLICATIONS",
+           "T_CANDIDATES"]
 
 #: Simulated worlds per prediction.
 REPLICATIONS = 400
@@ -120,7 +121,8 @@ def choose_iterations(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray],
     moment form from the warm start (:func:`dpivreg.inference.simulate_fit`), all candidates with the same
     random numbers so that their comparison is paired. The criterion is the mean over the endogenous
     coefficients of the median absolute error relative to the best candidate's for that coefficient; the
-    smallest T within 2% of the best is chosen (a longer run costs time and clips more often, for no gain).
+    shortest candidate whose score is at most the best's / 0.98 (about 2% above it) is chosen
+    (:func:`shortest_near_best`; a longer run costs time and clips more often, for no gain).
 
     Why simulate instead of a rule: what T should be depends on how far the warm start is from the
     solution relative to the noise each step adds. The whitening error κ̂ alone (:func:`dpivreg.tuning.iterations`)
@@ -142,15 +144,21 @@ def choose_iterations(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray],
                                    rng=np.random.default_rng(seed), warm_start=True)[1], beta0, J)[endog]
         for plan in plans
     ])
-    best = errors.min(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        relative = np.where(best > 0, errors / best, 1.0)
-    score = np.mean(relative, axis=1)
-    if not np.any(np.isfinite(score)):
-        index = 0
-    else:
-        index = int(np.flatnonzero(score <= np.nanmin(score) / _T_MARGIN)[0])
+    index = shortest_near_best(errors)
     return candidates[index], plans[index], errors
+
+
+def shortest_near_best(errors: np.ndarray, *, margin: float = _T_MARGIN) -> int:
+    """Index of the first candidate (row of ``errors``, candidates × coefficients) whose score is at most
+    the best score / ``margin``; the score is the mean over coefficients of the error relative to that
+    coefficient's best. Coefficients without a finite, positive best error (diverged for every candidate,
+    or no noise at all) cannot rank the candidates and are left out; with none left, the first candidate."""
+    best = errors.min(axis=0)
+    usable = np.isfinite(best) & (best > 0)
+    if not usable.any():
+        return 0
+    score = np.mean(errors[:, usable] / best[usable], axis=1)
+    return int(np.flatnonzero(score <= score.min() / margin)[0])
 
 
 def _median_error(draws: np.ndarray, centre: np.ndarray, J: np.ndarray) -> np.ndarray:

@@ -20,9 +20,10 @@ step is forgotten at the same rate. Hence:
 * T = 1 + ⌈log(0.02)/log c⌉ clamped to [3, 12] (:func:`iterations`): enough steps to shrink the warm
   start's error 50-fold; few, because a stage's noise grows like √T at a fixed budget. This rule sees only
   the contraction, not how far the warm start is from the solution, so the default uses it only where
-  nothing can be simulated (a public clipping rule); with the adaptive clipping T is the candidate with
-  the smallest simulated error (:func:`dpivreg.selection.choose_iterations`: with a weak first stage the
-  warm start's error in β is large although κ̂ is small, and more steps pay for their noise);
+  the noise cannot be simulated (a public clipping rule, an infinite budget, κ̂ = 0); otherwise T is the
+  shortest candidate within about 2% of the best simulated error (:func:`dpivreg.selection.choose_iterations`:
+  with a weak first stage the warm start's error in β is large although κ̂ is small, and more steps pay for
+  their noise);
 * the staggered geometric schedule (:func:`staggered_schedule`): the first stage updates at steps
   0 … T−2 (its last update could not reach β⁽ᵀ⁾, which uses Θ⁽ᵀ⁻¹⁾), the second at steps 1 … T−1 (its
   first step would use the warm start's Θ⁽⁰⁾); step shares grow geometrically by 1/r towards the end,
