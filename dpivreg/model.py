@@ -20,7 +20,7 @@ from .moments import solve_2sls
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, repeat_moment_release, working_scale
 from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, Release, check_delta, check_rho
 from .results import DPIVResults, FitSettings
-from .selection import choose_estimator, choose_iterations
+from .selection import MAX_KAPPA, choose_estimator, choose_iterations
 from .theory import delta_tau
 from . import tuning
 
@@ -225,7 +225,8 @@ class DPIV2SLS:
             budgets: the shortest of the candidates 3, 4, 6, 8 and 12 whose simulated privacy-noise error of
             the endogenous coefficients is within about 2% of the best candidate's
             (:func:`dpivreg.selection.choose_iterations`, post-processing of the releases); otherwise from
-            the warm start (a public clipping rule, an infinite budget) T = 1 + ⌈log 0.02 / log c⌉ in
+            the warm start (a public clipping rule, an infinite budget, a whitening error κ̂ ≥ 0.5)
+            T = 1 + ⌈log 0.02 / log c⌉ in
             [3, 12], c the per-step contraction implied by the whitening error κ̂ (:mod:`dpivreg.tuning`);
             20 (the paper's experiments) from a zero start.
         rho : float, optional
@@ -389,7 +390,7 @@ class DPIV2SLS:
                                       clip2=clip2, calibration=calibration, method=method,
                                       schedule=_schedule_shares(schedule, T_plan, contraction), group_share=exog_share)
 
-            if steps["T_source"] == "from kappa" and clip_choice is not None and finite and kappa > 0:
+            if steps["T_source"] == "from kappa" and clip_choice is not None and finite and 0 < kappa < MAX_KAPPA:
                 # T from simulating each candidate's noise (post-processing of the releases; see choose_iterations)
                 T_checked, plan, _ = choose_iterations(scale, start, make_plan, rng=_child(rng))
                 shares, steps["T_source"] = plan.schedule, "simulated"

@@ -20,7 +20,8 @@ step is forgotten at the same rate. Hence:
 * T = 1 + ⌈log(0.02)/log c⌉ clamped to [3, 12] (:func:`iterations`): enough steps to shrink the warm
   start's error 50-fold; few, because a stage's noise grows like √T at a fixed budget. This rule sees only
   the contraction, not how far the warm start is from the solution, so the default uses it only where
-  the noise cannot be simulated (a public clipping rule, an infinite budget, κ̂ = 0); otherwise T is the
+  the noise cannot be simulated (a public clipping rule, an infinite budget, κ̂ = 0) or the simulation is
+  no guide (κ̂ ≥ 0.5: :data:`dpivreg.selection.MAX_KAPPA`); otherwise T is the
   shortest candidate within about 2% of the best simulated error (:func:`dpivreg.selection.choose_iterations`:
   with a weak first stage the warm start's error in β is large although κ̂ is small, and more steps pay for
   their noise);
