@@ -34,7 +34,7 @@ What the prediction leaves out
     small where clipped rows' gradients point in many directions, but on the labour-supply subsamples
     (n = 1,000–3,000, a binary instrument and skewed first-stage residuals, so that the clipped rows'
     gradients line up) it is most of DP-2S-GD's error at large budgets (0.074 of 0.076 2SLS s.e., n = 1,000,
-    ρ = 10): the predicted ratio is then 0.6–0.9 where the realised one is 1.2–1.5, and the default keeps
+    ρ = 10): the predicted ratio is then 0.6–1.1 where the realised one is 1.2–1.6, and the default keeps
     DP-2S-GD where noisy moments would be better. The clipping histograms cannot supply the missing term:
     their mass above each threshold, weighted by the bins' excess, bounds the distortion only for aligned
     gradients, so it overstated it 7–25 times on the synthetic designs at n = 10⁵, and at n ≤ 3,000 the
