@@ -226,9 +226,8 @@ class DPIV2SLS:
             the endogenous coefficients is within about 2% of the best candidate's
             (:func:`dpivreg.selection.choose_iterations`, post-processing of the releases); otherwise from
             the warm start (a public clipping rule, an infinite budget, a whitening error κ̂ ≥ 0.5)
-            T = 1 + ⌈log 0.02 / log c⌉ in
-            [3, 12], c the per-step contraction implied by the whitening error κ̂ (:mod:`dpivreg.tuning`);
-            20 (the paper's experiments) from a zero start.
+            T = 1 + ⌈log 0.02 / log c⌉ in [3, 12], c the per-step contraction implied by κ̂
+            (:mod:`dpivreg.tuning`); 20 (the paper's experiments) from a zero start.
         rho : float, optional
             The total zCDP budget instead of ``rho1``, ``rho2``: split as rho1 = rho2 and the default shares
             below of the releases that the fit makes (e.g. rho1 = rho2 = rho/2.6 on the default path).
@@ -390,12 +389,13 @@ class DPIV2SLS:
                                       clip2=clip2, calibration=calibration, method=method,
                                       schedule=_schedule_shares(schedule, T_plan, contraction), group_share=exog_share)
 
+            plan = None
             if steps["T_source"] == "from kappa" and clip_choice is not None and finite and 0 < kappa < MAX_KAPPA:
                 # T from simulating each candidate's noise (post-processing of the releases; see choose_iterations)
                 T_checked, plan, _ = choose_iterations(scale, start, make_plan, rng=_child(rng))
                 shares, steps["T_source"] = plan.schedule, "simulated"
             if select and start is not None and finite:
-                plan = make_plan(T_checked)
+                plan = make_plan(T_checked) if plan is None else plan  # the simulated T's plan is the one that runs
                 rest = rho1 + rho2 + (budget["rho_inf"] if inference else 0.0)
                 # the prediction's Monte Carlo draws come from a child stream: the fit's own noise stream, and so
                 # the DP-2S-GD branch, is then exactly what method="preconditioned" draws for the same seed

@@ -49,7 +49,7 @@ from typing import Callable
 import numpy as np
 
 from .engine import IterationPlan
-from .inference import simulate_fit
+from .inference import PrivateInference, simulate_fit
 from .moments import moment_draws
 from .preprocess import WorkingScale
 
@@ -62,9 +62,9 @@ REPLICATIONS = 400
 T_CANDIDATES = (3, 4, 6, 8, 12)
 #: A longer run is chosen only if its predicted error is this much below the shorter runs'.
 _T_MARGIN = 0.98
-#: T is simulated only below this whitening error κ̂ (the reliability flag's threshold,
-#: :attr:`dpivreg.inference.PrivateInference.MAX_WHITENING_ERROR`); above it the κ̂ rule is kept.
-MAX_KAPPA = 0.5
+#: T is simulated only below this whitening error κ̂ (the reliability flag's threshold); above it the κ̂ rule
+#: is kept.
+MAX_KAPPA = PrivateInference.MAX_WHITENING_ERROR
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ def choose_iterations(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray],
                       make_plan: Callable[[int], IterationPlan], *, rng: np.random.Generator,
                       candidates: tuple[int, ...] = T_CANDIDATES,
                       replications: int = REPLICATIONS) -> tuple[int, IterationPlan, np.ndarray]:
-    """The number of iterations T with the smallest predicted privacy-noise error of the endogenous coefficients.
+    """The shortest number of iterations T whose predicted privacy-noise error of the endogenous coefficients is
+    within about 2% of the best candidate's.
 
     Each candidate's plan (``make_plan(T)``: its schedule, per-step noise and clipping groups) is simulated in
     moment form from the warm start (:func:`dpivreg.inference.simulate_fit`), all candidates with the same
