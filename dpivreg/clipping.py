@@ -49,7 +49,8 @@ from .mechanisms import clip_from_histogram, histogram_counts, log_grid, release
 from .privacy import Release
 
 __all__ = ["theorem_clip", "standardized_clip", "gradient_norm_counts", "adaptive_clip", "AdaptiveClip",
-           "target_clipped_rows", "resolve_public_clip", "CLIP_RULES", "MAX_CLIPPED_ROWS"]
+           "target_clipped_rows", "resolve_public_clip", "CLIP_RULES", "MAX_CLIPPED_ROWS",
+           "REFERENCE_STAGE_RHO"]
 
 CLIP_RULES = ("adaptive", "theorem", "rms")
 #: Noisy counts at most this many noise standard deviations are treated as empty bins.
@@ -79,11 +80,17 @@ def standardized_clip(q: int, p: int, p_endog: int, *, c: float = 3.0) -> tuple[
 
 #: The most rows the adaptive rule lets a threshold clip, whatever n (see the module docstring).
 MAX_CLIPPED_ROWS = 50.0
+#: Stage budget (zCDP) up to which K = min(½√n, 50); above it K shrinks as 1/√ρ (module docstring).
+REFERENCE_STAGE_RHO = 1.0
 
 
-def target_clipped_rows(n: int) -> float:
-    """K = min(½√n, 50): the number of rows the adaptive rule allows to be clipped (module docstring)."""
-    return min(0.5 * math.sqrt(n), MAX_CLIPPED_ROWS)
+def target_clipped_rows(n: int, rho: float = REFERENCE_STAGE_RHO) -> float:
+    """K = min(½√n, 50)·min(1, √(1/ρ)): the number of rows the adaptive rule allows above a threshold of a
+    stage with budget ``rho`` (module docstring). Public: n and the budget are."""
+    base = min(0.5 * math.sqrt(n), MAX_CLIPPED_ROWS)
+    if rho <= REFERENCE_STAGE_RHO:
+        return base
+    return base * math.sqrt(REFERENCE_STAGE_RHO / rho)
 
 
 def _group_edges(q: int, p: int, n_exog: int, p_endog: int, grouped: bool) -> list[np.ndarray]:
@@ -127,23 +134,23 @@ class AdaptiveClip:
         Whether the groups were clipped separately.
     release : Release
         The histograms' record (budget line ``"rho_clip"``).
-    target : float
-        K, the number of rows allowed above each threshold.
+    targets : (float, float)
+        K of the first and of the second stage: the number of rows allowed above each of its thresholds.
     noisy_counts : ndarray (G, bins)
         The released histograms (private releases; published with the fit).
     edges : list of ndarray
         Their public bin edges.
     """
 
-    def __init__(self, clip1, clip2, grouped: bool, release: Release, target: float, noisy_counts: np.ndarray,
-                 edges: list[np.ndarray]) -> None:
+    def __init__(self, clip1, clip2, grouped: bool, release: Release, targets: tuple[float, float],
+                 noisy_counts: np.ndarray, edges: list[np.ndarray]) -> None:
         self.clip1, self.clip2, self.grouped = clip1, clip2, grouped
-        self.release, self.target = release, target
+        self.release, self.targets = release, targets
         self.noisy_counts, self.edges = noisy_counts, edges
 
 
 def adaptive_clip(rows, theta0: np.ndarray, beta0: np.ndarray, W0: np.ndarray | None, n_exog: int, *, rho: float,
-                  rng: np.random.Generator) -> AdaptiveClip:
+                  stage_rho: tuple[float, float], rng: np.random.Generator) -> AdaptiveClip:
     """Choose γ1, γ2 privately from one release of gradient-norm histograms at the start (Θ⁽⁰⁾, β⁽⁰⁾).
 
     Parameters
@@ -158,6 +165,9 @@ def adaptive_clip(rows, theta0: np.ndarray, beta0: np.ndarray, W0: np.ndarray | 
         Exogenous columns leading Z and X; groups are clipped separately when > 0.
     rho : float
         zCDP budget of the release.
+    stage_rho : (float, float)
+        The budgets ρ1, ρ2 of the two stages the thresholds are for (public): they set each stage's K
+        (:func:`target_clipped_rows`).
     rng : numpy.random.Generator
         Source of the noise.
     """
@@ -169,14 +179,15 @@ def adaptive_clip(rows, theta0: np.ndarray, beta0: np.ndarray, W0: np.ndarray | 
     (counts,) = rows.sums(gradient_norm_counts, M, n_exog, grouped, edges)
     noisy, release, sigma = release_histogram_counts(counts, rho=rho, rng=rng, stage="rho_clip",
                                                      name="gradient-norm histograms for the clipping thresholds")
-    target = target_clipped_rows(rows.n)
-    thresholds = [clip_from_histogram(c, e, target=target, sigma=sigma, threshold=EMPTY_BIN_SIGMAS)
-                  for c, e in zip(noisy, edges)]
+    targets = tuple(target_clipped_rows(rows.n, r) for r in stage_rho)
+    per_group = [targets[0]] * (len(edges) // 2) + [targets[1]] * (len(edges) // 2)  # stage 1's groups first
+    thresholds = [clip_from_histogram(c, e, target=K, sigma=sigma, threshold=EMPTY_BIN_SIGMAS)
+                  for c, e, K in zip(noisy, edges, per_group)]
     if grouped:
         clip1, clip2 = (thresholds[0], thresholds[1]), (thresholds[2], thresholds[3])
     else:
         clip1, clip2 = thresholds
-    return AdaptiveClip(clip1, clip2, grouped, release, target, noisy, edges)
+    return AdaptiveClip(clip1, clip2, grouped, release, targets, noisy, edges)
 
 
 def resolve_public_clip(clip, *, n: int, q: int, p: int, p_endog: int, T: int, tau: float, rho1: float,

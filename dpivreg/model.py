@@ -372,7 +372,8 @@ class DPIV2SLS:
         try:
             clip_choice = None
             if isinstance(clip, str) and clip == "adaptive":
-                clip_choice = _adaptive_clip(rows, scale, start, method, rho=budget["rho_clip"], rng=rng)
+                clip_choice = _adaptive_clip(rows, scale, start, method, rho=budget["rho_clip"],
+                                             stage_rho=(rho1, rho2), rng=rng)
                 clip1, clip2, clip_source = clip_choice.clip1, clip_choice.clip2, "adaptive (private)"
             else:
                 clip1, clip2, clip_source = resolve_public_clip(clip, n=n, q=q, p=p, p_endog=p - k, T=T_checked,
@@ -513,14 +514,15 @@ def _child(rng: np.random.Generator) -> np.random.Generator:
         return np.random.default_rng(int(rng.integers(2**63)))
 
 
-def _adaptive_clip(rows, scale: WorkingScale, start, method: str, *, rho: float, rng: np.random.Generator):
+def _adaptive_clip(rows, scale: WorkingScale, start, method: str, *, rho: float, stage_rho: tuple[float, float],
+                   rng: np.random.Generator):
     """The private clipping release at the starting point (zeros without a warm start)."""
     q, p, k = scale.Z.shape[1], scale.X.shape[1], scale.n_exog
     theta0, beta0 = start if start is not None else (np.zeros((q, p - k)), np.zeros(p))
     W0 = None
     if method == "preconditioned":
         W0 = preconditioner_root(theta0, np.eye(q), k, 1e-4, "cholesky" if k else "symmetric")
-    return adaptive_clip(rows, theta0, beta0, W0, k, rho=rho, rng=rng)
+    return adaptive_clip(rows, theta0, beta0, W0, k, rho=rho, stage_rho=stage_rho, rng=rng)
 
 
 def _check_moments_options(**options) -> None:

@@ -147,6 +147,12 @@ def _percent(share: float) -> str:
     return f"{share:.0%}" if share >= 0.01 or share == 0 else f"{100 * share:.2g}%"
 
 
+def _rows_allowed(targets: tuple[float, float]) -> str:
+    """The adaptive rule's K per stage as the clipping note prints it ("50", or "50 (stage 1) / 25 (stage 2)")."""
+    first, second = (f"{k:.0f}" for k in targets)
+    return first if first == second else f"{first} (stage 1) / {second} (stage 2)"
+
+
 def _fmt(value: float, digits: int = 4) -> str:
     if value is None:
         return "none"
@@ -568,7 +574,7 @@ class DPIVResults:
             clip = self._settings.adaptive_clip
             notes.append(
                 "Clipping thresholds: private (rho_clip), from released histograms of the gradient norms at the "
-                f"start; each allows at most {clip.target:.0f} rows above it"
+                f"start; each allows at most {_rows_allowed(clip.targets)} rows above it"
                 + (" (exogenous rows and coordinates clipped as a group of their own, "
                    f"{self._settings.exog_share:.0%} of each stage's budget)." if clip.grouped else "."))
         notes += [

@@ -111,7 +111,7 @@ def release(data, rng):
     rows, _, _ = row_source(*data, N_EXOG)
     try:
         W0 = auditor_root()  # the same public matrix the package computes (checked below)
-        return clipping.adaptive_clip(rows, THETA0, BETA0, W0, N_EXOG, rho=RHO, rng=rng)
+        return clipping.adaptive_clip(rows, THETA0, BETA0, W0, N_EXOG, rho=RHO, stage_rho=(1.0, 1.0), rng=rng)
     finally:
         rows.close()
 
@@ -204,9 +204,33 @@ def test_threshold_rule_exact_values():
     assert clip_from_histogram(counts, edges, target=3.0, sigma=1.0) == edges[3]  # 2 and 1 are ≤ 3σ: empty
     assert clip_from_histogram(counts, edges, target=1.0, sigma=2.0) == edges[2]  # only bins > 6 count
     assert clip_from_histogram(counts + 100.0, edges, target=1.0, sigma=0.0) == edges[-1]
-    # K = ½√n up to n = 10,000, then 50 rows
+    # K = ½√n up to n = 10,000, then 50 rows, for stage budgets up to 1
     assert target_clipped_rows(400) == 10.0 and target_clipped_rows(10_000) == 50.0
     assert target_clipped_rows(31_857) == 50.0 and target_clipped_rows(10**7) == 50.0
+    assert target_clipped_rows(400, 0.1) == 10.0 and target_clipped_rows(10_000, 1.0) == 50.0
+    # above 1, K shrinks as 1/√ρ: half at ρ = 4, none left for a noise-free stage
+    assert target_clipped_rows(400, 4.0) == 5.0 and target_clipped_rows(10**6, 4.0) == 25.0
+    assert target_clipped_rows(3_000, 2.0) == pytest.approx(0.5 * math.sqrt(3_000) / math.sqrt(2.0), rel=1e-15)
+    assert target_clipped_rows(10_000, math.inf) == 0.0
+
+
+def test_each_stage_thresholds_use_that_stages_K():
+    """Stage budgets above 1 shrink that stage's K only: with ρ1 = 1, ρ2 = 16 (noise-free histograms) the first
+    stage's thresholds are the exact rule with K = ½√50, the second stage's with K/4."""
+    data = neighbours(sensitive=True)[0]  # three shared rows far out: K = 3.54 clips them, K/4 does not
+    rows, _, _ = row_source(*data, N_EXOG)
+    try:
+        out = clipping.adaptive_clip(rows, THETA0, BETA0, auditor_root(), N_EXOG, rho=math.inf, stage_rho=(1.0, 16.0),
+                                     rng=np.random.default_rng(0))
+    finally:
+        rows.close()
+    K = 0.5 * math.sqrt(N_ROWS)
+    assert out.targets == (pytest.approx(K, rel=1e-15), pytest.approx(K / 4, rel=1e-15))
+    counts, edges = auditor_counts(data), auditor_edges()
+    expected = [clip_from_histogram(c, e, target=k, sigma=0.0) for c, e, k in zip(counts, edges, (K, K, K / 4, K / 4))]
+    assert _thresholds(out) == tuple(expected)
+    # K matters here: a common K would give other second-stage thresholds
+    assert expected[2:] != [clip_from_histogram(c, e, target=K, sigma=0.0) for c, e in zip(counts[2:], edges[2:])]
 
 
 # ----------------------------------------------------------------------------------------
