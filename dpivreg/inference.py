@@ -3,7 +3,12 @@
 The private estimate differs from the true β by (i) the sampling error of 2SLS and (ii) the privacy
 noise of its releases. Both are estimated from released or public quantities only:
 
-Sampling error (homoskedastic 2SLS variance)
+Sampling error, ``cov_type="robust"`` (the 2SLS sandwich; :mod:`dpivreg.covariance`)
+    V_samp = (Θ̄ᵀΘ̄)⁻¹ Θ̄ᵀΩ̂Θ̄ (Θ̄ᵀΘ̄)⁻¹ / n with Ω̂ a private release of the instrument scores' second moments
+    (1/n)Σᵢ z̃ᵢz̃ᵢᵀũᵢ² at the released β̃ (:func:`dpivreg.covariance.score_meat_release`, budget ``rho_inf``,
+    for DP-2S-GD and noisy moments alike).
+
+Sampling error, ``cov_type="unadjusted"`` (homoskedastic 2SLS variance)
     V_samp = σ̂²_u · (Θ̄ᵀ S Θ̄)⁻¹ / n on the working scale, where Θ̄ = [I_exog | Θ] is the
     released first stage, S = E[z̃z̃ᵀ] = I because the working instruments are whitened by the
     private second moments, and σ̂²_u the residual variance. DP-2S-GD makes ONE extra release for it
@@ -33,7 +38,8 @@ negligible (abs(bias) ≤ 0.05 SE on the benchmark designs); a bias above 0.2 st
 with too few steps or too small step sizes) raises a warning, because the interval is then not centred
 where it should be (``res.bias`` holds it).
 
-Assumptions (stated in the docs and the summary): homoskedastic structural errors; the clipping of
+Assumptions (stated in the docs and the summary): homoskedastic structural errors (``"unadjusted"``) or
+independent rows (``"robust"``); the clipping of
 the gradients is inactive or negligible (the adaptive rule clips at most min(½√n, 50) rows); the plug-in world is
 close enough to the data's for the noise response; normal approximation.
 Everything here is post-processing of releases except σ̂²_u of DP-2S-GD, whose cost is recorded.
@@ -41,18 +47,20 @@ Everything here is post-processing of releases except σ̂²_u of DP-2S-GD, whos
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engine import DP2SGDPath, IterationPlan, preconditioner_root
+from .covariance import resolve_cov_type, robust_covariance, score_meat_release, unadjusted_covariance
+from .engine import DP2SGDPath, IterationPlan, preconditioner_root, row_source
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
 from .preprocess import WorkingScale
 from .privacy import Release, gaussian_zcdp
 
-__all__ = ["PrivateInference", "residual_variance_release", "simulate_fit", "noise_covariance", "sampling_covariance",
-           "private_inference", "moment_inference", "MAX_BIAS_SE"]
+__all__ = ["PrivateInference", "residual_variance_release", "simulate_fit", "noise_covariance", "private_inference",
+           "moment_inference", "sampling_release", "MAX_BIAS_SE"]
 
 #: A simulated bias above this many standard errors (of any coefficient) raises a warning.
 MAX_BIAS_SE = 0.2
@@ -72,9 +80,11 @@ class PrivateInference:
         Simulated bias of the estimate in original units (the simulated mean minus the plug-in
         solution). Not subtracted from anything: a diagnostic (see the module docstring).
     sigma2 : float
-        The residual variance σ̂²_u on the working scale (released, or read from the moments).
-    release : Release or None
-        The σ̂²_u release (None when it was computed without noise or read from the moment release).
+        The residual variance σ̂²_u on the working scale (released, or read from the moments); NaN with
+        ``cov_type="robust"``, which releases the meat instead.
+    releases : tuple of Release
+        The sampling part's releases (budget ``rho_inf``): σ̂²_u, or the robust meat's histogram and meat;
+        empty when computed without noise or read from the moment release.
     replications : int
         Number of simulated noise paths.
     first_stage_noise_ratio : float
@@ -87,6 +97,10 @@ class PrivateInference:
         whitening is (0 when exact).
     warnings : tuple of str
         Messages the fit raises as ``UserWarning`` (unreliable intervals, a bias above 0.2 SE).
+    cov_type : str
+        ``"robust"`` or ``"unadjusted"``: which sampling covariance (:mod:`dpivreg.covariance`).
+    meat : ndarray (q, q) or None
+        The released score meat Ω̂ on the working scale (``"robust"``).
     """
 
     cov: np.ndarray
@@ -94,11 +108,13 @@ class PrivateInference:
     cov_noise: np.ndarray
     bias: np.ndarray
     sigma2: float
-    release: Release | None
+    releases: tuple[Release, ...]
     replications: int
     first_stage_noise_ratio: float = 0.0
     whitening_error: float = 0.0
     warnings: tuple[str, ...] = field(default=())
+    cov_type: str = "unadjusted"
+    meat: np.ndarray | None = field(default=None, repr=False)
 
     #: Thresholds above which the intervals are flagged as unreliable (see ``reliable``).
     MAX_NOISE_RATIO = 1.0 / 3.0
@@ -140,11 +156,39 @@ def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, 
     return max(released, sensitivity), release
 
 
-def sampling_covariance(theta_endog: np.ndarray, n_exog: int, sigma2: float, n: int) -> np.ndarray:
-    """Homoskedastic 2SLS covariance σ²(Θ̄ᵀΘ̄)⁻¹/n on the whitened working scale (S = I)."""
-    q = theta_endog.shape[0]
-    theta_full = np.concatenate([np.eye(q, n_exog), theta_endog], axis=1)
-    return sigma2 * np.linalg.inv(theta_full.T @ theta_full) / n
+@dataclass(frozen=True)
+class SamplingPart:
+    """The sampling covariance on the working scale and what it was computed from."""
+
+    cov: np.ndarray
+    cov_type: str
+    sigma2: float
+    meat: np.ndarray | None
+    releases: tuple[Release, ...]
+
+
+def sampling_release(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *, cov_type: str, rho: float,
+                     tau: float, rng: np.random.Generator, sigma2: float | None = None) -> SamplingPart:
+    """The sampling covariance of ``cov_type`` at the released (Θ, β̃), with its release (budget ``rho``).
+
+    ``"unadjusted"``: σ̂²_u from ``sigma2`` when given (noisy moments read it from their release, no cost),
+    else :func:`residual_variance_release`. ``"robust"``: the score meat
+    (:func:`dpivreg.covariance.score_meat_release`). ``rho = inf``: exact (non-private routes only).
+    """
+    n = scale.Y.shape[0]
+    k = scale.n_exog
+    if resolve_cov_type(cov_type) == "unadjusted":
+        releases: tuple[Release, ...] = ()
+        if sigma2 is None:
+            sigma2, release = residual_variance_release(scale, beta, rho=rho, tau=tau, rng=rng)
+            releases = () if release is None else (release,)
+        return SamplingPart(unadjusted_covariance(theta, k, sigma2, n), "unadjusted", sigma2, None, releases)
+    rows, _, _ = row_source(scale.Z, scale.X, scale.Y, k)
+    try:
+        meat, releases, _ = score_meat_release(rows, beta, k, rho=rho, rng=rng)
+    finally:
+        rows.close()
+    return SamplingPart(robust_covariance(theta, k, meat, n), "robust", math.nan, meat, releases)
 
 
 def _per_row(noise_t: np.ndarray, split: int | None, size: int) -> np.ndarray:
@@ -226,7 +270,8 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
 
 
 def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau: float,
-                      rng: np.random.Generator, replications: int = 2000, start=None) -> PrivateInference:
+                      rng: np.random.Generator, replications: int = 2000, start=None,
+                      cov_type: str = "unadjusted") -> PrivateInference:
     """Covariance of the DP-2S-GD estimate in original units (see the module docstring).
 
     Parameters
@@ -236,7 +281,8 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
     scale : WorkingScale
         The working scale (whitened instruments: preprocess "private" or "data").
     rho : float
-        Budget of the σ̂²_u release (inf: exact, only on the non-private "data" route).
+        Budget of the sampling part's release, σ̂²_u or the robust meat (inf: exact, only on non-private
+        routes).
     tau : float
         Confidence parameter of the clipping threshold of σ̂²_u.
     rng : numpy.random.Generator
@@ -245,55 +291,60 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
         Simulated noise paths.
     start : (ndarray, ndarray) or None
         The warm start the run used (None: zero).
+    cov_type : {"unadjusted", "robust"}
+        The sampling covariance (:mod:`dpivreg.covariance`).
     """
-    n = scale.Y.shape[0]
-    sigma2, release = residual_variance_release(scale, path.beta_final, rho=rho, tau=tau, rng=rng)
-    v_sampling = sampling_covariance(path.theta_final, path.n_exog, sigma2, n)
+    sampling = sampling_release(scale, path.theta_final, path.beta_final, cov_type=cov_type, rho=rho, tau=tau,
+                                rng=rng)
     v_noise, shift, theta_noise, whitening = noise_covariance(path.plan, path.theta_final, path.beta_final, scale,
                                                               replications=replications, rng=rng,
                                                               warm_start=start is not None)
-    return _assemble(scale, path.theta_final, path.n_exog, v_sampling, v_noise, shift, sigma2, release,
-                     replications, theta_noise, whitening)
+    return _assemble(scale, path.theta_final, path.n_exog, sampling, v_noise, shift, replications, theta_noise,
+                     whitening)
 
 
 def moment_inference(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *, rng: np.random.Generator,
-                     replications: int = 2000) -> PrivateInference:
+                     replications: int = 2000, cov_type: str = "unadjusted", rho: float = math.inf,
+                     tau: float = 5.0) -> PrivateInference:
     """Covariance of the noisy-moment 2SLS estimate (``method="moments"``) in original units.
 
-    The sampling part uses σ̂²_u read from the same release; the noise part re-releases the moments in
-    plug-in worlds (:func:`dpivreg.moments.moment_noise_covariance`). No further release.
+    The sampling part: ``"unadjusted"`` uses σ̂²_u read from the same release (no further release);
+    ``"robust"`` releases the score meat with budget ``rho``. The noise part re-releases the moments in
+    plug-in worlds (:func:`dpivreg.moments.moment_noise_covariance`).
     """
-    n, q = scale.Z.shape
+    q = scale.Z.shape[1]
     k = scale.n_exog
     moments = scale.moments
     working = moments.working()
-    sigma2 = max(residual_variance_from_moments(working, q, k, beta), 1e-300)
-    v_sampling = sampling_covariance(theta, k, sigma2, n)
+    sigma2 = None
+    if resolve_cov_type(cov_type) == "unadjusted":
+        sigma2 = max(residual_variance_from_moments(working, q, k, beta), 1e-300)
+    sampling = sampling_release(scale, theta, beta, cov_type=cov_type, rho=rho, tau=tau, rng=rng, sigma2=sigma2)
     noise = moments.noise_draws(rng, replications)
     v_noise, shift, theta_draws = moment_noise_covariance(moments.matrix, noise, moments.working, q, k,
                                                           theta.shape[1])
     theta_noise = float(np.median(np.linalg.norm(theta_draws - theta_draws.mean(axis=0), ord=2, axis=(1, 2))))
     S = moments.working(moments.matrix - noise)[:, :q, :q]
     whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
-    return _assemble(scale, theta, k, v_sampling, v_noise, shift, sigma2, None, replications, theta_noise,
-                     whitening)
+    return _assemble(scale, theta, k, sampling, v_noise, shift, replications, theta_noise, whitening)
 
 
-def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, v_sampling, v_noise, shift, sigma2, release,
+def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, sampling: SamplingPart, v_noise, shift,
               replications: int, theta_noise: float, whitening: float) -> PrivateInference:
     q = theta.shape[0]
     theta_full = np.concatenate([np.eye(q, n_exog), theta], axis=1)
     first_stage_strength = float(np.linalg.svd(theta_full, compute_uv=False)[-1])
     J = scale.beta_jacobian()
     with np.errstate(over="ignore", invalid="ignore"):
-        cov_sampling, cov_noise = J @ v_sampling @ J.T, J @ v_noise @ J.T
+        cov_sampling, cov_noise = J @ sampling.cov @ J.T, J @ v_noise @ J.T
     if not (np.all(np.isfinite(cov_sampling)) and np.all(np.isfinite(cov_noise))):
         raise OverflowError(
             "the covariance of the estimate overflows float64 in the original units (coefficients of order "
             f"{np.max(np.abs(J)):.1e}): rescale the data (e.g. express the outcome in thousands)"
         )
-    result = PrivateInference(cov_sampling + cov_noise, cov_sampling, cov_noise, J @ shift, sigma2, release,
-                              replications, theta_noise / max(first_stage_strength, 1e-300), whitening)
+    result = PrivateInference(cov_sampling + cov_noise, cov_sampling, cov_noise, J @ shift, sampling.sigma2,
+                              sampling.releases, replications, theta_noise / max(first_stage_strength, 1e-300),
+                              whitening, cov_type=sampling.cov_type, meat=sampling.meat)
     messages = []
     if not result.reliable:
         messages.append(_unreliable_message(result))
@@ -305,8 +356,7 @@ def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, v_sampling, v
             f"{MAX_BIAS_SE:g}): the iteration has not converged from its start, and the intervals, centred at "
             "the estimate, may miss. Use the warm start (init='moments'), more iterations T or the default "
             "step sizes; res.bias holds the simulated bias.")
-    return PrivateInference(result.cov, cov_sampling, cov_noise, result.bias, sigma2, release, replications,
-                            result.first_stage_noise_ratio, whitening, tuple(messages))
+    return dataclasses.replace(result, warnings=tuple(messages))
 
 
 def _unreliable_message(inference: PrivateInference) -> str:

@@ -12,6 +12,7 @@ from formulaic.utils.context import capture_context
 
 from ._dask import is_dask_collection
 from .clipping import adaptive_clip, resolve_public_clip, standardized_clip, theorem_clip
+from .covariance import resolve_cov_type
 from .design import IVDesign, design_from_arrays, design_from_formula
 from .engine import (DP2SGDPath, DivergenceError, check_positive, check_T, iteration_plan, make_rng,
                      preconditioner_root, row_source, run_on_rows)
@@ -203,6 +204,7 @@ class DPIV2SLS:
         seed=None,
         tau: float = 5.0,
         inference: bool = True,
+        cov_type: str = "unadjusted",
     ) -> DPIVResults:
         """Fit privately and return the estimate, its private inference and the NON-PRIVATE 2SLS benchmark.
 
@@ -309,6 +311,13 @@ class DPIV2SLS:
             (``rho_inf``); ``method="moments"`` reads it from its own release (no extra budget). ``False``
             spends nothing and leaves ``bse``, ``conf_int`` … unavailable. Needs whitened instruments, so it
             is unavailable with ``preprocess="bounds"``.
+        cov_type : {"unadjusted", "robust"}, default "unadjusted"
+            The sampling part of the private covariance (:mod:`dpivreg.covariance`). ``"unadjusted"``:
+            homoskedastic errors, σ̂²(X̂ᵀX̂/n)⁻¹/n with a private residual variance. ``"robust"``: the
+            heteroskedasticity-robust 2SLS sandwich (Stata's ``vce(robust)``, linearmodels'
+            ``cov_type="robust"``) with its meat Σᵢ z̃ᵢz̃ᵢᵀũᵢ²/n released privately with the budget ``rho_inf``
+            (for noisy moments too, whose moment release then gets the rest). linearmodels' synonyms
+            ``"homoskedastic"`` and ``"heteroskedastic"`` are accepted.
 
         Returns
         -------
@@ -322,6 +331,7 @@ class DPIV2SLS:
             raise TypeError(f"inference must be True or False, got {inference!r}.")
         delta = check_delta(delta)
         tau = _check_tau(tau)
+        cov_type = resolve_cov_type(cov_type)
         if calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
         if method == "moments":
@@ -338,13 +348,15 @@ class DPIV2SLS:
         rng = make_rng(seed)
         if method == "moments":
             return self._fit_moments(budget, bounds=bounds, preprocess=preprocess, inference=inference,
-                                     delta=delta, tau=tau, rng=rng)
+                                     delta=delta, tau=tau, rng=rng, cov_type=cov_type)
         return self._fit_dp2sgd(budget, T=T, preprocess=preprocess, method=method, init=init, schedule=schedule,
                                 eta=eta, alpha=alpha, clip=clip, exog_share=exog_share, calibration=calibration,
-                                bounds=bounds, tau=tau, inference=inference, delta=delta, rng=rng, select=select)
+                                bounds=bounds, tau=tau, inference=inference, delta=delta, rng=rng, select=select,
+                                cov_type=cov_type)
 
     def _fit_dp2sgd(self, budget: dict, *, T, preprocess, method, init, schedule, eta, alpha, clip, exog_share,
-                    calibration, bounds, tau, inference, delta, rng, select: bool = False) -> DPIVResults:
+                    calibration, bounds, tau, inference, delta, rng, select: bool = False,
+                    cov_type: str = "unadjusted") -> DPIVResults:
         rho1, rho2, rho0 = budget["rho1"], budget["rho2"], budget["rho0"]
         leaks: list[str] = []
         scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng)
@@ -397,7 +409,8 @@ class DPIV2SLS:
                 shares, steps["T_source"] = plan.schedule, "simulated"
             if select and start is not None and finite:
                 plan = make_plan(T_checked) if plan is None else plan  # the simulated T's plan is the one that runs
-                rest = rho1 + rho2 + (budget["rho_inf"] if inference else 0.0)
+                # the robust meat is released at the estimate either way, with rho_inf; σ̂² is in the moments
+                rest = rho1 + rho2 + (budget["rho_inf"] if inference and cov_type == "unadjusted" else 0.0)
                 # the prediction's Monte Carlo draws come from a child stream: the fit's own noise stream, and so
                 # the DP-2S-GD branch, is then exactly what method="preconditioned" draws for the same seed
                 selection = choose_estimator(scale, start, plan, rng=_child(rng),
@@ -406,7 +419,7 @@ class DPIV2SLS:
                     scale = repeat_moment_release(self._design, scale, rho=rest, rng=rng)
                     return self._moments_results(scale, [clip_choice.release], leaks, budget, preprocess=preprocess,
                                                  inference=inference, delta=delta, tau=tau, rng=rng,
-                                                 selection=selection, total=rho0 + rest)
+                                                 selection=selection, total=rho0 + rest, cov_type=cov_type)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", PrivacyLeakWarning)
                 path = run_on_rows(
@@ -423,20 +436,22 @@ class DPIV2SLS:
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         exact_inference = inference and preprocess != "data" and math.isinf(budget["rho_inf"])
+        sampling_statistic = "robust meat" if cov_type == "robust" else "residual variance"
         if exact_inference:
-            leaks.append("rho_inf = inf: the residual variance for inference was computed without noise (not private).")
+            leaks.append(f"rho_inf = inf: the {sampling_statistic} for inference was computed without noise "
+                         "(not private).")
         _announce_leaks(leaks, stacklevel=4)
 
         inference_result, inference_note = _run_inference(
             inference, preprocess, lambda: private_inference(
                 path, scale, rho=math.inf if preprocess == "data" else budget["rho_inf"], tau=tau, rng=rng,
-                start=start))
+                start=start, cov_type=cov_type))
         releases = [*scale.releases, *([clip_choice.release] if clip_choice else []), *path.privacy.releases]
-        if inference_result is not None and inference_result.release is not None:
-            releases.append(inference_result.release)
-        elif inference_result is not None and exact_inference:
-            releases.append(Release("residual variance for inference (no noise)", "rho_inf", 1, None, math.inf, 0.0,
-                                    math.inf))
+        if inference_result is not None:
+            releases += inference_result.releases
+            if exact_inference:
+                releases.append(Release(f"{sampling_statistic} for inference (no noise)", "rho_inf", 1, None,
+                                        math.inf, 0.0, math.inf))
         target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf")
                   if any(r.stage == name for r in releases)}
         privacy = PrivacyBudget(releases, target=target)
@@ -447,47 +462,63 @@ class DPIV2SLS:
             rho2=rho2, preprocess=preprocess, method=method, rho_inf=privacy.rho_of("rho_inf"), init=init,
             schedule=schedule, T_source=steps["T_source"], rho_clip=privacy.rho_of("rho_clip"), kappa=kappa,
             exog_share=exog_share if path.split is not None else 0.0, adaptive_clip=clip_choice,
-            selection=selection,
+            selection=selection, cov_type=cov_type if inference_result is not None else "none",
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
                            inference_note=inference_note)
 
-    def _fit_moments(self, budget: dict, *, bounds, preprocess, inference, delta, tau, rng) -> DPIVResults:
-        """Noisy-moment 2SLS: the whole budget on one moment release (see :mod:`dpivreg.moments`)."""
-        total = budget["total"]
+    def _fit_moments(self, budget: dict, *, bounds, preprocess, inference, delta, tau, rng,
+                     cov_type: str) -> DPIVResults:
+        """Noisy-moment 2SLS: the whole budget on one moment release (see :mod:`dpivreg.moments`), less the
+        robust meat's ``rho_inf`` with ``cov_type="robust"``."""
+        meat = budget["rho_inf"] if inference and cov_type == "robust" else 0.0
+        total = budget["total"] - meat
         leaks: list[str] = []
         scale = working_scale(self._design, bounds, route=preprocess, rho0=total, rng=rng)
         leaks += _scale_leaks(scale, preprocess)
         if preprocess == "private" and math.isinf(total):
             leaks.append("rho = inf: the moments were released without noise (not private).")
         return self._moments_results(scale, [], leaks, budget, preprocess=preprocess, inference=inference,
-                                     delta=delta, tau=tau, rng=rng, selection=None, total=total)
+                                     delta=delta, tau=tau, rng=rng, selection=None, total=total, cov_type=cov_type)
 
     def _moments_results(self, scale: WorkingScale, extra_releases: list, leaks: list[str], budget: dict, *,
                          preprocess: str, inference: bool, delta: float, tau: float, rng: np.random.Generator,
-                         selection, total: float) -> DPIVResults:
+                         selection, total: float, cov_type: str) -> DPIVResults:
         """Announce the leaks, then 2SLS on the scale's (released) moments, its inference and the results."""
         from .inference import moment_inference  # noqa: PLC0415 - keeps the import graph one-way
 
-        _announce_leaks(leaks, stacklevel=5)  # the caller of fit(), through _fit_* and this method
         n, q = scale.Z.shape
         k = scale.n_exog
         p = scale.X.shape[1]
         theta, beta = solve_2sls(scale.moments.working(), q, k, p - k)
         path = _single_estimate_path(theta, beta, k, scale.releases)
+        robust = inference and cov_type == "robust"
+        rho_meat = math.inf if preprocess == "data" else budget["rho_inf"]
+        if robust and preprocess != "data" and math.isinf(rho_meat):
+            leaks.append("rho_inf = inf: the robust meat for inference was computed without noise (not private).")
+        _announce_leaks(leaks, stacklevel=5)  # the caller of fit(), through _fit_* and this method
         inference_result, inference_note = _run_inference(
-            inference, preprocess, lambda: moment_inference(scale, theta, beta, rng=rng))
+            inference, preprocess, lambda: moment_inference(scale, theta, beta, rng=rng, cov_type=cov_type,
+                                                            rho=rho_meat, tau=tau))
         releases = [*scale.releases[:1], *extra_releases, *scale.releases[1:]]
         target = {"rho0": total} if preprocess == "private" else {}
         if extra_releases:
             target = {"rho0": total - budget["rho_clip"], "rho_clip": budget["rho_clip"]}
+        if inference_result is not None and robust:
+            releases += inference_result.releases
+            target["rho_inf"] = budget["rho_inf"]
+            if math.isinf(rho_meat) and preprocess != "data":
+                releases.append(Release("robust meat for inference (no noise)", "rho_inf", 1, None, math.inf, 0.0,
+                                        math.inf))
         privacy = PrivacyBudget(releases, target=target)
         settings = FitSettings(
             T=0, eta=0.0, alpha=0.0, eta_source="none", alpha_source="none", clip1=None, clip2=None,
             clip_source="entries of the bounded columns in [-1, 1]", calibration="exact", tau=tau,
-            rho0=privacy.rho0, rho1=0.0, rho2=0.0, preprocess=preprocess, method="moments", rho_inf=0.0,
+            rho0=privacy.rho0, rho1=0.0, rho2=0.0, preprocess=preprocess, method="moments",
+            rho_inf=privacy.rho_of("rho_inf"),
             init="none", schedule="none", T_source="none", rho_clip=privacy.rho_of("rho_clip"), selection=selection,
+            cov_type=cov_type if inference else "none",
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,

@@ -114,6 +114,9 @@ class FitSettings:
         The private clipping release and its outcome (``clip="adaptive"``).
     selection : Selection or None
         The default's choice between DP-2S-GD and noisy moments (``method="auto"``), or None.
+    cov_type : str
+        The sampling covariance, ``"unadjusted"`` or ``"robust"`` (:mod:`dpivreg.covariance`); ``"none"``
+        without inference.
     """
 
     T: int
@@ -140,6 +143,7 @@ class FitSettings:
     exog_share: float = 0.0
     adaptive_clip: Any = None
     selection: Any = None
+    cov_type: str = "unadjusted"
 
 
 def _percent(share: float) -> str:
@@ -301,10 +305,25 @@ class DPIVResults:
         names = self.design.regressor_names
         return pd.DataFrame(self.inference.cov, index=names, columns=names)
 
+    @property
+    def cov(self) -> pd.DataFrame:
+        """linearmodels' name for :meth:`cov_params`."""
+        return self.cov_params()
+
+    @property
+    def cov_type(self) -> str:
+        """The sampling covariance of the private inference: ``"unadjusted"`` or ``"robust"``."""
+        return self._settings.cov_type
+
     @cached_property
     def bse(self) -> pd.Series:
         """Private standard errors: sqrt of the diagonal of :meth:`cov_params`."""
         return pd.Series(np.sqrt(np.diag(self.inference.cov)), index=self.design.regressor_names, name="std_error")
+
+    @property
+    def std_errors(self) -> pd.Series:
+        """linearmodels' name for :attr:`bse`."""
+        return self.bse
 
     @property
     def bias(self) -> pd.Series:
@@ -318,14 +337,25 @@ class DPIVResults:
         return (self.params / self.bse).rename("zstat")
 
     @property
+    def tstats(self) -> pd.Series:
+        """linearmodels' name for :attr:`tvalues`."""
+        return self.tvalues
+
+    @property
     def pvalues(self) -> pd.Series:
         """Two-sided p-values of H0: coefficient = 0 under the normal approximation."""
         return pd.Series(2.0 * stats.norm.sf(np.abs(self.tvalues.to_numpy())), index=self.design.regressor_names,
                          name="pvalue")
 
-    def conf_int(self, alpha: float = 0.05) -> pd.DataFrame:
+    def conf_int(self, alpha: float = 0.05, *, level: float | None = None) -> pd.DataFrame:
         """Private (1 − alpha) confidence intervals, columns ``lower`` and ``upper``: ``params`` ±
-        z_(1−alpha/2)·``bse``."""
+        z_(1−alpha/2)·``bse``. ``level`` (linearmodels' spelling, e.g. 0.95) instead of ``alpha``."""
+        if level is not None:
+            if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
+                raise ValueError(f"level must lie in (0, 1), e.g. 0.95 for 95% intervals; got {level!r}.")
+            if alpha != 0.05:
+                raise TypeError("pass alpha or level, not both.")
+            alpha = 1.0 - level
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
             raise ValueError(f"alpha must lie in (0, 1), e.g. 0.05 for 95% intervals; got {alpha!r}.")
         half = stats.norm.ppf(1.0 - alpha / 2.0) * self.bse
@@ -422,6 +452,7 @@ class DPIVResults:
             ("Dep. Variable:", self.design.dependent_name),
             ("Estimator:", self.estimator),
             ("No. Observations:", str(self.nobs)),
+            ("Cov. Estimator:", s.cov_type),
         ]
         if s.selection is not None:
             left.append(("Chosen by:", f"predicted error ratio {_fmt(s.selection.error_ratio, 3)}"))
@@ -530,15 +561,23 @@ class DPIVResults:
             "CAUTION: private std. errors flagged unreliable (first-stage noise ratio "
             f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); coverage may be "
             "anywhere from about 0.8 to 1.0. ")
-        if self._settings.method == "moments":
-            how = ("homoskedastic 2SLS sampling variance with the residual variance read from the moment release "
-                   "+ privacy-noise variance by parametric bootstrap of the release")
-            assumes = "homoskedastic errors and values within their bounds"
+        robust = inf.cov_type == "robust"
+        if robust:
+            sampling = "robust (sandwich) 2SLS sampling variance from a private meat of the instrument scores (rho_inf)"
+            errors = "independent rows"
+        elif self._settings.method == "moments":
+            sampling = "homoskedastic 2SLS sampling variance with the residual variance read from the moment release"
+            errors = "homoskedastic errors"
         else:
-            how = ("homoskedastic 2SLS sampling variance from a private residual variance (rho_inf) + "
-                   "privacy-noise variance by parametric bootstrap of the whole fit (moments, warm start, "
-                   "iteration)")
-            assumes = "homoskedastic errors and negligible gradient clipping"
+            sampling = "homoskedastic 2SLS sampling variance from a private residual variance (rho_inf)"
+            errors = "homoskedastic errors"
+        if self._settings.method == "moments":
+            how = sampling + " + privacy-noise variance by parametric bootstrap of the release"
+            assumes = errors + " and values within their bounds"
+        else:
+            how = (sampling + " + privacy-noise variance by parametric bootstrap of the whole fit (moments, warm "
+                   "start, iteration)")
+            assumes = errors + " and negligible gradient clipping"
         return caution + (
             f"Private std. errors (normal approx., 95% CI): {how} ({inf.replications} paths; noise share of the "
             f"variance {_percent(np.min(share))}-{_percent(np.max(share))}). Intervals are centred at the "

@@ -229,7 +229,10 @@ def test_benchmark_equals_linearmodels(frames):
     {"T": None},
     {"T": None, "method": "moments"},
     {"init": "zero", "clip": "theorem"},
-], ids=["private", "bounds", "data", "gd-data-steps", "leaky-bounds-rms", "default-choice", "moments", "zero-start"])
+    {"cov_type": "robust"},
+    {"T": None, "method": "moments", "cov_type": "robust"},
+], ids=["private", "bounds", "data", "gd-data-steps", "leaky-bounds-rms", "default-choice", "moments", "zero-start",
+        "robust", "moments-robust"])
 def test_fit_equals_pandas_for_the_same_seed(frames, options):
     df, ddf = frames
     kwargs = {**FIT, **options}

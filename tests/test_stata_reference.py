@@ -1,11 +1,11 @@
 """With every budget infinite the fit is 2SLS: its estimate and covariance must reproduce Stata's ``ivregress``.
 
 Reference: ``../shared/reference/stata-ivregress/`` beside the checkout (Stata 13 output of
-``ivregress 2sls y [x3 x4 x5] (x1 [x2] = z1 [z2]), vce(unadjusted) [noconstant]`` on linearmodels' simulated
-test data, 600 rows; see its README). Without ``small`` Stata's covariance uses n, no degrees-of-freedom
-correction, as dpivreg's does. The tests skip when the folder is absent (``DPIVREG_STATA_REFERENCE`` names
-another place). ``vce(robust)`` is not reproduced:
-dpivreg's private covariance is the homoskedastic one (the robust sandwich is planned).
+``ivregress 2sls y [x3 x4 x5] (x1 [x2] = z1 [z2]), vce(unadjusted | robust) [noconstant]`` on linearmodels'
+simulated test data, 600 rows, ``y_unadjusted`` or ``y_robust`` by the vce; see its README). Without ``small``
+Stata's covariance uses n, no degrees-of-freedom correction, as dpivreg's does (``cov_type="unadjusted"`` and
+``"robust"``). The tests skip when the folder is absent (``DPIVREG_STATA_REFERENCE`` names
+another place).
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ REFERENCE = Path(os.environ.get("DPIVREG_STATA_REFERENCE",
 RESULTS = REFERENCE / "stata-iv-simulated-results.txt"
 HEADER = re.compile(r"^#{10} !(?P<config>.*)! #{10}$", re.MULTILINE)
 CONFIG = re.compile(r"2sls-num_endog_(?P<endog>\d)-num_exog_(?P<exog>\d)-num_instr_(?P<instr>\d)-weighted_False-"
-                    r"vce\(unadjusted\)-(?P<option>|noconstant)$")
+                    r"vce\((?P<vce>unadjusted|robust)\)-(?P<option>|noconstant)$")
 
 pytestmark = pytest.mark.skipif(not RESULTS.exists(), reason=f"Stata reference results not found at {REFERENCE}")
 
 
 def stata_blocks() -> dict[str, tuple[dict[str, float], list[str], np.ndarray]]:
     """{configuration: (coefficients by name, covariance names, covariance)} of the unweighted 2SLS
-    ``vce(unadjusted)`` blocks without ``small``."""
+    ``vce(unadjusted)`` and ``vce(robust)`` blocks without ``small``."""
     text = RESULTS.read_text()
     heads = list(HEADER.finditer(text))
     blocks = {}
@@ -64,24 +64,27 @@ def formula(config: str) -> str:
     endog = ["x1", "x2"][: int(parts["endog"])]
     instruments = ["z1", "z2"][: int(parts["instr"])]
     right = ("0 + " if parts["option"] == "noconstant" else "1 + ") + "".join(f"{x} + " for x in exog)
-    return f"y_unadjusted ~ {right}[{' + '.join(endog)} ~ {' + '.join(instruments)}]"
+    return f"y_{parts['vce']} ~ {right}[{' + '.join(endog)} ~ {' + '.join(instruments)}]"
 
 
 def test_the_reference_holds_every_configuration():
-    """Twelve blocks: 1 or 2 endogenous, 0 or 3 exogenous, 1 or 2 instruments (as identified), ± constant."""
-    assert len(BLOCKS) == 12
+    """Twelve blocks per vce: 1 or 2 endogenous, 0 or 3 exogenous, 1 or 2 instruments (as identified),
+    ± constant."""
+    assert len(BLOCKS) == 24
     assert all(len(V) == len(names) == len(coefficients) for coefficients, names, V in BLOCKS.values())
 
 
 @pytest.mark.parametrize("config", sorted(BLOCKS))
 def test_infinite_budget_reproduces_stata_ivregress(config):
+    """params and V to 1e-6 (relative; V also absolute at 1e-6 of its largest entry)."""
     import pandas as pd
 
     data = pd.read_stata(REFERENCE / "simulated-data.dta")
     coefficients, names, V = BLOCKS[config]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)  # rho = inf: not private, and it says so
-        res = DPIV2SLS.from_formula(formula(config), data).fit(rho=math.inf, seed=0)
+        res = DPIV2SLS.from_formula(formula(config), data).fit(rho=math.inf, seed=0,
+                                                               cov_type=CONFIG.match(config)["vce"])
     ours = [("_cons" if name == "Intercept" else name) for name in res.params.index]
     assert sorted(ours) == sorted(names)
     expected = np.array([coefficients[name] for name in ours])

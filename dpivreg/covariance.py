@@ -1,0 +1,187 @@
+"""The sampling part of the private estimate's covariance: one small unit per ``cov_type``.
+
+Both are 2SLS covariances on the whitened working scale (Z̃ᵀZ̃/n = S = I), where the fitted regressors
+are x̂ᵢ = Θ̄ᵀz̃ᵢ with Θ̄ = [I_exog | Θ] the released full first stage, so that X̂ᵀX̂/n = Θ̄ᵀΘ̄:
+
+``"unadjusted"`` (homoskedastic errors; :func:`unadjusted_covariance`)
+    σ²(Θ̄ᵀΘ̄)⁻¹/n with σ² the private residual variance (:func:`dpivreg.inference.residual_variance_release`,
+    or read from the moment release). Stata's ``ivregress 2sls, vce(unadjusted)``, linearmodels'
+    ``cov_type="unadjusted"``.
+
+``"robust"`` (heteroskedasticity-robust sandwich; :func:`robust_covariance`)
+    (Θ̄ᵀΘ̄)⁻¹ Θ̄ᵀΩΘ̄ (Θ̄ᵀΘ̄)⁻¹/n with Ω = (1/n)Σᵢ z̃ᵢz̃ᵢᵀũᵢ², ũᵢ = ỹᵢ − x̃ᵢᵀβ̃ the structural residuals at the
+    released estimate: since x̂ᵢ = Θ̄ᵀz̃ᵢ, Θ̄ᵀΩΘ̄ is X̂ᵀdiag(ũ²)X̂/n, the White (1980) meat of 2SLS, and the
+    whole is Stata's ``vce(robust)`` and linearmodels' ``cov_type="robust"`` (``debiased=False``; no
+    degrees-of-freedom correction). Ω is a q×q release of the instrument scores sᵢ = z̃ᵢũᵢ
+    (:func:`score_meat_release`), the same whatever the number of regressors.
+
+The privacy-noise part is added to either by :mod:`dpivreg.inference`.
+
+The score release (:func:`score_meat_release`, budget ``rho_inf``)
+    Two Gaussian mechanisms on the scores at the released β̃ (public), adaptively composed:
+
+    1. a histogram of the score norms ‖sᵢ‖ over the public log grid (bins √2 wide around √q), budget
+       ``HISTOGRAM_SHARE``·ρ: replacing a row moves one count, sensitivity √2
+       (:func:`dpivreg.mechanisms.release_histogram_counts`); the threshold C is the smallest bin edge with
+       at most K = :func:`meat_clipped_rows` rows above it, empty-looking bins (≤ 3σ) ignored
+       (:func:`dpivreg.mechanisms.clip_from_histogram`): post-processing;
+    2. (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with symmetric Gaussian noise, the rest of ρ (:func:`release_score_meat`):
+       the scores clipped to L2 norm C, so replacing a row changes the upper triangle by at most
+       ‖ssᵀ − s′s′ᵀ‖_F ≤ √2·C² (:func:`score_meat_sensitivity`; attained by s = Ce₁, s′ = Ce₂), the bound of
+       "Analyze Gauss" (:func:`dpivreg.mechanisms.ball_second_moments`).
+
+    Clipping can only lower the meat, and a lower meat under-covers, so the meat allows fewer clipped rows
+    than the gradients (K = min(√n/10, 10) rather than min(√n/2, 50)); the noise, symmetric, costs width but
+    no bias. The released matrix is projected onto the positive semi-definite cone with its eigenvalues
+    floored at the noise's standard deviation (post-processing; a variance cannot be negative).
+    ``rho = inf`` computes Ω exactly, without clipping (non-private routes and the reference checks).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .mechanisms import (
+    ball_moment_sum,
+    clip_from_histogram,
+    histogram_counts,
+    log_grid,
+    release_histogram_counts,
+    release_moment_sum,
+)
+from .privacy import Release
+
+__all__ = ["COV_TYPES", "HISTOGRAM_SHARE", "unadjusted_covariance", "robust_covariance", "score_meat_release",
+           "meat_clipped_rows", "score_norm_counts", "clipped_score_outer_sum", "resolve_cov_type",
+           "release_score_meat", "score_meat_sensitivity"]
+
+#: The sampling covariances ``fit(cov_type=...)`` offers, and linearmodels' synonyms for them.
+COV_TYPES = ("robust", "unadjusted")
+_SYNONYMS = {"heteroskedastic": "robust", "homoskedastic": "unadjusted"}
+#: Share of the score release's budget spent on the histogram that sets its clipping threshold.
+HISTOGRAM_SHARE = 0.2
+#: Noisy counts at most this many noise standard deviations are treated as empty bins.
+_EMPTY_BIN_SIGMAS = 3.0
+
+
+def resolve_cov_type(cov_type) -> str:
+    """``cov_type`` checked and with linearmodels' synonyms ("heteroskedastic", "homoskedastic") mapped."""
+    if not isinstance(cov_type, str):
+        raise TypeError(f"cov_type must be one of {COV_TYPES} (a string), got {cov_type!r}.")
+    name = _SYNONYMS.get(cov_type.lower(), cov_type.lower())
+    if name not in COV_TYPES:
+        raise ValueError(f"cov_type must be one of {COV_TYPES} (or linearmodels' 'heteroskedastic', "
+                         f"'homoskedastic'), got {cov_type!r}. Clustered and kernel covariances are not available.")
+    return name
+
+
+def _full_first_stage(theta_endog: np.ndarray, n_exog: int) -> np.ndarray:
+    q = theta_endog.shape[0]
+    return np.concatenate([np.eye(q, n_exog), theta_endog], axis=1)
+
+
+def unadjusted_covariance(theta_endog: np.ndarray, n_exog: int, sigma2: float, n: int) -> np.ndarray:
+    """Homoskedastic 2SLS covariance σ²(Θ̄ᵀΘ̄)⁻¹/n on the whitened working scale (S = I)."""
+    theta_full = _full_first_stage(theta_endog, n_exog)
+    return sigma2 * np.linalg.inv(theta_full.T @ theta_full) / n
+
+
+def robust_covariance(theta_endog: np.ndarray, n_exog: int, meat: np.ndarray, n: int) -> np.ndarray:
+    """The 2SLS sandwich (Θ̄ᵀΘ̄)⁻¹Θ̄ᵀΩΘ̄(Θ̄ᵀΘ̄)⁻¹/n on the whitened working scale, Ω the q×q score meat."""
+    theta_full = _full_first_stage(theta_endog, n_exog)
+    bread = np.linalg.inv(theta_full.T @ theta_full)
+    V = bread @ (theta_full.T @ meat @ theta_full) @ bread / n
+    return (V + V.T) / 2.0
+
+
+def meat_clipped_rows(n: int) -> float:
+    """K = min(√n/10, 10): the rows the score release's threshold may leave above it (module docstring)."""
+    return min(0.1 * math.sqrt(n), 10.0)
+
+
+def _structural_residuals(Z, X_endog, Y, beta, n_exog: int) -> np.ndarray:
+    """ũᵢ = ỹᵢ − x̃ᵢᵀβ̃ with x̃ᵢ = [z̃ᵢ[:n_exog], x̃ᵢ,endog] (the exogenous columns lead Z)."""
+    return Y - Z[:, :n_exog] @ beta[:n_exog] - X_endog @ beta[n_exog:]
+
+
+def score_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: np.ndarray, n_exog: int,
+                      edges: np.ndarray) -> tuple[np.ndarray]:
+    """Histogram counts of one block's score norms ‖z̃ᵢ‖·abs(ũᵢ) (a block function)."""
+    u = _structural_residuals(Z, X_endog, Y, beta, n_exog)
+    norms = np.sqrt(np.einsum("ij,ij->i", Z, Z)) * np.abs(u)
+    return (histogram_counts(norms, edges),)
+
+
+def clipped_score_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: np.ndarray, n_exog: int,
+                            bound: float) -> tuple[np.ndarray]:
+    """Σᵢ clip(sᵢ)clip(sᵢ)ᵀ over one block, sᵢ = z̃ᵢũᵢ clipped to L2 norm ``bound`` (inf: not clipped)."""
+    S = Z * _structural_residuals(Z, X_endog, Y, beta, n_exog)[:, None]
+    return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
+
+
+def score_meat_release(rows, beta: np.ndarray, n_exog: int, *, rho: float,
+                       rng: np.random.Generator) -> tuple[np.ndarray, tuple[Release, ...], float]:
+    """Release the score meat Ω = (1/n)Σᵢ z̃ᵢz̃ᵢᵀũᵢ² at the released β̃ (module docstring).
+
+    Parameters
+    ----------
+    rows : RowSource
+        The working arrays (:mod:`dpivreg.backends`): two passes, sums over blocks.
+    beta : ndarray (p,)
+        The released estimate on the working scale (public).
+    n_exog : int
+        Exogenous columns leading Z and X.
+    rho : float
+        zCDP budget of the whole release (``inf``: Ω exactly, unclipped, no record).
+    rng : numpy.random.Generator
+        Source of the noise.
+
+    Returns
+    -------
+    meat : ndarray (q, q)
+        The released Ω, symmetric positive definite.
+    releases : tuple of Release
+        The histogram's and the meat's records (stage ``"rho_inf"``); empty for ``rho = inf``.
+    bound : float
+        The clipping threshold C (inf for ``rho = inf``).
+    """
+    n, q = rows.n, rows.q
+    if math.isinf(rho):
+        (total,) = rows.sums(clipped_score_outer_sum, beta, n_exog, math.inf)
+        return total / n, (), math.inf
+    edges = log_grid(math.sqrt(q))
+    (counts,) = rows.sums(score_norm_counts, beta, n_exog, edges)
+    noisy, histogram, sigma_h = release_histogram_counts(
+        counts[None, :], rho=HISTOGRAM_SHARE * rho, rng=rng, stage="rho_inf",
+        name="score-norm histogram for the robust meat's threshold")
+    visible = noisy[0] > _EMPTY_BIN_SIGMAS * sigma_h
+    # nothing seen above the noise (tiny n or budget): the top edge, a wide meat rather than a clipped-away one
+    bound = (clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(n), sigma=sigma_h,
+                                 threshold=_EMPTY_BIN_SIGMAS) if visible.any() else float(edges[-1]))
+    meat, record, sigma = release_score_meat(rows, beta, n_exog, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho,
+                                             rng=rng)
+    return _positive_definite(meat, floor=sigma), (histogram, record), bound
+
+
+def score_meat_sensitivity(bound: float, n: int) -> float:
+    """Replace-one L2 sensitivity √2·C²/n of the upper triangle of (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ."""
+    return math.sqrt(2.0) * bound**2 / n
+
+
+def release_score_meat(rows, beta: np.ndarray, n_exog: int, *, bound: float, rho: float,
+                       rng: np.random.Generator) -> tuple[np.ndarray, Release, float]:
+    """The Gaussian mechanism of the meat at a given threshold C = ``bound``: (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with
+    symmetric noise of standard deviation :func:`score_meat_sensitivity`/√(2ρ). Returns the released matrix
+    (not yet projected), its record and σ."""
+    n = rows.n
+    (total,) = rows.sums(clipped_score_outer_sum, beta, n_exog, bound)
+    return release_moment_sum(total, n, rho=rho, rng=rng, sensitivity=score_meat_sensitivity(bound, n),
+                              bound=bound, name="robust meat (clipped instrument scores)", stage="rho_inf")
+
+
+def _positive_definite(M: np.ndarray, *, floor: float) -> np.ndarray:
+    """The symmetric M with its eigenvalues raised to at least ``floor`` (post-processing of a release)."""
+    values, vectors = np.linalg.eigh((M + M.T) / 2.0)
+    return (vectors * np.maximum(values, floor)) @ vectors.T
