@@ -361,6 +361,83 @@ class DPIVResults:
         half = stats.norm.ppf(1.0 - alpha / 2.0) * self.bse
         return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
 
+    def wald_test(self, restriction=None, value=None, *, formula=None):
+        """Wald test of the linear restrictions Cβ = v on the private estimate (post-processing: no cost).
+
+        The statistic (Cβ̂ − v)ᵀ(C V̂ Cᵀ)⁻¹(Cβ̂ − v), V̂ = :meth:`cov_params`, is χ² with as many degrees of
+        freedom as restrictions under the null (the private intervals' normal approximation).
+
+        Parameters
+        ----------
+        restriction : array_like (m, p), optional
+            The rows of C, one per restriction, columns in the order of ``params``.
+        value : array_like (m,), optional
+            v; default zeros.
+        formula : str, list of str or dict, optional
+            The restrictions in linearmodels' (formulaic's) syntax instead: ``"x1 = 0, x2 + x3 = 1"``,
+            ``["x1 = 0", "x2 = 0"]`` or ``{"x1": 0, "x2 + x3": 1}``; names that are not Python identifiers
+            (e.g. ``C(x)[T.1]``) in back-ticks.
+
+        Returns
+        -------
+        linearmodels.shared.hypotheses.WaldTestStatistic
+            ``stat``, ``pval``, ``df``, as linearmodels' ``wald_test`` returns.
+        """
+        from linearmodels.shared.hypotheses import quadratic_form_test
+
+        C, v = self._restrictions(restriction, value, formula)
+        return quadratic_form_test(self.params.to_numpy(), self.inference.cov, restriction=C, value=v)
+
+    def t_test(self, restriction=None, value=None, *, formula=None):
+        """z tests of each linear combination Cⱼβ = vⱼ on the private estimate (post-processing).
+
+        Arguments as :meth:`wald_test`. Returns a statsmodels ``ContrastResults`` with the combinations'
+        estimates (``effect``), their private standard errors (``sd``), z statistics and two-sided normal
+        p-values, and ``conf_int(alpha)``, as statsmodels' ``t_test`` returns for a normal approximation.
+        """
+        from statsmodels.stats.contrast import ContrastResults
+
+        C, v = self._restrictions(restriction, value, formula)
+        effect = C @ self.params.to_numpy()
+        sd = np.sqrt(np.diag(C @ self.inference.cov @ C.T))
+        return ContrastResults(effect=effect, sd=sd, statistic=(effect - v) / sd, distribution="norm")
+
+    def _restrictions(self, restriction, value, formula) -> tuple[np.ndarray, np.ndarray]:
+        """(C, v) from an array or a formula, checked against the parameters."""
+        names = self.design.regressor_names
+        if formula is not None:
+            if restriction is not None or value is not None:
+                raise ValueError("give the restrictions either as formula= or as restriction (and value), not both.")
+            from formulaic.utils.constraints import LinearConstraints
+
+            spec = formula
+            if isinstance(formula, dict):
+                spec = [f"{lhs} = {rhs}" for lhs, rhs in formula.items()]
+            try:
+                constraints = LinearConstraints.from_spec(spec, [str(n) for n in names])
+            except Exception as error:  # formulaic's parse errors name the token, not our parameters
+                raise ValueError(f"could not read the restrictions {formula!r} ({error}). The parameters are "
+                                 f"{list(names)}; write e.g. 'x1 = 0, x2 + x3 = 1', and put names that are not "
+                                 "Python identifiers in back-ticks.") from None
+            return np.asarray(constraints.constraint_matrix, dtype=float), np.asarray(
+                constraints.constraint_values, dtype=float).ravel()
+        if restriction is None:
+            raise TypeError("wald_test/t_test need restriction (an array with one row per restriction and a column "
+                            f"per parameter, {list(names)}) or formula=, e.g. formula='{names[-1]} = 0'.")
+        C = np.atleast_2d(np.asarray(restriction, dtype=float))
+        if C.ndim != 2 or C.shape[1] != len(names):
+            raise ValueError(f"restriction must have one column per parameter ({len(names)}: {list(names)}), got "
+                             f"shape {np.shape(restriction)}.")
+        v = np.zeros(C.shape[0]) if value is None else np.asarray(value, dtype=float).ravel()
+        if v.shape != (C.shape[0],):
+            raise ValueError(f"value must have one entry per restriction ({C.shape[0]}), got shape {np.shape(value)}.")
+        if not (np.all(np.isfinite(C)) and np.all(np.isfinite(v))):
+            raise ValueError("restriction and value must be finite numbers.")
+        if np.linalg.matrix_rank(C) < C.shape[0]:
+            raise ValueError("the restrictions are linearly dependent (restriction has rank "
+                             f"{np.linalg.matrix_rank(C)} < {C.shape[0]} rows): drop the redundant ones.")
+        return C, v
+
     # ------------------------------------------------------------------ theory (free)
     @cached_property
     def contraction(self) -> theory.ContractionRates:
