@@ -151,10 +151,10 @@ def _percent(share: float) -> str:
     return f"{share:.0%}" if share >= 0.01 or share == 0 else f"{100 * share:.2g}%"
 
 
-def _rows_allowed(targets: tuple[float, float]) -> str:
-    """The adaptive rule's K per stage as the clipping note prints it ("50", or "50 (stage 1) / 25 (stage 2)")."""
-    first, second = (f"{k:.0f}" for k in targets)
-    return first if first == second else f"{first} (stage 1) / {second} (stage 2)"
+def _rows_allowed(targets: tuple[float, ...]) -> str:
+    """The adaptive rule's K per group as the clipping note prints it ("50", or "25-44")."""
+    low, high = f"{min(targets):.0f}", f"{max(targets):.0f}"
+    return low if low == high else f"{low}-{high}"
 
 
 def _fmt(value: float, digits: int = 4) -> str:

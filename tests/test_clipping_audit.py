@@ -212,6 +212,9 @@ def test_threshold_rule_exact_values():
     assert target_clipped_rows(400, 4.0) == 5.0 and target_clipped_rows(10**6, 4.0) == 25.0
     assert target_clipped_rows(3_000, 2.0) == pytest.approx(0.5 * math.sqrt(3_000) / math.sqrt(2.0), rel=1e-15)
     assert target_clipped_rows(10_000, math.inf) == 0.0
+    # a group of d coordinates keeps K up to ρ = d, then K·√(d/ρ)
+    assert target_clipped_rows(10_000, 4.0, 4) == 50.0 and target_clipped_rows(10_000, 16.0, 4) == 25.0
+    assert target_clipped_rows(10_000, 3.85, 25) == 50.0
 
 
 def test_each_stage_thresholds_use_that_stages_K():
@@ -225,7 +228,7 @@ def test_each_stage_thresholds_use_that_stages_K():
     finally:
         rows.close()
     K = 0.5 * math.sqrt(N_ROWS)
-    assert out.targets == (pytest.approx(K, rel=1e-15), pytest.approx(K / 4, rel=1e-15))
+    assert out.targets == (pytest.approx(K, rel=1e-15),) * 2 + (pytest.approx(K / 4, rel=1e-15),) * 2
     counts, edges = auditor_counts(data), auditor_edges()
     expected = [clip_from_histogram(c, e, target=k, sigma=0.0) for c, e, k in zip(counts, edges, (K, K, K / 4, K / 4))]
     assert _thresholds(out) == tuple(expected)
