@@ -283,7 +283,7 @@ class DPIV2SLS:
             Clipping thresholds on the working scale. ``None``: ``"adaptive"`` with the warm start, else
             ``"theorem"``. ``"adaptive"``: chosen privately from one release of gradient-norm histograms
             at the start (budget ``rho_clip``), each clipping group's threshold the private quantile that
-            leaves at most K = min(½√n, 50) rows above it (K/√ρ for a stage budget ρ above 1); with exogenous
+            leaves at most K = min(½√n, 50) rows above it (K·√(d/ρ) for a group of d coordinates and a stage budget ρ above d); with exogenous
             regressors the exogenous rows and coordinates are clipped as a group of their own (:mod:`dpivreg.clipping`). ``"theorem"``: the Theorem's
             γ1 = γ2 = c0(√q + √(τ + log(nT)))², c0 = 1 (``{"c0": c}`` for another c0), which under the
             paper's assumptions clips no row; ``"rms"``: γ1 = 3·sqrt(q·p_endog), γ2 = 3·sqrt(p). A
