@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["solve_2sls", "residual_variance_from_moments", "moment_draws", "moment_noise_covariance", "FLOOR"]
+__all__ = ["solve_2sls", "residual_variance_from_moments", "moment_draws", "moment_noise_covariance", "floor_spectrum",
+           "FLOOR"]
 
 #: Relative floor of the spectra inverted by :func:`solve_2sls` (of the largest eigenvalue).
 FLOOR = 1e-6
 
 
-def _floored(S: np.ndarray, floor: float) -> np.ndarray:
+def floor_spectrum(S: np.ndarray, floor: float) -> np.ndarray:
     """S (…, k, k) symmetrised, eigenvalues floored at ``floor`` times the largest (and at 1e-300)."""
     S = (S + np.swapaxes(S, -1, -2)) / 2.0
     eigenvalues, vectors = np.linalg.eigh(S)
@@ -42,13 +43,13 @@ def solve_2sls(S: np.ndarray, q: int, n_exog: int, p_endog: int, *,
 
     Returns Θ (…, q, p_endog), the endogenous block of the first stage, and β (…, n_exog + p_endog).
     """
-    Szz = _floored(S[..., :q, :q], floor)
+    Szz = floor_spectrum(S[..., :q, :q], floor)
     Szx = S[..., :q, q:q + p_endog]
     Szy = S[..., :q, q + p_endog]
     theta = np.linalg.solve(Szz, Szx)
     exog = np.broadcast_to(np.eye(q, n_exog), theta.shape[:-1] + (n_exog,))
     theta_full = np.concatenate([exog, theta], axis=-1)
-    H = _floored(np.swapaxes(theta_full, -1, -2) @ Szz @ theta_full, floor)
+    H = floor_spectrum(np.swapaxes(theta_full, -1, -2) @ Szz @ theta_full, floor)
     g = np.einsum("...ji,...j->...i", theta_full, Szy)
     return theta, np.linalg.solve(H, g[..., None])[..., 0]
 

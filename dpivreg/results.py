@@ -284,6 +284,24 @@ class DPIVResults:
         return pd.DataFrame(theta, index=self.design.z_names, columns=self.design.endog_names)
 
     @cached_property
+    def first_stage_diagnostics(self) -> pd.DataFrame:
+        """Private first-stage strength per endogenous regressor, as linearmodels' ``first_stage.diagnostics``
+        (``rsquared``, ``partial.rsquared``, ``shea.rsquared``, ``f.stat`` with ``f.pval``, ``f.dist``), from the
+        moment release, with 95% intervals for the privacy noise (``f.lower``, ``f.upper``,
+        ``partial.rsquared.lower``, ``partial.rsquared.upper``). Post-processing: no privacy cost
+        (:mod:`dpivreg.diagnostics`). The F is the homoskedastic one."""
+        from .diagnostics import first_stage_diagnostics  # noqa: PLC0415 - only needed on request
+
+        moments = self._scale.moments
+        if moments is None:
+            raise InferenceUnavailableError(
+                "first-stage diagnostics need the moment release, which preprocess='bounds' does not make. Refit "
+                "with preprocess='private' (the default).")
+        d = self.design
+        return first_stage_diagnostics(moments, list(d.endog_names), len(d.z_names), len(d.exog_names), self.nobs,
+                                       constant=self._scale.constant_index is not None)
+
+    @cached_property
     def first_stage_path(self) -> np.ndarray:
         """Θ⁽⁰⁾ … Θ⁽ᵀ⁾ in original units, shape (T+1, instruments, endogenous) (private release)."""
         return self._scale.theta_to_original(self._engine_path.theta)
@@ -617,6 +635,17 @@ class DPIVResults:
     def _column_label(self) -> str:
         return "Moments" if self._settings.method == "moments" else "DP-2S-GD"
 
+    def _first_stage_table(self) -> SimpleTable:
+        table = self.first_stage_diagnostics
+        rows = [[_fmt(r["partial.rsquared"]), f"[{_fmt(r['partial.rsquared.lower'])}, {_fmt(r['partial.rsquared.upper'])}]",
+                 _fmt(r["shea.rsquared"]), _fmt(r["f.stat"]), f"[{_fmt(r['f.lower'])}, {_fmt(r['f.upper'])}]",
+                 f"{r['f.pval']:.4f}", r["f.dist"]] for _, r in table.iterrows()]
+        return SimpleTable(
+            rows, headers=["Partial R2", "95% (noise)", "Shea R2", "F", "95% (noise)", "P>F", "Dist."],
+            stubs=list(table.index), txt_fmt=copy.deepcopy(fmt_params),
+            title="First-stage diagnostics (private: from the moment release, no extra cost)",
+        )
+
     def _bound_table(self) -> SimpleTable:
         rows = self.bound.rows()
         c = self.contraction
@@ -723,6 +752,8 @@ class DPIVResults:
         smry = DPIVSummary()
         smry.tables.append(self._top_table())
         smry.tables.append(self._parameter_table())
+        if self._scale.moments is not None:
+            smry.tables.append(self._first_stage_table())
         if self._settings.method != "moments":
             smry.tables.append(self._bound_table())
         smry.add_extra_txt(self._notes())

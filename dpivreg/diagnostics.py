@@ -1,0 +1,128 @@
+"""Private first-stage diagnostics: post-processing of the moment release (no privacy cost).
+
+Every fit on the private route releases the second moments of the bounded columns (``rho0``; for noisy
+moments the whole release). The first-stage statistics linearmodels reports in ``first_stage.diagnostics``
+are functions of those moments and of n (public), so they are computed from the release:
+
+* ``rsquared``: R² of each endogenous regressor on all instruments (exogenous included), centred when the
+  model has a constant;
+* ``partial.rsquared``: 1 − RSS_full/RSS_exog, the R² of the endogenous regressor on the excluded instruments
+  once both are orthogonalised to the exogenous regressors;
+* ``shea.rsquared``: Shea's (1997) partial R², [(XᵀX)⁻¹]ⱼⱼ / [(X̂ᵀX̂)⁻¹]ⱼⱼ (X̂ the first-stage fit), which
+  with several endogenous regressors measures each one's own identification; equal to the partial R² with one;
+* ``f.stat``: the homoskedastic Wald statistic of the excluded instruments' coefficients divided by their
+  number m, n(RSS_exog − RSS_full)/(m·RSS_full) (linearmodels' ``cov_type="unadjusted"``, ``debiased=False``),
+  with its p-value from F(m, n − q) (``f.pval``, ``f.dist``).
+
+Invariance makes the working scale usable: each statistic is unchanged by the affine maps from the design to
+the box and working scales (regressions that include the exogenous span, which contains the constant).
+
+The privacy noise's effect (``f.lower``, ``f.upper``, and the same for the partial R²): the release's noise is
+known, so the plug-in world whose moments are the released ones is re-released ``replications`` times and
+the statistic recomputed; the interval is the (2.5%, 97.5%) percentile range of the re-released values, for
+the F of the data's own (noise-free, bounded) moments. It describes the privacy noise only, not the sampling
+error of F. Measured on a design with two endogenous regressors and three instruments (n = 2,000 and
+10,000, noisy moments at total ρ = 0.5 and 2, 200 seeds): the percentile interval contained the noise-free F
+in 0.925–0.975 of fits at n = 2,000, ρ = 2 and n = 10⁴, ρ = 0.5, against 0.88–0.95 for the basic
+(reflected) bootstrap; at n = 2,000, ρ = 0.5 (noise of 13% of the moments) both fell short (0.875–0.91
+percentile, 0.845–0.89 basic). The simulation uses a fixed seed
+(``SEED``): it is post-processing of public quantities, and the table is the same every time it is printed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .moments import FLOOR, floor_spectrum
+from .preprocess import ReleasedMoments
+
+__all__ = ["first_stage_statistics", "first_stage_diagnostics", "SEED", "REPLICATIONS"]
+
+#: Seed of the post-processing simulation of the privacy noise's effect.
+SEED = 20261201
+#: Re-releases simulated for the intervals.
+REPLICATIONS = 2000
+
+
+def _rss(G: np.ndarray, target: int, regressors: list[int]) -> np.ndarray:
+    """Residual sum of squares / n of column ``target`` on ``regressors`` from Gram matrices G (…, D, D)."""
+    own = G[..., target, target]
+    if not regressors:
+        return own
+    A = floor_spectrum(G[..., regressors, :][..., :, regressors], FLOOR)
+    b = G[..., regressors, target]
+    return own - np.einsum("...i,...i->...", b, np.linalg.solve(A, b[..., None])[..., 0])
+
+
+def _inverse_diagonal(A: np.ndarray) -> np.ndarray:
+    return np.diagonal(np.linalg.inv(floor_spectrum(A, FLOOR)), axis1=-2, axis2=-1)
+
+
+def first_stage_statistics(G: np.ndarray, q: int, n_exog: int, p_endog: int, n: int, *,
+                           constant: bool) -> dict[str, np.ndarray]:
+    """The first-stage statistics (module docstring) from Gram matrices G (…, 1 + q + p_endog + 1, same) of the
+    columns [1, Z, X_endog, y] (the constant first; unused when ``constant`` is False), per n.
+
+    Returns arrays (…, p_endog): ``rsquared``, ``partial.rsquared``, ``shea.rsquared``, ``f.stat``.
+    """
+    instruments = list(range(1, 1 + q))
+    exog = instruments[:n_exog]
+    endog = list(range(1 + q, 1 + q + p_endog))
+    m = q - n_exog
+    out = {name: [] for name in ("rsquared", "partial.rsquared", "f.stat")}
+    for j in endog:
+        full = np.maximum(_rss(G, j, instruments), 1e-300)
+        restricted = np.maximum(_rss(G, j, exog), full)
+        total = _rss(G, j, [0]) if constant else G[..., j, j]
+        out["rsquared"].append(np.clip(1.0 - full / np.maximum(total, 1e-300), 0.0, 1.0))
+        out["partial.rsquared"].append(np.clip(1.0 - full / restricted, 0.0, 1.0))
+        out["f.stat"].append(n * (restricted - full) / (m * full))
+    result = {name: np.stack(values, axis=-1) for name, values in out.items()}
+    regressors = exog + endog
+    Gxx = G[..., regressors, :][..., :, regressors]
+    Gzx = G[..., instruments, :][..., :, regressors]
+    Gzz = floor_spectrum(G[..., instruments, :][..., :, instruments], FLOOR)
+    fitted = np.swapaxes(Gzx, -1, -2) @ np.linalg.solve(Gzz, Gzx)
+    shea = _inverse_diagonal(Gxx)[..., n_exog:] / _inverse_diagonal(fitted)[..., n_exog:]
+    result["shea.rsquared"] = np.clip(shea, 0.0, 1.0)
+    return result
+
+
+def _with_constant(moments: ReleasedMoments, matrix: np.ndarray) -> np.ndarray:
+    """Gram matrices of [1, Z̃, X̃_endog, Ỹ] from box-scale moments (…, D, D): the box scale's first row is the
+    constant."""
+    L = np.vstack([np.eye(1, moments.working_map.shape[1]), moments.working_map])
+    return L @ matrix @ L.T
+
+
+def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q: int, n_exog: int, n: int, *,
+                            constant: bool, level: float = 0.95,
+                            replications: int = REPLICATIONS) -> pd.DataFrame:
+    """linearmodels' ``first_stage.diagnostics`` table from a moment release, with privacy-noise intervals.
+
+    Rows are the endogenous regressors; columns ``rsquared``, ``partial.rsquared``, ``shea.rsquared``,
+    ``f.stat``, ``f.pval``, ``f.dist``, then ``f.lower``, ``f.upper``, ``partial.rsquared.lower``,
+    ``partial.rsquared.upper`` (the ``level`` intervals for the privacy noise; module docstring).
+    """
+    p_endog = len(endog_names)
+    m = q - n_exog
+    point = first_stage_statistics(_with_constant(moments, moments.matrix), q, n_exog, p_endog, n,
+                                   constant=constant)
+    table = pd.DataFrame({name: point[name] for name in ("rsquared", "partial.rsquared", "shea.rsquared", "f.stat")},
+                         index=pd.Index(endog_names, name="endogenous"))
+    table["f.pval"] = stats.f.sf(table["f.stat"], m, n - q)
+    table["f.dist"] = f"F({m},{n - q})"
+    if moments.sigma > 0:
+        draws = moments.noise_draws(np.random.default_rng(SEED), replications)
+        again = first_stage_statistics(_with_constant(moments, moments.matrix + draws), q, n_exog, p_endog, n,
+                                       constant=constant)
+    else:
+        again = {name: np.broadcast_to(value, (1, p_endog)) for name, value in point.items()}
+    tail = (1.0 - level) / 2.0
+    for name in ("f.stat", "partial.rsquared"):
+        low, high = np.quantile(again[name], [tail, 1.0 - tail], axis=0)
+        label = name.removesuffix(".stat")
+        table[f"{label}.lower"], table[f"{label}.upper"] = low, high
+    return table
