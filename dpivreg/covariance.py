@@ -22,9 +22,9 @@ The score release (:func:`score_meat_release`, budget ``rho_inf``)
 
     1. a histogram of the score norms ‖sᵢ‖ over the public log grid (bins √2 wide around √q), budget
        ``HISTOGRAM_SHARE``·ρ: replacing a row moves one count, sensitivity √2
-       (:func:`dpivreg.mechanisms.release_histogram_counts`); the threshold C is the smallest bin edge with
-       at most K = :func:`meat_clipped_rows` rows above it, empty-looking bins (≤ 3σ) ignored
-       (:func:`dpivreg.mechanisms.clip_from_histogram`): post-processing;
+       (:func:`dpivreg.mechanisms.release_histogram_counts`); the threshold C is one bin (``MARGIN_BINS``)
+       above the smallest bin edge with at most K = :func:`meat_clipped_rows` rows above it, empty-looking
+       bins (≤ 3σ) ignored (:func:`dpivreg.mechanisms.clip_from_histogram`): post-processing;
     2. (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with symmetric Gaussian noise, the rest of ρ (:func:`release_score_meat`):
        the scores clipped to L2 norm C, so replacing a row changes the upper triangle by at most
        ‖ssᵀ − s′s′ᵀ‖_F ≤ √2·C² (:func:`score_meat_sensitivity`; attained by s = Ce₁, s′ = Ce₂), the bound of
@@ -32,7 +32,13 @@ The score release (:func:`score_meat_release`, budget ``rho_inf``)
 
     Clipping can only lower the meat, and a lower meat under-covers, so the meat allows fewer clipped rows
     than the gradients (K = min(√n/10, 10) rather than min(√n/2, 50)); the noise, symmetric, costs width but
-    no bias. The released matrix is projected onto the positive semi-definite cone with its eigenvalues
+    no bias. Rows in tail bins whose noisy counts stay under 3σ are invisible to the rule and clipped
+    anyway, hence the margin bin and the half of the budget on the histogram. Measured (8 seeds per cell,
+    heteroskedastic design with errors ∝ (0.3 + abs(z)), total ρ 0.5–2, normal or t₃ errors): the median
+    ratio of the released sampling s.e. to the exact-meat one was 0.87–0.96 with a fifth of the budget
+    on the histogram and no margin, 0.91–1.09 with half and one bin, 0.88–1.31 with half and two bins;
+    the heaviest tails (t₃ errors times abs(z)) stay 5–10% low at n = 2·10⁴–10⁵, where the few rows
+    holding much of Σ‖sᵢ‖² are exactly the ones a private statistic must bound. The released matrix is projected onto the positive semi-definite cone with its eigenvalues
     floored at the noise's standard deviation (post-processing; a variance cannot be negative).
     ``rho = inf`` computes Ω exactly, without clipping (non-private routes and the reference checks).
 """
@@ -61,9 +67,11 @@ __all__ = ["COV_TYPES", "HISTOGRAM_SHARE", "unadjusted_covariance", "robust_cova
 COV_TYPES = ("robust", "unadjusted")
 _SYNONYMS = {"heteroskedastic": "robust", "homoskedastic": "unadjusted"}
 #: Share of the score release's budget spent on the histogram that sets its clipping threshold.
-HISTOGRAM_SHARE = 0.2
+HISTOGRAM_SHARE = 0.5
 #: Noisy counts at most this many noise standard deviations are treated as empty bins.
 _EMPTY_BIN_SIGMAS = 3.0
+#: Bins (each a factor √2) added above the histogram rule's threshold, for the tail hidden under the noise.
+MARGIN_BINS = 1
 
 
 def resolve_cov_type(cov_type) -> str:
@@ -160,6 +168,7 @@ def score_meat_release(rows, beta: np.ndarray, n_exog: int, *, rho: float,
     # nothing seen above the noise (tiny n or budget): the top edge, a wide meat rather than a clipped-away one
     bound = (clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(n), sigma=sigma_h,
                                  threshold=_EMPTY_BIN_SIGMAS) if visible.any() else float(edges[-1]))
+    bound = float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)])
     meat, record, sigma = release_score_meat(rows, beta, n_exog, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho,
                                              rng=rng)
     return _positive_definite(meat, floor=sigma), (histogram, record), bound

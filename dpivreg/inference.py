@@ -42,7 +42,8 @@ Assumptions (stated in the docs and the summary): homoskedastic structural error
 independent rows (``"robust"``); the clipping of
 the gradients is inactive or negligible (the adaptive rule clips at most min(½√n, 50) rows); the plug-in world is
 close enough to the data's for the noise response; normal approximation.
-Everything here is post-processing of releases except σ̂²_u of DP-2S-GD, whose cost is recorded.
+Everything here is post-processing of releases except σ̂²_u of DP-2S-GD and the robust meat, whose costs are
+recorded.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import numpy as np
 
 from .covariance import resolve_cov_type, robust_covariance, score_meat_release, unadjusted_covariance
 from .engine import DP2SGDPath, IterationPlan, preconditioner_root, row_source
+from .mechanisms import log_grid
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
 from .preprocess import WorkingScale
 from .privacy import Release, gaussian_zcdp
@@ -165,6 +167,7 @@ class SamplingPart:
     sigma2: float
     meat: np.ndarray | None
     releases: tuple[Release, ...]
+    note: str = ""
 
 
 def sampling_release(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *, cov_type: str, rho: float,
@@ -185,10 +188,15 @@ def sampling_release(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
         return SamplingPart(unadjusted_covariance(theta, k, sigma2, n), "unadjusted", sigma2, None, releases)
     rows, _, _ = row_source(scale.Z, scale.X, scale.Y, k)
     try:
-        meat, releases, _ = score_meat_release(rows, beta, k, rho=rho, rng=rng)
+        meat, releases, bound = score_meat_release(rows, beta, k, rho=rho, rng=rng)
     finally:
         rows.close()
-    return SamplingPart(robust_covariance(theta, k, meat, n), "robust", math.nan, meat, releases)
+    note = ""
+    if math.isfinite(bound) and bound >= log_grid(math.sqrt(scale.Z.shape[1]))[-1]:
+        note = ("the robust meat's histogram showed no bin above its noise (tiny n or rho_inf), so its clipping "
+                "threshold is the grid's top and the standard errors are very wide: raise rho_inf or use "
+                "cov_type='unadjusted'.")
+    return SamplingPart(robust_covariance(theta, k, meat, n), "robust", math.nan, meat, releases, note)
 
 
 def _per_row(noise_t: np.ndarray, split: int | None, size: int) -> np.ndarray:
@@ -345,7 +353,7 @@ def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, sampling: Sam
     result = PrivateInference(cov_sampling + cov_noise, cov_sampling, cov_noise, J @ shift, sampling.sigma2,
                               sampling.releases, replications, theta_noise / max(first_stage_strength, 1e-300),
                               whitening, cov_type=sampling.cov_type, meat=sampling.meat)
-    messages = []
+    messages = [sampling.note] if sampling.note else []
     if not result.reliable:
         messages.append(_unreliable_message(result))
     se = np.sqrt(np.diag(result.cov))

@@ -239,7 +239,8 @@ class DPIV2SLS:
         rho_clip : float, optional
             Budget of the clipping release (``clip="adaptive"``). Default ``0.05·(rho1 + rho2)``.
         rho_inf : float, optional
-            Budget of the inference release (the residual variance). Default ``0.05·(rho1 + rho2)``.
+            Budget of the inference release: the residual variance (``cov_type="unadjusted"``) or the robust
+            meat (``"robust"``). Default ``0.05·(rho1 + rho2)``.
         delta : float, default 1e-5
             δ at which ε is reported (the budget is zCDP; δ only affects the conversion).
         preprocess : {"private", "bounds", "data"}
@@ -308,7 +309,8 @@ class DPIV2SLS:
         inference : bool, default True
             Compute private standard errors, p-values and confidence intervals (see
             :mod:`dpivreg.inference`). DP-2S-GD makes one more release for them, the residual variance
-            (``rho_inf``); ``method="moments"`` reads it from its own release (no extra budget). ``False``
+            (``rho_inf``); ``method="moments"`` reads it from its own release (no extra budget) unless
+            ``cov_type="robust"``, whose meat needs ``rho_inf`` on either route. ``False``
             spends nothing and leaves ``bse``, ``conf_int`` … unavailable. Needs whitened instruments, so it
             is unavailable with ``preprocess="bounds"``.
         cov_type : {"unadjusted", "robust"}, default "unadjusted"
@@ -473,7 +475,9 @@ class DPIV2SLS:
         """Noisy-moment 2SLS: the whole budget on one moment release (see :mod:`dpivreg.moments`), less the
         robust meat's ``rho_inf`` with ``cov_type="robust"``."""
         meat = budget["rho_inf"] if inference and cov_type == "robust" else 0.0
-        total = budget["total"] - meat
+        # the moment release gets the rest (rho0 + rho1 + rho2 + rho_clip, as _budgets added them up)
+        total = budget["total"] - meat if math.isfinite(meat) else sum(
+            budget[name] for name in ("rho0", "rho1", "rho2", "rho_clip") if name != "rho0" or preprocess == "private")
         leaks: list[str] = []
         scale = working_scale(self._design, bounds, route=preprocess, rho0=total, rng=rng)
         leaks += _scale_leaks(scale, preprocess)
@@ -503,8 +507,8 @@ class DPIV2SLS:
                                                             rho=rho_meat, tau=tau))
         releases = [*scale.releases[:1], *extra_releases, *scale.releases[1:]]
         target = {"rho0": total} if preprocess == "private" else {}
-        if extra_releases:
-            target = {"rho0": total - budget["rho_clip"], "rho_clip": budget["rho_clip"]}
+        if extra_releases:  # the default's switch: ``total`` is the moments' (both releases), the clipping apart
+            target = {"rho0": total, "rho_clip": budget["rho_clip"]}
         if inference_result is not None and robust:
             releases += inference_result.releases
             target["rho_inf"] = budget["rho_inf"]
@@ -518,7 +522,7 @@ class DPIV2SLS:
             rho0=privacy.rho0, rho1=0.0, rho2=0.0, preprocess=preprocess, method="moments",
             rho_inf=privacy.rho_of("rho_inf"),
             init="none", schedule="none", T_source="none", rho_clip=privacy.rho_of("rho_clip"), selection=selection,
-            cov_type=cov_type if inference else "none",
+            cov_type=cov_type if inference_result is not None else "none",
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,

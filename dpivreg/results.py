@@ -437,8 +437,8 @@ class DPIVResults:
                 raise ValueError(f"could not read the restrictions {formula!r} ({error}). The parameters are "
                                  f"{list(names)}; write e.g. 'x1 = 0, x2 + x3 = 1', and put names that are not "
                                  "Python identifiers in back-ticks.") from None
-            return np.asarray(constraints.constraint_matrix, dtype=float), np.asarray(
-                constraints.constraint_values, dtype=float).ravel()
+            return self._checked_restrictions(np.asarray(constraints.constraint_matrix, dtype=float),
+                                              np.asarray(constraints.constraint_values, dtype=float).ravel())
         if restriction is None:
             raise TypeError("wald_test/t_test need restriction (an array with one row per restriction and a column "
                             f"per parameter, {list(names)}) or formula=, e.g. formula='{names[-1]} = 0'.")
@@ -449,6 +449,10 @@ class DPIVResults:
         v = np.zeros(C.shape[0]) if value is None else np.asarray(value, dtype=float).ravel()
         if v.shape != (C.shape[0],):
             raise ValueError(f"value must have one entry per restriction ({C.shape[0]}), got shape {np.shape(value)}.")
+        return self._checked_restrictions(C, v)
+
+    @staticmethod
+    def _checked_restrictions(C: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not (np.all(np.isfinite(C)) and np.all(np.isfinite(v))):
             raise ValueError("restriction and value must be finite numbers.")
         if np.linalg.matrix_rank(C) < C.shape[0]:

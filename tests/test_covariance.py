@@ -27,6 +27,7 @@ import dpivreg.covariance as covariance
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
 from dpivreg.backends import InMemoryRows
 from dpivreg.mechanisms import clip_from_histogram, log_grid
+from test_moments_audit import _NumpyWith
 from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_bound
 
 N_ROWS, Q = 50, 3
@@ -116,8 +117,9 @@ def auditor_clipped_gram(Z, X, Y, beta, bound):
     return G / Z.shape[0]
 
 
-def neighbours(far: bool = True, seed: int = 20261201):
-    """(Z, X, Y) of D and D′: 49 shared rows, the canary last with score FAR·e₁ (D) or FAR·e₂ (D′)."""
+def neighbours(far: bool = True, seed: int = 20261201, off_diagonal: bool = False):
+    """(Z, X, Y) of D and D′: 49 shared rows, the canary last with score FAR·e₁ (D) or FAR·e₂ (D′), or with
+    ``off_diagonal`` FAR·(e₁ ± e₂)/√2, whose clipped Gram matrices differ in the (1, 2) entry only."""
     rng = np.random.default_rng(seed)
     m = N_ROWS - 1
     Z = rng.standard_normal((m, Q)) * 0.5
@@ -125,8 +127,9 @@ def neighbours(far: bool = True, seed: int = 20261201):
     Y = X @ BETA + 0.4 * rng.standard_normal(m)
     size = FAR if far else C
     worlds = []
-    for k in (0, 1):
-        z = size * np.eye(Q)[k]
+    directions = ((np.eye(Q)[0] + s * np.eye(Q)[1]) / math.sqrt(2) for s in (1, -1)) if off_diagonal else np.eye(Q)[:2]
+    for direction in directions:
+        z = size * direction
         worlds.append((np.vstack([Z, z]), np.vstack([X, [[0.0]]]), np.append(Y, 1.0)))  # u = 1 for the canary
     return worlds
 
@@ -142,12 +145,13 @@ def test_score_meat_sensitivity_is_exact_and_attained():
     grams = [auditor_clipped_gram(*w, BETA, C) for w in neighbours()]
     iu = np.triu_indices(Q)
     assert np.linalg.norm((grams[0] - grams[1])[iu]) == pytest.approx(math.sqrt(2) * C**2 / N_ROWS, rel=1e-12)
-    # and no pair of scores within the ball moves it more (random pairs, norms up to 3C)
+    # and no pair of single rows moves the package's clipped sum more (random rows, scores up to 3C)
     rng = np.random.default_rng(9)
+    one = np.zeros((1, 1)), np.ones(1)  # x = 0, y = 1: the score is z
     for _ in range(2000):
         a, b = (v / np.linalg.norm(v) * rng.uniform(0, 3 * C) for v in rng.standard_normal((2, Q)))
-        a, b = (v * min(1.0, C / np.linalg.norm(v)) for v in (a, b))  # clipped, as the mechanism does
-        assert np.linalg.norm((np.outer(a, a) - np.outer(b, b))[iu]) <= math.sqrt(2) * C**2 * (1 + 1e-12)
+        (Ga,), (Gb,) = (covariance.clipped_score_outer_sum(z[None, :], *one, BETA, 0, C) for z in (a, b))
+        assert np.linalg.norm((Ga - Gb)[iu]) <= math.sqrt(2) * C**2 * (1 + 1e-12)
 
 
 @pytest.mark.parametrize("rho", [0.05, 1.0, RHO])
@@ -185,8 +189,32 @@ def test_whole_score_release_spends_its_budget_in_two_exact_records():
     edges = log_grid(math.sqrt(Q))
     counts = np.bincount(np.clip(np.searchsorted(edges, norms, side="right") - 1, 0, len(edges) - 2),
                          minlength=len(edges) - 1).astype(float)
-    assert exact_bound == clip_from_histogram(counts, edges, target=covariance.meat_clipped_rows(N_ROWS), sigma=0.0)
+    rule = clip_from_histogram(counts, edges, target=covariance.meat_clipped_rows(N_ROWS), sigma=0.0)
+    assert exact_bound == edges[list(edges).index(rule) + covariance.MARGIN_BINS]  # one bin of margin
     np.testing.assert_allclose(exact, auditor_clipped_gram(*D, BETA, exact_bound), rtol=1e-9, atol=1e-12)
+
+
+def test_threshold_is_read_from_the_released_histogram_not_the_counts():
+    """Post-processing of the release only: plant a bump in the *noisy* histogram (as noise could) and the
+    threshold follows it; a threshold computed from the exact counts would not move."""
+    D, _ = neighbours(far=False)
+    edges = log_grid(math.sqrt(Q))
+    real = covariance.release_histogram_counts
+    planted = {}
+
+    def bumped(counts, **kwargs):
+        noisy, record, sigma = real(counts, **kwargs)
+        noisy = noisy.copy()
+        noisy[0, -2] = 1e6  # the second-highest bin, far above the data and the noise
+        planted["noisy"], planted["sigma"] = noisy, sigma
+        return noisy, record, sigma
+
+    with mock.patch("dpivreg.covariance.release_histogram_counts", bumped):
+        _, _, bound = covariance.score_meat_release(rows_of(D), BETA, 0, rho=1e30, rng=np.random.default_rng(1))
+    rule = clip_from_histogram(planted["noisy"][0], edges, target=covariance.meat_clipped_rows(N_ROWS),
+                               sigma=planted["sigma"], threshold=3.0)
+    assert rule == edges[-2]  # the bump's upper edge
+    assert bound == edges[-1]  # and one bin above
 
 
 def test_infinite_budget_meat_is_exact_and_unclipped():
@@ -220,14 +248,17 @@ def _no_score_clipping(S, bound):
 
 VARIANTS = {
     "correct": {},
-    "no_score_clipping": {"ball_moment_sum": _no_score_clipping},
+    "no_score_clipping": {"dpivreg.covariance.ball_moment_sum": _no_score_clipping},
     # Δ = C²/n, an add/remove bound, in the replace-one model: σ √2 too small, the record unchanged
-    "add_remove_sensitivity": {"score_meat_sensitivity": lambda bound, n: bound**2 / n},
+    "add_remove_sensitivity": {"dpivreg.covariance.score_meat_sensitivity": lambda bound, n: bound**2 / n},
+    # only the diagonal noised: invisible to the diagonal canaries, caught by the off-diagonal ones
+    "off_diagonal_not_noised": {"dpivreg.mechanisms.np": _NumpyWith(
+        triu=lambda m, k=0: np.diag(np.diag(m)) if k == 0 else np.zeros_like(m))},
 }
 
 
-def run_audit(variant: str, *, seed: int, runs: int = RUNS):
-    worlds = neighbours()
+def run_audit(variant: str, *, seed: int, runs: int = RUNS, off_diagonal: bool = False):
+    worlds = neighbours(off_diagonal=off_diagonal)
     iu = np.triu_indices(Q)
     means = [auditor_clipped_gram(*w, BETA, C)[iu] for w in worlds]
     d, mid = means[0] - means[1], (means[0] + means[1]) / 2.0
@@ -236,7 +267,7 @@ def run_audit(variant: str, *, seed: int, runs: int = RUNS):
     rhos = set()
     with contextlib.ExitStack() as stack:
         for name, value in VARIANTS[variant].items():
-            stack.enter_context(mock.patch(f"dpivreg.covariance.{name}", value))
+            stack.enter_context(mock.patch(name, value))
         for w, data in enumerate(worlds):
             rng = np.random.default_rng([seed, w])
             rows = rows_of(data)
@@ -248,19 +279,24 @@ def run_audit(variant: str, *, seed: int, runs: int = RUNS):
     return S, mu_lower_bound(fp, fn, runs), rhos, float(np.linalg.norm(d) / sigma)
 
 
-def test_meat_audit_is_sound_and_tight():
-    S, mu_lb, rhos, mu_canary = run_audit("correct", seed=41)
+@pytest.mark.parametrize("off_diagonal", [False, True], ids=["diagonal", "off-diagonal"])
+def test_meat_audit_is_sound_and_tight(off_diagonal):
+    """Diagonal canaries attain the sensitivity (μ = sqrt(2ρ)); off-diagonal ones move one entry by C²/n
+    (μ = sqrt(ρ)). Either way μ_lb ≤ sqrt(2ρ), and close to the canary's μ."""
+    runs = 3 * RUNS if off_diagonal else RUNS  # the smaller μ needs more runs for the tightness tolerance
+    S, mu_lb, rhos, mu_canary = run_audit("correct", seed=41 + off_diagonal, off_diagonal=off_diagonal, runs=runs)
     mu = math.sqrt(2 * RHO)
-    assert mu_canary == pytest.approx(mu, rel=1e-9)  # the canaries attain the claimed sensitivity
+    assert mu_canary == pytest.approx(mu / math.sqrt(2) if off_diagonal else mu, rel=1e-9)
     assert len(rhos) == 1 and rhos.pop() == pytest.approx(RHO, rel=1e-12)
-    assert_llr_law(S, mu)
+    assert_llr_law(S, mu_canary)
     assert mu_lb <= mu
-    assert_tight(mu_lb, mu, RUNS)
+    assert_tight(mu_lb, mu_canary, runs)
 
 
-@pytest.mark.parametrize("variant", ["no_score_clipping", "add_remove_sensitivity"])
-def test_meat_audit_catches_broken_releases(variant):
-    _, mu_lb, rhos, _ = run_audit(variant, seed=42)
+@pytest.mark.parametrize("variant, off_diagonal", [("no_score_clipping", False), ("add_remove_sensitivity", False),
+                                                   ("off_diagonal_not_noised", True)])
+def test_meat_audit_catches_broken_releases(variant, off_diagonal):
+    _, mu_lb, rhos, _ = run_audit(variant, seed=42, off_diagonal=off_diagonal)
     assert len(rhos) == 1 and rhos.pop() == pytest.approx(RHO, rel=1e-12)  # the record still claims the budget ...
     assert mu_lb > math.sqrt(2 * RHO)  # ... but the audit shows more privacy loss
 
@@ -304,3 +340,70 @@ def test_robust_standard_errors_track_the_robust_2sls_ones_on_heteroskedastic_da
     assert reference["unadjusted"] < 0.8 * reference["robust"]  # the design is heteroskedastic enough to matter
     assert robust.bse["x"] == pytest.approx(reference["robust"], rel=0.05)
     assert plain.bse["x"] == pytest.approx(reference["unadjusted"], rel=0.05)
+
+
+def _discrete_frame(n: int = 800, seed: int = 0) -> pd.DataFrame:
+    """Tight bounds on few columns (a binary instrument, counts): where the default switches to noisy moments."""
+    rng = np.random.default_rng(seed)
+    z = rng.integers(0, 2, n).astype(float)
+    v = rng.standard_normal(n)
+    x = np.clip(np.round(1 + 0.8 * z + v), 0, 4)
+    y = np.clip(2 + x + 0.5 * v + rng.standard_normal(n), 0, 8)
+    return pd.DataFrame({"y": y, "x": x, "z": z})
+
+
+def test_default_switch_to_noisy_moments_splits_a_robust_budget_exactly():
+    """method="auto" choosing noisy moments: the second moment release gets rho1 + rho2 (not rho_inf, which
+    pays for the meat), and the records sum to the total."""
+    res = DPIV2SLS.from_formula("y ~ 1 + [x ~ z]", _discrete_frame()).fit(
+        rho=2.0, seed=1, bounds={"y": (0, 8), "x": (0, 4), "z": (0, 1)}, cov_type="robust")
+    assert res.estimator == "noisy moments"
+    stage = 2.0 / 2.6
+    spent = {r.name: r.rho for r in res.privacy.releases}
+    assert spent["second moments of the bounded columns (box), second release"] == pytest.approx(2 * stage, rel=1e-12)
+    assert res.privacy.rho_of("rho_inf") == pytest.approx(0.1 * stage, rel=1e-12)
+    assert res.privacy.rho == pytest.approx(2.0, rel=1e-12)
+    assert res.privacy.target["rho0"] + res.privacy.target["rho_clip"] + res.privacy.target["rho_inf"] == \
+        pytest.approx(2.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("budget", [{"rho": math.inf}, {"rho1": 1.0, "rho2": 1.0, "rho_inf": math.inf}],
+                         ids=["all-infinite", "meat-infinite"])
+def test_noisy_moments_with_an_infinite_meat_budget(budget):
+    """The robust meat computed exactly (a leak, said so) and the moment release with the rest of the budget."""
+    from linearmodels import IV2SLS
+
+    frame = _heteroskedastic_frame()
+    formula = "y ~ 1 + w + [x ~ z1 + z2]"
+    with pytest.warns(PrivacyLeakWarning, match="robust meat"):
+        res = DPIV2SLS.from_formula(formula, frame).fit(**budget, seed=0, bounds=BOUNDS, method="moments",
+                                                          cov_type="robust")
+    if "rho" in budget:
+        reference = IV2SLS.from_formula(formula, frame).fit(cov_type="robust")
+        np.testing.assert_allclose(res.cov.to_numpy(), reference.cov.loc[res.params.index, res.params.index], rtol=1e-9)
+    else:
+        assert res.privacy.rho0 == pytest.approx(1.0 + 1.0 + 0.4 + 0.1, rel=1e-12)
+    assert res.privacy.rho == math.inf
+
+
+@pytest.mark.parametrize("method", ["preconditioned", "moments"])
+def test_the_meat_is_taken_at_the_released_estimate(method):
+    """The scores use the released β̃ (working scale), never a non-private one."""
+    seen = {}
+    real = covariance.score_meat_release
+
+    def spy(rows, beta, n_exog, **kwargs):
+        seen["beta"] = np.array(beta)
+        return real(rows, beta, n_exog, **kwargs)
+
+    with mock.patch("dpivreg.inference.score_meat_release", spy):
+        res = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", _heteroskedastic_frame()).fit(
+            rho=2.0, seed=4, bounds=BOUNDS, cov_type="robust", method=method)
+    np.testing.assert_array_equal(seen["beta"], res.engine_path.beta_final)
+
+
+def test_a_meat_budget_too_small_to_see_any_bin_warns():
+    frame = _heteroskedastic_frame(n=500)
+    with pytest.warns(UserWarning, match="robust meat's histogram showed no bin"):
+        DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame).fit(
+            rho1=1.0, rho2=1.0, rho_inf=1e-7, seed=0, bounds=BOUNDS, cov_type="robust")

@@ -77,6 +77,7 @@ def test_t_test_matches_the_fits_own_z_statistics(private):
     ({"restriction": [1.0, 0.0]}, ValueError, "one column per parameter"),
     ({"restriction": np.eye(3)[:2], "value": [0.0]}, ValueError, "one entry per restriction"),
     ({"restriction": [[0, 0, 1], [0, 0, 2]]}, ValueError, "linearly dependent"),
+    ({"formula": "x = 2, 2*x = 4"}, ValueError, "linearly dependent"),
     ({"restriction": [[0, 0, np.nan]]}, ValueError, "finite"),
     ({}, TypeError, "need restriction"),
     ({"restriction": np.eye(3), "formula": "x = 0"}, ValueError, "not both"),
