@@ -61,7 +61,7 @@ from .privacy import Release
 
 __all__ = ["COV_TYPES", "HISTOGRAM_SHARE", "unadjusted_covariance", "robust_covariance", "score_meat_release",
            "meat_clipped_rows", "score_norm_counts", "clipped_score_outer_sum", "resolve_cov_type",
-           "release_score_meat", "score_meat_sensitivity"]
+           "release_score_meat", "score_meat_sensitivity", "score_edges"]
 
 #: The sampling covariances ``fit(cov_type=...)`` offers, and linearmodels' synonyms for them.
 COV_TYPES = ("robust", "unadjusted")
@@ -102,6 +102,11 @@ def robust_covariance(theta_endog: np.ndarray, n_exog: int, meat: np.ndarray, n:
     bread = np.linalg.inv(theta_full.T @ theta_full)
     V = bread @ (theta_full.T @ meat @ theta_full) @ bread / n
     return (V + V.T) / 2.0
+
+
+def score_edges(q: int) -> np.ndarray:
+    """The score histogram's public bin edges: √2 apart around √q (the scores' unit scale)."""
+    return log_grid(math.sqrt(q))
 
 
 def meat_clipped_rows(n: int) -> float:
@@ -159,7 +164,7 @@ def score_meat_release(rows, beta: np.ndarray, n_exog: int, *, rho: float,
     if math.isinf(rho):
         (total,) = rows.sums(clipped_score_outer_sum, beta, n_exog, math.inf)
         return total / n, (), math.inf
-    edges = log_grid(math.sqrt(q))
+    edges = score_edges(q)
     (counts,) = rows.sums(score_norm_counts, beta, n_exog, edges)
     noisy, histogram, sigma_h = release_histogram_counts(
         counts[None, :], rho=HISTOGRAM_SHARE * rho, rng=rng, stage="rho_inf",

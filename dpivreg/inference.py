@@ -54,9 +54,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .covariance import resolve_cov_type, robust_covariance, score_meat_release, unadjusted_covariance
+from .covariance import resolve_cov_type, robust_covariance, score_edges, score_meat_release, unadjusted_covariance
 from .engine import DP2SGDPath, IterationPlan, preconditioner_root, row_source
-from .mechanisms import log_grid
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
 from .preprocess import WorkingScale
 from .privacy import Release, gaussian_zcdp
@@ -192,7 +191,7 @@ def sampling_release(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
     finally:
         rows.close()
     note = ""
-    if math.isfinite(bound) and bound >= log_grid(math.sqrt(scale.Z.shape[1]))[-1]:
+    if math.isfinite(bound) and bound >= score_edges(scale.Z.shape[1])[-1]:
         note = ("the robust meat's histogram showed no bin above its noise (tiny n or rho_inf), so its clipping "
                 "threshold is the grid's top and the standard errors are very wide: raise rho_inf or use "
                 "cov_type='unadjusted'.")

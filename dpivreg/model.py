@@ -438,10 +438,8 @@ class DPIV2SLS:
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         exact_inference = inference and preprocess != "data" and math.isinf(budget["rho_inf"])
-        sampling_statistic = "robust meat" if cov_type == "robust" else "residual variance"
         if exact_inference:
-            leaks.append(f"rho_inf = inf: the {sampling_statistic} for inference was computed without noise "
-                         "(not private).")
+            leaks.append(_unnoised_sampling(cov_type)[0])
         _announce_leaks(leaks, stacklevel=4)
 
         inference_result, inference_note = _run_inference(
@@ -452,8 +450,7 @@ class DPIV2SLS:
         if inference_result is not None:
             releases += inference_result.releases
             if exact_inference:
-                releases.append(Release(f"{sampling_statistic} for inference (no noise)", "rho_inf", 1, None,
-                                        math.inf, 0.0, math.inf))
+                releases.append(_unnoised_sampling(cov_type)[1])
         target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf")
                   if any(r.stage == name for r in releases)}
         privacy = PrivacyBudget(releases, target=target)
@@ -499,8 +496,9 @@ class DPIV2SLS:
         path = _single_estimate_path(theta, beta, k, scale.releases)
         robust = inference and cov_type == "robust"
         rho_meat = math.inf if preprocess == "data" else budget["rho_inf"]
-        if robust and preprocess != "data" and math.isinf(rho_meat):
-            leaks.append("rho_inf = inf: the robust meat for inference was computed without noise (not private).")
+        exact_meat = robust and preprocess != "data" and math.isinf(rho_meat)
+        if exact_meat:
+            leaks.append(_unnoised_sampling(cov_type)[0])
         _announce_leaks(leaks, stacklevel=5)  # the caller of fit(), through _fit_* and this method
         inference_result, inference_note = _run_inference(
             inference, preprocess, lambda: moment_inference(scale, theta, beta, rng=rng, cov_type=cov_type,
@@ -512,9 +510,8 @@ class DPIV2SLS:
         if inference_result is not None and robust:
             releases += inference_result.releases
             target["rho_inf"] = budget["rho_inf"]
-            if math.isinf(rho_meat) and preprocess != "data":
-                releases.append(Release("robust meat for inference (no noise)", "rho_inf", 1, None, math.inf, 0.0,
-                                        math.inf))
+            if exact_meat:
+                releases.append(_unnoised_sampling(cov_type)[1])
         privacy = PrivacyBudget(releases, target=target)
         settings = FitSettings(
             T=0, eta=0.0, alpha=0.0, eta_source="none", alpha_source="none", clip1=None, clip2=None,
@@ -527,6 +524,13 @@ class DPIV2SLS:
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
                            inference_note=inference_note)
+
+
+def _unnoised_sampling(cov_type: str) -> tuple[str, Release]:
+    """The leak message and the (not private) record of the sampling part computed without noise (rho_inf = inf)."""
+    statistic = "robust meat" if cov_type == "robust" else "residual variance"
+    return (f"rho_inf = inf: the {statistic} for inference was computed without noise (not private).",
+            Release(f"{statistic} for inference (no noise)", "rho_inf", 1, None, math.inf, 0.0, math.inf))
 
 
 def _announce_leaks(leaks: list[str], *, stacklevel: int) -> None:
