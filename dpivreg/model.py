@@ -204,7 +204,7 @@ class DPIV2SLS:
         seed=None,
         tau: float = 5.0,
         inference: bool = True,
-        cov_type: str = "unadjusted",
+        cov_type: str = "robust",
     ) -> DPIVResults:
         """Fit privately and return the estimate, its private inference and the NON-PRIVATE 2SLS benchmark.
 
@@ -313,12 +313,13 @@ class DPIV2SLS:
             ``cov_type="robust"``, whose meat needs ``rho_inf`` on either route. ``False``
             spends nothing and leaves ``bse``, ``conf_int`` … unavailable. Needs whitened instruments, so it
             is unavailable with ``preprocess="bounds"``.
-        cov_type : {"unadjusted", "robust"}, default "unadjusted"
-            The sampling part of the private covariance (:mod:`dpivreg.covariance`). ``"unadjusted"``:
-            homoskedastic errors, σ̂²(X̂ᵀX̂/n)⁻¹/n with a private residual variance. ``"robust"``: the
-            heteroskedasticity-robust 2SLS sandwich (Stata's ``vce(robust)``, linearmodels'
-            ``cov_type="robust"``) with its meat Σᵢ z̃ᵢz̃ᵢᵀũᵢ²/n released privately with the budget ``rho_inf``
-            (for noisy moments too, whose moment release then gets the rest). linearmodels' synonyms
+        cov_type : {"robust", "unadjusted"}, default "robust"
+            The sampling part of the private covariance (:mod:`dpivreg.covariance`). ``"robust"`` (the
+            default, as in linearmodels): the heteroskedasticity-robust 2SLS sandwich (Stata's ``vce(robust)``,
+            linearmodels' ``cov_type="robust"``) with its meat Σᵢ z̃ᵢz̃ᵢᵀũᵢ²/n released privately with the budget
+            ``rho_inf`` (for noisy moments too, whose moment release then gets the rest). ``"unadjusted"``:
+            homoskedastic errors, σ̂²(X̂ᵀX̂/n)⁻¹/n with a private residual variance (free for noisy moments,
+            which read it from their release). linearmodels' synonyms
             ``"homoskedastic"`` and ``"heteroskedastic"`` are accepted.
 
         Returns

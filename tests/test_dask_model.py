@@ -281,10 +281,13 @@ def test_fit_makes_a_fixed_small_number_of_passes(frames):
         with _Passes() as passes:
             _quiet(model.fit, **{**FIT, "T": T})
         counts[T] = passes.count
-    # preprocessing (1) + the clipping release (1) + one per iteration + the inference release (1), plus at
-    # most 1 set-up pass
+    # preprocessing (1) + the clipping release (1) + one per iteration + the robust meat's two releases
+    # (score histogram, meat) and its row source's set-up (1), plus at most 1 set-up pass
     assert counts[7] - counts[4] == 3
-    assert counts[4] <= 4 + 4
+    assert counts[4] <= 4 + 6
+    with _Passes() as passes:
+        _quiet(model.fit, **{**FIT, "T": 4, "cov_type": "unadjusted"})
+    assert passes.count <= 4 + 4  # one residual-variance release instead of the meat's three passes
 
 
 def test_persisted_model_gives_the_same_fit(frames):

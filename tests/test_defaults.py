@@ -70,7 +70,7 @@ def test_noiseless_moments_estimator_and_warm_start_are_2sls(frame, formula):
     model = DPIV2SLS.from_formula(formula, frame)
     ref = IV2SLS.from_formula(formula, frame).fit(cov_type="unadjusted")
     with pytest.warns(PrivacyLeakWarning, match="not private"):
-        moments = model.fit(rho=math.inf, method="moments", bounds=_bounds(model), seed=0)
+        moments = model.fit(rho=math.inf, method="moments", bounds=_bounds(model), seed=0, cov_type="unadjusted")
     np.testing.assert_allclose(moments.params.to_numpy(), ref.params.to_numpy(), rtol=1e-8)
     np.testing.assert_allclose(moments.cov_params().to_numpy(), ref.cov.to_numpy(), rtol=1e-6)
     assert moments.estimator == "noisy moments" and moments.path.shape[0] == 1
@@ -95,7 +95,8 @@ def test_box_moment_sum_clips_entries_and_prepends_the_constant():
 @pytest.mark.parametrize("kwargs, releases", [
     ({}, {"rho0", "rho_clip", "rho1", "rho2", "rho_inf"}),
     ({"method": "preconditioned", "inference": False}, {"rho0", "rho_clip", "rho1", "rho2"}),
-    ({"method": "moments"}, {"rho0"}),
+    ({"method": "moments"}, {"rho0", "rho_inf"}),  # the robust meat
+    ({"method": "moments", "cov_type": "unadjusted"}, {"rho0"}),  # σ̂² read from the moment release
     ({"init": "zero"}, {"rho0", "rho1", "rho2", "rho_inf"}),
     ({"preprocess": "bounds", "inference": False}, {"rho1", "rho2"}),
 ])
@@ -146,7 +147,8 @@ def test_choice_switches_to_moments_when_the_iteration_is_predicted_worse():
     """n = 1,000, p = q = 5, total ρ = 0.5: the pilot release is so noisy that the warm-started iteration is
     predicted to be far worse than one moment release of the whole budget (in the benchmark both are poor, the
     moments less so). The default then spends the rest of the budget on a second moment release: the records
-    are the pilot, the clipping histograms and the second release, adding up to exactly 0.5."""
+    are the pilot, the clipping histograms, the second release and the robust meat's two releases (its score
+    histogram and the meat), adding up to exactly 0.5."""
     sim = simulate_iv(1_000, 5, 5, seed=0)
     model = DPIV2SLS(sim.data["y"], None, sim.data[[f"x{j}" for j in range(1, 6)]],
                      sim.data[[f"z{j}" for j in range(1, 6)]])
@@ -154,7 +156,7 @@ def test_choice_switches_to_moments_when_the_iteration_is_predicted_worse():
         warnings.simplefilter("ignore", UserWarning)
         res = model.fit(rho=0.5, bounds=sim.bounds, seed=1)
     assert res.estimator == "noisy moments" and res.settings.selection.error_ratio > 1
-    assert [r.stage for r in res.privacy.releases] == ["rho0", "rho_clip", "rho0"]
+    assert [r.stage for r in res.privacy.releases] == ["rho0", "rho_clip", "rho0", "rho_inf", "rho_inf"]
     assert res.privacy.rho == pytest.approx(0.5, rel=1e-12)
     combined = res.scale.moments.sigma
     first, second = (r.noise_std for r in res.privacy.releases if r.stage == "rho0")

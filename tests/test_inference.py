@@ -30,7 +30,8 @@ def test_non_private_limit_equals_unadjusted_2sls_covariance(sim, intercept):
     model = _model(sim, intercept)
     wide = {k: (3 * lo, 3 * hi) for k, (lo, hi) in sim.bounds.items()}  # nothing clipped to the bounds
     with pytest.warns(PrivacyLeakWarning):
-        res = model.fit(rho1=math.inf, rho2=math.inf, T=300, clip=False, bounds=wide, preprocess="data")
+        res = model.fit(rho1=math.inf, rho2=math.inf, T=300, clip=False, bounds=wide, preprocess="data",
+                        cov_type="unadjusted")
     ref = IV2SLS.from_formula(model.formula, sim.data).fit(cov_type="unadjusted")
     np.testing.assert_allclose(res.inference.cov_noise, 0.0, atol=1e-20)
     np.testing.assert_allclose(res.cov_params().to_numpy(), ref.cov.to_numpy(), rtol=1e-6)
@@ -56,7 +57,8 @@ def test_inference_objects_and_accountant(sim):
     np.testing.assert_allclose(centre.to_numpy(), res.params.to_numpy())  # centred at the estimate: z = params/bse
     np.testing.assert_allclose(res.tvalues.to_numpy(), (res.params / res.bse).to_numpy())
     release = [r for r in res.privacy.releases if r.stage == "rho_inf"]
-    assert len(release) == 1 and release[0].rho == pytest.approx(0.1, rel=1e-12)
+    # the robust meat (the default): its score histogram and the meat, half of rho_inf each
+    assert [r.rho for r in release] == pytest.approx([0.05, 0.05], rel=1e-12)
     # rho0 = 0.2(rho1 + rho2), rho_clip = rho_inf = 0.05(rho1 + rho2)
     assert res.privacy.rho == pytest.approx(0.4 + 0.1 + 1.0 + 1.0 + 0.1, rel=1e-12)
     with pytest.raises(ValueError, match="alpha"):
