@@ -38,7 +38,7 @@ from scipy import stats
 from .moments import FLOOR, floor_spectrum
 from .preprocess import ReleasedMoments
 
-__all__ = ["first_stage_statistics", "first_stage_diagnostics", "SEED", "REPLICATIONS"]
+__all__ = ["first_stage_statistics", "first_stage_diagnostics", "released_grams", "SEED", "REPLICATIONS"]
 
 #: Seed of the post-processing simulation of the privacy noise's effect.
 SEED = 20261201
@@ -97,6 +97,17 @@ def _with_constant(moments: ReleasedMoments, matrix: np.ndarray) -> np.ndarray:
     return L @ matrix @ L.T
 
 
+def released_grams(moments: ReleasedMoments, replications: int = REPLICATIONS) -> tuple[np.ndarray, np.ndarray | None]:
+    """The Gram matrix of [1, Z̃, X̃_endog, Ỹ] per row from the release, and ``replications`` re-releases of it
+    with simulated noise (the plug-in world of the module docstring, seed ``SEED``); ``None`` for exact
+    moments."""
+    point = _with_constant(moments, moments.matrix)
+    if moments.sigma == 0:
+        return point, None
+    draws = moments.noise_draws(np.random.default_rng(SEED), replications)
+    return point, _with_constant(moments, moments.matrix + draws)
+
+
 def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q: int, n_exog: int, n: int, *,
                             constant: bool, level: float = 0.95,
                             replications: int = REPLICATIONS) -> pd.DataFrame:
@@ -108,16 +119,14 @@ def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q:
     """
     p_endog = len(endog_names)
     m = q - n_exog
-    point = first_stage_statistics(_with_constant(moments, moments.matrix), q, n_exog, p_endog, n,
-                                   constant=constant)
+    gram, gram_draws = released_grams(moments, replications)
+    point = first_stage_statistics(gram, q, n_exog, p_endog, n, constant=constant)
     table = pd.DataFrame({name: point[name] for name in ("rsquared", "partial.rsquared", "shea.rsquared", "f.stat")},
                          index=pd.Index(endog_names, name="endogenous"))
     table["f.pval"] = stats.f.sf(table["f.stat"], m, n - q)
     table["f.dist"] = f"F({m},{n - q})"
-    if moments.sigma > 0:
-        draws = moments.noise_draws(np.random.default_rng(SEED), replications)
-        again = first_stage_statistics(_with_constant(moments, moments.matrix + draws), q, n_exog, p_endog, n,
-                                       constant=constant)
+    if gram_draws is not None:
+        again = first_stage_statistics(gram_draws, q, n_exog, p_endog, n, constant=constant)
     else:
         again = {name: np.broadcast_to(value, (1, p_endog)) for name, value in point.items()}
     tail = (1.0 - level) / 2.0

@@ -42,7 +42,11 @@ from . import theory, tuning
 if TYPE_CHECKING:  # pragma: no cover
     from .model import DPIV2SLS
 
-__all__ = ["DPIVResults", "FitSettings", "DPIVSummary", "InferenceUnavailableError"]
+__all__ = ["DPIVResults", "FitSettings", "DPIVSummary", "InferenceUnavailableError", "WEAK_F"]
+
+#: First-stage F below which the summary warns of weak instruments (Staiger & Stock 1997's rule of thumb, the
+#: figure Stock & Yogo's tables are usually summarised by).
+WEAK_F = 10.0
 
 
 class InferenceUnavailableError(ValueError):
@@ -157,6 +161,12 @@ def _rows_allowed(targets: tuple[float, ...]) -> str:
     return low if low == high else f"{low}-{high}"
 
 
+def _check_level(level) -> float:
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), e.g. 0.95 for 95% intervals; got {level!r}.")
+    return float(level)
+
+
 def _fmt(value: float, digits: int = 4) -> str:
     if value is None:
         return "none"
@@ -198,6 +208,7 @@ class DPIVResults:
         self._privacy = privacy
         self._inference = inference
         self._inference_note = inference_note
+        self._ar_grams = None  # the moment release's Gram matrix and simulated re-releases, on first use
         self._datetime = _dt.datetime.now()
 
     # ------------------------------------------------------------------ basic attributes
@@ -292,14 +303,50 @@ class DPIVResults:
         (:mod:`dpivreg.diagnostics`). The F is the homoskedastic one."""
         from .diagnostics import first_stage_diagnostics  # noqa: PLC0415 - only needed on request
 
+        d = self.design
+        return first_stage_diagnostics(self._released_moments("first-stage diagnostics"), list(d.endog_names),
+                                       len(d.z_names), len(d.exog_names), self.nobs,
+                                       constant=self._scale.constant_index is not None)
+
+    def anderson_rubin(self, level: float = 0.95):
+        """Anderson–Rubin confidence set for the endogenous coefficient (one endogenous regressor), valid however
+        weak the instruments: test inversion of H₀: β = b in the reduced form of y − x·b on the instruments, with
+        the privacy noise in the statistic's variance (:mod:`dpivreg.anderson_rubin`). Private: post-processing
+        of the moment release, no extra budget; homoskedastic errors assumed.
+
+        Parameters
+        ----------
+        level : float, default 0.95
+            Confidence level.
+
+        Returns
+        -------
+        AndersonRubinSet
+            ``intervals`` (possibly unbounded or empty), ``kind``, ``bounded``, ``statistic(b)``,
+            ``pvalue(b)``, ``b in set``.
+        """
+        from .anderson_rubin import anderson_rubin_set  # noqa: PLC0415 - only needed on request
+        from .diagnostics import released_grams  # noqa: PLC0415
+
+        d = self.design
+        if len(d.endog_names) != 1:
+            raise ValueError(f"the Anderson–Rubin set is for one endogenous regressor; this model has "
+                             f"{len(d.endog_names)} ({', '.join(d.endog_names)}). Fit a model with one.")
+        level = _check_level(level)
+        if self._ar_grams is None:
+            self._ar_grams = released_grams(self._released_moments("the Anderson–Rubin set"))
+        k = len(d.exog_names)
+        jacobian = self._scale.beta_jacobian()
+        return anderson_rubin_set(*self._ar_grams, variable=d.endog_names[0], n_exog=k, q=len(d.z_names),
+                                  n=self.nobs, to_original=float(jacobian[k, k]), level=level)
+
+    def _released_moments(self, what: str):
         moments = self._scale.moments
         if moments is None:
             raise InferenceUnavailableError(
-                "first-stage diagnostics need the moment release, which preprocess='bounds' does not make. Refit "
-                "with preprocess='private' (the default).")
-        d = self.design
-        return first_stage_diagnostics(moments, list(d.endog_names), len(d.z_names), len(d.exog_names), self.nobs,
-                                       constant=self._scale.constant_index is not None)
+                f"{what} need the moment release, which preprocess='bounds' does not make. Refit with "
+                "preprocess='private' (the default).")
+        return moments
 
     @cached_property
     def first_stage_path(self) -> np.ndarray:
@@ -369,8 +416,7 @@ class DPIVResults:
         """Private (1 − alpha) confidence intervals, columns ``lower`` and ``upper``: ``params`` ±
         z_(1−alpha/2)·``bse``. ``level`` (linearmodels' spelling, e.g. 0.95) instead of ``alpha``."""
         if level is not None:
-            if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
-                raise ValueError(f"level must lie in (0, 1), e.g. 0.95 for 95% intervals; got {level!r}.")
+            level = _check_level(level)
             if alpha != 0.05:
                 raise TypeError("pass alpha or level, not both.")
             alpha = 1.0 - level
@@ -694,6 +740,26 @@ class DPIVResults:
             f"estimate. Assumes {assumes}."
         )
 
+    def _first_stage_notes(self) -> list[str]:
+        """The weak-instrument warning and the Anderson–Rubin set (post-processing of the moment release)."""
+        notes = []
+        table = self.first_stage_diagnostics
+        weak = table[table["f.lower"] < WEAK_F]
+        for name, row in weak.iterrows():
+            certain = row["f.upper"] < WEAK_F
+            notes.append(
+                f"WEAK INSTRUMENTS{'' if certain else ' (possibly)'}: the private first-stage F of {name} is "
+                f"{_fmt(row['f.stat'], 3)} (95% noise interval [{_fmt(row['f.lower'], 3)}, {_fmt(row['f.upper'], 3)}]"
+                f"{'' if certain else ', reaching below'} {WEAK_F:g}, the Staiger-Stock rule of thumb): the "
+                "Wald intervals above may under-cover"
+                + ("; the Anderson-Rubin set below does not." if len(self.design.endog_names) == 1 else "."))
+        if len(self.design.endog_names) == 1:
+            ar = self.anderson_rubin(0.95)
+            notes.append(
+                f"Anderson-Rubin 95% set for {ar.variable} (valid with weak instruments; homoskedastic errors; from "
+                f"the moment release, no extra cost): {ar} ({ar.kind}).")
+        return notes
+
     def _notes(self) -> list[str]:
         d, sc = self.design, self._scale
         label = self._column_label
@@ -705,6 +771,8 @@ class DPIVResults:
             "  never publish them.",
             self._inference_text(),
         ]
+        if self._scale.moments is not None:
+            notes += self._first_stage_notes()
         if self._settings.method != "moments":
             notes.append(
                 "Error bound: the Theorem's terms with all constants set to 1 (shapes, not calibrated errors); "
