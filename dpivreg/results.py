@@ -308,6 +308,19 @@ class DPIVResults:
                                        len(d.z_names), len(d.exog_names), self.nobs,
                                        constant=self._scale.constant_index is not None)
 
+    @cached_property
+    def cragg_donald(self) -> pd.Series:
+        """The Cragg–Donald minimum eigenvalue statistic of joint first-stage strength (Stata's ``estat
+        firststage``; compare with Stock & Yogo's critical values), from the moment release, with a 95% interval
+        for the privacy noise: ``statistic``, ``lower``, ``upper``. Homoskedastic; post-processing, no privacy
+        cost (:mod:`dpivreg.diagnostics`). With one endogenous regressor it is the first-stage F with n − q
+        degrees of freedom."""
+        from .diagnostics import cragg_donald  # noqa: PLC0415 - only needed on request
+
+        d = self.design
+        return cragg_donald(self._released_moments("the Cragg–Donald statistic"), len(d.z_names),
+                            len(d.exog_names), len(d.endog_names), self.nobs)
+
     def anderson_rubin(self, level: float = 0.95):
         """Anderson–Rubin confidence set for the endogenous coefficient (one endogenous regressor), valid however
         weak the instruments: test inversion of H₀: β = b in the reduced form of y − x·b on the instruments, with
@@ -743,17 +756,27 @@ class DPIVResults:
     def _first_stage_notes(self) -> list[str]:
         """The weak-instrument warning and the Anderson–Rubin set (post-processing of the moment release)."""
         notes = []
-        table = self.first_stage_diagnostics
-        weak = table[table["f.lower"] < WEAK_F]
-        for name, row in weak.iterrows():
-            certain = row["f.upper"] < WEAK_F
+        several = len(self.design.endog_names) > 1
+        if several:
+            cd = self.cragg_donald
             notes.append(
-                f"WEAK INSTRUMENTS{'' if certain else ' (possibly)'}: the private first-stage F of {name} is "
-                f"{_fmt(row['f.stat'], 3)} (95% noise interval [{_fmt(row['f.lower'], 3)}, {_fmt(row['f.upper'], 3)}]"
-                f"{'' if certain else ', reaching below'} {WEAK_F:g}, the Staiger-Stock rule of thumb): the "
-                "Wald intervals above may under-cover"
-                + ("; the Anderson-Rubin set below does not." if len(self.design.endog_names) == 1 else "."))
-        if len(self.design.endog_names) == 1:
+                f"Cragg-Donald minimum eigenvalue statistic (joint first-stage strength; compare with Stock-Yogo's "
+                f"critical values; homoskedastic; from the moment release): {_fmt(cd['statistic'], 3)} (95% noise "
+                f"interval [{_fmt(cd['lower'], 3)}, {_fmt(cd['upper'], 3)}]).")
+            strength = [("the Cragg-Donald statistic", cd["statistic"], cd["lower"], cd["upper"])]
+        else:
+            strength = [(f"the private first-stage F of {name}", row["f.stat"], row["f.lower"], row["f.upper"])
+                        for name, row in self.first_stage_diagnostics.iterrows()]
+        for what, value, lower, upper in strength:
+            if lower >= WEAK_F:
+                continue
+            certain = upper < WEAK_F
+            notes.append(
+                f"WEAK INSTRUMENTS{'' if certain else ' (possibly)'}: {what} is {_fmt(value, 3)} (95% noise "
+                f"interval [{_fmt(lower, 3)}, {_fmt(upper, 3)}]{'' if certain else ', reaching below'} {WEAK_F:g}, "
+                "the Staiger-Stock rule of thumb): the Wald intervals above may under-cover"
+                + ("." if several else "; the Anderson-Rubin set below does not."))
+        if not several:
             ar = self.anderson_rubin(0.95)
             notes.append(
                 f"Anderson-Rubin 95% set for {ar.variable} (valid with weak instruments; homoskedastic errors; from "

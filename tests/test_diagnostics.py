@@ -102,3 +102,48 @@ def test_bounds_route_has_no_diagnostics():
         rho1=1.0, rho2=1.0, seed=0, bounds=bounds, preprocess="bounds", inference=False)
     with pytest.raises(InferenceUnavailableError, match="preprocess='private'"):
         res.first_stage_diagnostics
+
+
+def _canonical_cragg_donald(frame: pd.DataFrame, formula: str) -> float:
+    """Reference, independent of dpivreg's moment algebra: with W partialled out of the endogenous regressors X
+    and the excluded instruments Z₂ by least squares on the raw data, CD = (n − q)/m · r²/(1 − r²) with r the
+    smallest canonical correlation of X and Z₂ (Cragg & Donald 1993; Stock & Yogo 2005, eq. 3.4)."""
+    d = DPIV2SLS.from_formula(formula, frame).design
+    W = d.exog.to_numpy()
+    X, Z2 = d.endog.to_numpy(), d.instruments.to_numpy()
+    if W.shape[1]:
+        X = X - W @ np.linalg.lstsq(W, X, rcond=None)[0]
+        Z2 = Z2 - W @ np.linalg.lstsq(W, Z2, rcond=None)[0]
+    qx, _ = np.linalg.qr(X)
+    qz, _ = np.linalg.qr(Z2)
+    r = np.linalg.svd(qx.T @ qz, compute_uv=False).min()
+    n, m, q = len(frame), Z2.shape[1], W.shape[1] + Z2.shape[1]
+    return (n - q) / m * r**2 / (1 - r**2)
+
+
+@pytest.mark.parametrize("formula", ["y ~ 1 + [x1 + x2 ~ z1 + z2 + z3]", "y ~ 1 + w + [x1 + x2 ~ z1 + z2 + z3]",
+                                     "y ~ [x1 + x2 ~ z1 + z2 + z3]", "y ~ 1 + w + [x1 ~ z1 + z2]"])
+def test_cragg_donald_equals_the_canonical_correlation_form_with_exact_moments(formula):
+    frame = _frame(3000, seed=5)
+    with pytest.warns(PrivacyLeakWarning):
+        res = DPIV2SLS.from_formula(formula, frame).fit(rho=math.inf, seed=0, inference=False)
+    cd = res.cragg_donald
+    assert cd["statistic"] == pytest.approx(_canonical_cragg_donald(frame, formula), rel=1e-8)
+    assert cd["lower"] == cd["upper"] == cd["statistic"]
+    if formula.count("x") == 1:  # one endogenous regressor: the F with n − q degrees of freedom
+        n, q = len(frame), 4
+        assert cd["statistic"] == pytest.approx(res.first_stage_diagnostics["f.stat"].iloc[0] * (n - q) / n)
+
+
+def test_cragg_donald_noise_interval_and_summary_line():
+    frame = _frame(5000, seed=6)
+    bounds = {c: (-8.0, 8.0) for c in frame.columns}
+    bounds["y"] = (-30.0, 30.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        res = DPIV2SLS.from_formula("y ~ 1 + w + [x1 + x2 ~ z1 + z2 + z3]", frame).fit(
+            rho=2.0, seed=0, bounds=bounds, method="moments")
+    cd = res.cragg_donald
+    assert cd["lower"] < cd["statistic"] < cd["upper"]
+    text = res.summary().as_text()
+    assert "Cragg-Donald minimum eigenvalue statistic" in text and "Anderson-Rubin" not in text
