@@ -181,6 +181,10 @@ def anderson_rubin_set(G: np.ndarray, G_draws: np.ndarray | None, *, variable: s
 
     critical = float(m * stats.f.ppf(level, m, n - q))
     theta = np.linspace(-math.pi / 2, math.pi / 2, GRID_POINTS)
+    # a precisely estimated coefficient has a set far narrower than the grid's spacing: add the statistic's
+    # minimiser and maximiser, so that no accepted (or rejected) arc can fall between grid points
+    extremes = _extreme_angles(S, Pi, B, K, n, q, on_angles)
+    theta = np.unique(np.concatenate([theta, extremes]))
     accepted = on_angles(theta) <= critical
     arcs = _accepted_arcs(theta, accepted, lambda t: float(on_angles(np.array([t]))[0]) - critical)
     intervals = _to_line(arcs, to_original)
@@ -192,6 +196,34 @@ def anderson_rubin_set(G: np.ndarray, G_draws: np.ndarray | None, *, variable: s
 
     return AndersonRubinSet(variable=variable, level=level, intervals=intervals, critical_value=critical,
                             df=(m, n - q), private=G_draws is not None, _statistic=statistic)
+
+
+def _extreme_angles(S, Pi, B, K, n: int, q: int, on_angles) -> np.ndarray:
+    """Angles in (−π/2, π/2) of the statistic's minimum and maximum over the half circle.
+
+    With one instrument the statistic is a ratio of two quadratic forms in v, vᵀMv/vᵀNv with M = ΠᵀΠ and
+    N = B/(S(n − q)) + K, whose extremes are the generalised eigenvectors of (M, N); with several the same
+    pencil with M = ΠᵀSΠ and N = B/(n − q) + the noise term projected on S gives starting points, refined by
+    a bounded search around each (the statistic is smooth and, near its extremes, unimodal).
+    """
+    m = S.shape[0]
+    M = Pi.T @ S @ Pi
+    N = B / (n - q) + np.einsum("ij,abji->ab", S, K) / m
+    N = (N + N.T) / 2.0 + 1e-300 * np.eye(2)
+    try:
+        values, vectors = np.linalg.eig(np.linalg.solve(N, M))
+    except np.linalg.LinAlgError:
+        return np.empty(0)
+    angles = []
+    for vector in np.real(vectors).T:
+        start = math.atan2(-vector[1], vector[0])
+        start = (start + math.pi / 2) % math.pi - math.pi / 2  # v and −v are one direction
+        for sign in (1.0, -1.0):  # the minimum, then the maximum
+            window = (max(start - 0.1, -math.pi / 2), min(start + 0.1, math.pi / 2))
+            found = optimize.minimize_scalar(lambda t: sign * float(on_angles(np.array([t]))[0]), bounds=window,
+                                             method="bounded", options={"xatol": 1e-14})
+            angles.append(found.x)
+    return np.clip(np.asarray(angles, dtype=float), -math.pi / 2, math.pi / 2)
 
 
 def _accepted_arcs(theta: np.ndarray, accepted: np.ndarray, excess) -> list[tuple[float, float]]:

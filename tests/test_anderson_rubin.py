@@ -236,3 +236,18 @@ def test_set_type_reports_its_shape():
     assert (empty.kind, line.kind, outer.kind) == ("empty", "whole line", "unbounded")
     assert str(empty) == "empty" and str(line) == "(-inf, inf)" and str(outer) == "(-inf, -1] ∪ [2, inf)"
     assert 5.0 in outer and 0.0 not in outer and not outer.bounded and outer.length == math.inf
+
+
+@pytest.mark.parametrize("case", ["strong, with w", "weak: unbounded", "two instruments"])
+def test_sets_narrower_than_the_grid_are_found(monkeypatch, case):
+    """A precisely estimated coefficient's set can be far narrower than the angle grid's spacing: with a grid
+    of 9 angles the set must still be the classical one (the statistic's extremes join the grid)."""
+    import dpivreg.anderson_rubin as module
+
+    monkeypatch.setattr(module, "GRID_POINTS", 9)
+    frame, formula = _design(**CASES[case])
+    ar = _exact_fit(frame, formula).anderson_rubin()
+    reference = classical_ar_set(frame, formula, 0.95)
+    assert len(ar.intervals) == len(reference)
+    for mine, theirs in zip(ar.intervals, reference):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-7, atol=1e-9)

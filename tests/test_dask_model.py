@@ -466,3 +466,13 @@ def test_repeated_moment_release_equals_pandas(frames):
     np.testing.assert_allclose(lazy.moments.matrix, eager.moments.matrix, rtol=1e-10, atol=1e-14)
     assert lazy.moments.sigma == pytest.approx(eager.moments.sigma, rel=1e-14)
     assert [r.rho for r in lazy.releases] == pytest.approx([0.2, 1.5], rel=1e-12)
+
+
+def test_first_stage_statistics_and_anderson_rubin_set_equal_the_in_memory_ones(frames):
+    """Post-processing of the moment release, which the Dask pass computes to the in-memory sums' rounding."""
+    df, ddf = frames
+    lazy = _quiet(_model(FORMULA, ddf).fit, **FIT)
+    eager = _quiet(_model(FORMULA, df).fit, **FIT)
+    pd.testing.assert_frame_equal(lazy.first_stage_diagnostics, eager.first_stage_diagnostics, rtol=1e-9)
+    pd.testing.assert_series_equal(lazy.cragg_donald, eager.cragg_donald, rtol=1e-9)
+    np.testing.assert_allclose(lazy.anderson_rubin().intervals, eager.anderson_rubin().intervals, rtol=1e-9)
