@@ -214,12 +214,18 @@ def run_weak_cell(n: int, f: float, rho: float, runs: int) -> dict:
 
 def weak_main(args) -> None:
     """R = 300 per cell at n ≤ 10⁵ and 100 at n = 10⁶ (``--runs`` overrides the former), total ρ = 2."""
+    _run_grid(WEAK_F, lambda f, n, runs: run_weak_cell(n, f, 2.0, runs), args, runs_at_million=100)
+
+
+def _run_grid(kinds, run_one, args, *, runs_at_million: int) -> None:
+    """Every (kind, n) cell, n ∈ {10³ … 10⁶}: R = 300 at n ≤ 10⁵ (``--runs`` overrides), ``runs_at_million`` at
+    10⁶; rows printed as they finish and written to ``--out``."""
     ns = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000, 1_000_000]
     start = time.perf_counter()
     rows = []
-    for f, n in itertools.product(WEAK_F, ns):
-        runs = 10 if args.quick else (100 if n >= 1_000_000 else (args.runs if args.runs != 500 else 300))
-        rows.append(run_weak_cell(n, f, 2.0, runs))
+    for kind, n in itertools.product(kinds, ns):
+        runs = 10 if args.quick else (runs_at_million if n >= 1_000_000 else (args.runs if args.runs != 500 else 300))
+        rows.append(run_one(kind, n, runs))
         print(pd.DataFrame([rows[-1]]).to_string(index=False, header=len(rows) == 1), flush=True)
     print(f"\n{time.perf_counter() - start:.0f} s")
     if args.out:
@@ -313,17 +319,9 @@ def main() -> None:
 
 
 def heteroskedastic_main(args) -> None:
-    """R = 300 per cell at n ≤ 10⁵ and 100 at n = 10⁶ (``--runs`` overrides the former), total ρ = 2."""
-    ns = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000, 1_000_000]
-    start = time.perf_counter()
-    rows = []
-    for kind, n in itertools.product(HETEROSKEDASTIC, ns):
-        runs = 10 if args.quick else (100 if n >= 1_000_000 else (args.runs if args.runs != 500 else 300))
-        rows.append(run_heteroskedastic_cell(kind, n, 2.0, runs))
-        print(pd.DataFrame([rows[-1]]).to_string(index=False, header=len(rows) == 1), flush=True)
-    print(f"\n{time.perf_counter() - start:.0f} s")
-    if args.out:
-        pd.DataFrame(rows).to_csv(args.out, index=False)
+    """R = 300 per cell at n ≤ 10⁵ and 200 at n = 10⁶ (``--runs`` overrides the former), total ρ = 2."""
+    _run_grid(HETEROSKEDASTIC, lambda kind, n, runs: run_heteroskedastic_cell(kind, n, 2.0, runs), args,
+              runs_at_million=200)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Smoke tests of the benchmark that settles the default (``benchmarks/estimator_comparison.py --quick``).
+"""Smoke tests of the benchmarks (``estimator_comparison.py --quick`` and one replication of each coverage study).
 
 The full runs and their timings live in ``benchmarks/``; here the quick grid must run, spend the same total
 ρ on every route (the script asserts it for every fit) and write the docs' tables with their columns.
@@ -41,3 +41,14 @@ def test_bias_study_reports_both_step_counts():
     table = ec.bias_study(quick=True)
     assert set(table.T_multiple) == {1, 3} and set(table.coefficient) == {"Intercept", "x"}
     assert table.mean_shift_private_se.abs().max() < 1.0  # 5 seeds: a coarse check; the full study is in the docs
+
+
+def test_coverage_replications_report_every_column():
+    """One replication of each ``interval_coverage.py`` study runs and reports what its tables read."""
+    import interval_coverage as ic
+
+    weak = ic.weak_replication(2_000, 5.0, 2.0, 0)
+    assert {"cover wald", "cover ar", "ar bounded", "f private", "f non-private", "f inside"} <= set(weak)
+    assert weak["f non-private"] > 0
+    het = ic.heteroskedastic_replication("grows", 2_000, 2.0, 0)
+    assert {"cover (robust)", "cover (unadjusted)", "cover 2SLS (robust)"} <= set(het)
