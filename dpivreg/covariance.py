@@ -41,11 +41,20 @@ The score release (:func:`score_meat_release`, budget ``rho_inf``)
     holding much of Σ‖sᵢ‖² are exactly the ones a private statistic must bound. The released matrix is projected onto the positive semi-definite cone with its eigenvalues
     floored at the noise's standard deviation (post-processing; a variance cannot be negative).
     ``rho = inf`` computes Ω exactly, without clipping (non-private routes and the reference checks).
+
+The first stage's meat (:func:`first_stage_meat_release`, budget ``rho_diag``; for the robust first-stage
+F of :mod:`dpivreg.diagnostics`)
+    The same two mechanisms on the first-stage scores sᵢ = v̂ᵢ ⊗ z̃ᵢ (q·p_endog coordinates; v̂ᵢ = x̃ᵢ,endog −
+    Θ̃ᵀz̃ᵢ the first-stage residuals at the released Θ̃, public), whose norm is ‖v̂ᵢ‖·‖z̃ᵢ‖: a histogram of the
+    norms on the grid around √(q·p_endog) (sensitivity √2), then (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with noise
+    calibrated to √2·C²/n. Its block j is (1/n)Σᵢ z̃ᵢz̃ᵢᵀv̂ᵢⱼ², the White meat of endogenous regressor j's
+    first stage; the off-diagonal blocks are what a Kleibergen–Paap statistic would need.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,7 +70,8 @@ from .privacy import Release
 
 __all__ = ["COV_TYPES", "HISTOGRAM_SHARE", "unadjusted_covariance", "robust_covariance", "score_meat_release",
            "meat_clipped_rows", "score_norm_counts", "clipped_score_outer_sum", "resolve_cov_type",
-           "release_score_meat", "score_meat_sensitivity", "score_edges"]
+           "release_score_meat", "score_meat_sensitivity", "score_edges", "first_stage_meat_release",
+           "first_stage_score_counts", "clipped_first_stage_outer_sum", "release_first_stage_meat", "ReleasedMeat"]
 
 #: The sampling covariances ``fit(cov_type=...)`` offers, and linearmodels' synonyms for them.
 COV_TYPES = ("robust", "unadjusted")
@@ -134,6 +144,46 @@ def clipped_score_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, b
     return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
 
 
+def _first_stage_scores(Z: np.ndarray, X_endog: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """sᵢ = v̂ᵢ ⊗ z̃ᵢ (coordinate j·q + l is v̂ᵢⱼz̃ᵢₗ), v̂ᵢ = x̃ᵢ,endog − Θ̃ᵀz̃ᵢ."""
+    V = X_endog - Z @ theta
+    return (V[:, :, None] * Z[:, None, :]).reshape(Z.shape[0], -1)
+
+
+def first_stage_score_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np.ndarray,
+                             edges: np.ndarray) -> tuple[np.ndarray]:
+    """Histogram counts of one block's first-stage score norms ‖v̂ᵢ‖·‖z̃ᵢ‖ (a block function)."""
+    V = X_endog - Z @ theta
+    norms = np.sqrt(np.einsum("ij,ij->i", Z, Z) * np.einsum("ij,ij->i", V, V))
+    return (histogram_counts(norms, edges),)
+
+
+def clipped_first_stage_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np.ndarray,
+                                  bound: float) -> tuple[np.ndarray]:
+    """Σᵢ clip(sᵢ)clip(sᵢ)ᵀ over one block for the first-stage scores sᵢ = v̂ᵢ ⊗ z̃ᵢ (inf: not clipped)."""
+    S = _first_stage_scores(Z, X_endog, theta)
+    return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
+
+
+@dataclass(frozen=True)
+class ReleasedMeat:
+    """A released meat (1/n)Σᵢ clip(sᵢ)clip(sᵢ)ᵀ on the working scale, positive definite, with what a
+    simulation of its noise needs: the noise's standard deviation per upper-triangle entry (0: exact) and the
+    clipping threshold C (inf: not clipped)."""
+
+    matrix: np.ndarray
+    sigma: float
+    bound: float
+    releases: tuple[Release, ...]
+
+    def rereleased(self, rng: np.random.Generator, replications: int) -> np.ndarray:
+        """The plug-in world's re-releases (replications, d, d): the released matrix taken as the truth, fresh
+        draws of the release's symmetric noise added and the result projected as the release was."""
+        d = self.matrix.shape[0]
+        upper = np.triu(rng.standard_normal((replications, d, d)) * self.sigma)
+        return _positive_definite(self.matrix + upper + np.swapaxes(np.triu(upper, 1), 1, 2), floor=self.sigma)
+
+
 def score_meat_release(rows, beta: np.ndarray, n_exog: int, *, rho: float,
                        rng: np.random.Generator) -> tuple[np.ndarray, tuple[Release, ...], float]:
     """Release the score meat Ω = (1/n)Σᵢ z̃ᵢz̃ᵢᵀũᵢ² at the released β̃ (module docstring).
@@ -160,23 +210,44 @@ def score_meat_release(rows, beta: np.ndarray, n_exog: int, *, rho: float,
     bound : float
         The clipping threshold C (inf for ``rho = inf``).
     """
-    n, q = rows.n, rows.q
+    meat = _meat_release(rows, score_norm_counts, clipped_score_outer_sum, (beta, n_exog), dim=rows.q, rho=rho,
+                         rng=rng, stage="rho_inf", what="the robust meat",
+                         release=lambda bound, rho_meat: release_score_meat(rows, beta, n_exog, bound=bound,
+                                                                            rho=rho_meat, rng=rng))
+    return meat.matrix, meat.releases, meat.bound
+
+
+def first_stage_meat_release(rows, theta: np.ndarray, *, rho: float, rng: np.random.Generator) -> ReleasedMeat:
+    """Release the first stage's meat (1/n)Σᵢ (v̂ᵢ ⊗ z̃ᵢ)(v̂ᵢ ⊗ z̃ᵢ)ᵀ at the released working first stage
+    ``theta`` (q, p_endog), budget ``rho`` (stage ``"rho_diag"``; module docstring). ``rho = inf``: exact."""
+    return _meat_release(rows, first_stage_score_counts, clipped_first_stage_outer_sum, (theta,),
+                         dim=rows.q * theta.shape[1], rho=rho, rng=rng, stage="rho_diag", what="the first stage's meat",
+                         release=lambda bound, rho_meat: release_first_stage_meat(rows, theta, bound=bound,
+                                                                                  rho=rho_meat, rng=rng))
+
+
+def _meat_release(rows, counts_block, outer_block, args: tuple, *, dim: int, rho: float, rng: np.random.Generator,
+                  stage: str, what: str, release) -> ReleasedMeat:
+    """The histogram-then-meat release of the module docstring for the scores the block functions compute from
+    (Z, X_endog, Y, *args): ``counts_block`` their norms' histogram, ``outer_block`` their exact second-moment
+    sum (``rho = inf``); ``release(bound, rho)`` the meat's Gaussian mechanism at threshold C; ``dim``
+    coordinates."""
+    n = rows.n
     if math.isinf(rho):
-        (total,) = rows.sums(clipped_score_outer_sum, beta, n_exog, math.inf)
-        return total / n, (), math.inf
-    edges = score_edges(q)
-    (counts,) = rows.sums(score_norm_counts, beta, n_exog, edges)
+        (total,) = rows.sums(outer_block, *args, math.inf)
+        return ReleasedMeat(total / n, 0.0, math.inf, ())
+    edges = score_edges(dim)
+    (counts,) = rows.sums(counts_block, *args, edges)
     noisy, histogram, sigma_h = release_histogram_counts(
-        counts[None, :], rho=HISTOGRAM_SHARE * rho, rng=rng, stage="rho_inf",
-        name="score-norm histogram for the robust meat's threshold")
+        counts[None, :], rho=HISTOGRAM_SHARE * rho, rng=rng, stage=stage,
+        name=f"score-norm histogram for {what}'s threshold")
     visible = noisy[0] > _EMPTY_BIN_SIGMAS * sigma_h
     # nothing seen above the noise (tiny n or budget): the top edge, a wide meat rather than a clipped-away one
     bound = (clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(n), sigma=sigma_h,
                                  threshold=_EMPTY_BIN_SIGMAS) if visible.any() else float(edges[-1]))
     bound = float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)])
-    meat, record, sigma = release_score_meat(rows, beta, n_exog, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho,
-                                             rng=rng)
-    return _positive_definite(meat, floor=sigma), (histogram, record), bound
+    meat, record, sigma = release(bound, (1.0 - HISTOGRAM_SHARE) * rho)
+    return ReleasedMeat(_positive_definite(meat, floor=sigma), sigma, bound, (histogram, record))
 
 
 def score_meat_sensitivity(bound: float, n: int) -> float:
@@ -189,13 +260,29 @@ def release_score_meat(rows, beta: np.ndarray, n_exog: int, *, bound: float, rho
     """The Gaussian mechanism of the meat at a given threshold C = ``bound``: (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with
     symmetric noise of standard deviation :func:`score_meat_sensitivity`/√(2ρ). Returns the released matrix
     (not yet projected), its record and σ."""
-    n = rows.n
     (total,) = rows.sums(clipped_score_outer_sum, beta, n_exog, bound)
-    return release_moment_sum(total, n, rho=rho, rng=rng, sensitivity=score_meat_sensitivity(bound, n),
-                              bound=bound, name="robust meat (clipped instrument scores)", stage="rho_inf")
+    return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, name="robust meat (clipped instrument scores)",
+                          stage="rho_inf")
+
+
+def release_first_stage_meat(rows, theta: np.ndarray, *, bound: float, rho: float,
+                             rng: np.random.Generator) -> tuple[np.ndarray, Release, float]:
+    """The Gaussian mechanism of the first stage's meat at threshold C = ``bound``, as
+    :func:`release_score_meat` for the scores v̂ᵢ ⊗ z̃ᵢ at ``theta`` (stage ``"rho_diag"``)."""
+    (total,) = rows.sums(clipped_first_stage_outer_sum, theta, bound)
+    return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng,
+                          name="first-stage meat (clipped first-stage scores)", stage="rho_diag")
+
+
+def _gaussian_meat(total: np.ndarray, n: int, *, bound: float, rho: float, rng: np.random.Generator, name: str,
+                   stage: str) -> tuple[np.ndarray, Release, float]:
+    """(1/n)·``total`` (a sum of clip_C(s)clip_C(s)ᵀ) with symmetric Gaussian noise for sensitivity √2·C²/n."""
+    return release_moment_sum(total, n, rho=rho, rng=rng, sensitivity=score_meat_sensitivity(bound, n), bound=bound,
+                              name=name, stage=stage)
 
 
 def _positive_definite(M: np.ndarray, *, floor: float) -> np.ndarray:
-    """The symmetric M with its eigenvalues raised to at least ``floor`` (post-processing of a release)."""
-    values, vectors = np.linalg.eigh((M + M.T) / 2.0)
-    return (vectors * np.maximum(values, floor)) @ vectors.T
+    """The symmetric M (…, d, d) with its eigenvalues raised to at least ``floor`` (post-processing of a
+    release)."""
+    values, vectors = np.linalg.eigh((M + np.swapaxes(M, -1, -2)) / 2.0)
+    return (vectors * np.maximum(values, floor)[..., None, :]) @ np.swapaxes(vectors, -1, -2)

@@ -17,6 +17,14 @@ are functions of those moments and of n (public), so they are computed from the 
 Invariance makes the working scale usable: each statistic is unchanged by the affine maps from the design to
 the box and working scales (regressions that include the exogenous span, which contains the constant).
 
+With ``fit(cov_type="robust", rho_diag=...)`` the fit also releases the first stage's meat
+(:func:`dpivreg.covariance.first_stage_meat_release`) and ``f.stat`` is then, as linearmodels reports it for
+``cov_type="robust"``, the heteroskedasticity-robust Wald statistic of the excluded instruments in each
+endogenous regressor's first stage, γ̂ᵀV̂⁻¹γ̂ with V̂ the excluded block of S⁻¹Ω̂ⱼS⁻¹/n (S = Z̃ᵀZ̃/n and γ̂ from
+the moment release, Ω̂ⱼ the meat's block j), referred to χ²(m) (``f.dist``; :func:`robust_first_stage_wald`).
+It is invariant to the working scale's block-triangular whitening, so it equals the Wald statistic on the
+original columns; its noise interval re-releases both the moments and the meat.
+
 With several endogenous regressors the per-variable F does not measure joint identification; the
 Cragg–Donald (1993) minimum eigenvalue statistic does (Stata's ``estat firststage``, to be compared with
 Stock & Yogo's 2005 critical values): with the exogenous regressors partialled out,
@@ -49,7 +57,7 @@ from .moments import FLOOR, floor_spectrum
 from .preprocess import ReleasedMoments
 
 __all__ = ["first_stage_statistics", "first_stage_diagnostics", "cragg_donald_statistic", "cragg_donald",
-           "released_grams", "SEED", "REPLICATIONS"]
+           "robust_first_stage_wald", "released_grams", "SEED", "REPLICATIONS"]
 
 #: Seed of the post-processing simulation of the privacy noise's effect.
 SEED = 20261201
@@ -99,6 +107,25 @@ def first_stage_statistics(G: np.ndarray, q: int, n_exog: int, p_endog: int, n: 
     shea = _inverse_diagonal(Gxx)[..., n_exog:] / _inverse_diagonal(fitted)[..., n_exog:]
     result["shea.rsquared"] = np.clip(shea, 0.0, 1.0)
     return result
+
+
+def robust_first_stage_wald(G: np.ndarray, meat: np.ndarray, q: int, n_exog: int, p_endog: int,
+                            n: int) -> np.ndarray:
+    """Robust Wald statistics (…, p_endog) of the excluded instruments in each first stage (module docstring)
+    from Gram matrices G (…, D, D) laid out as in :func:`first_stage_statistics` and first-stage meats
+    (…, q·p_endog, same) on the working scale."""
+    Z = list(range(1, 1 + q))
+    S = floor_spectrum(G[..., Z, :][..., :, Z], FLOOR)
+    gamma = np.linalg.solve(S, G[..., Z, :][..., :, 1 + q:1 + q + p_endog])
+    S_inv = np.linalg.inv(S)
+    excluded = slice(n_exog, q)
+    out = []
+    for j in range(p_endog):
+        block = meat[..., j * q:(j + 1) * q, j * q:(j + 1) * q]
+        V = (S_inv @ block @ S_inv / n)[..., excluded, excluded]
+        g = gamma[..., excluded, j]
+        out.append(np.einsum("...i,...i->...", g, np.linalg.solve(V, g[..., None])[..., 0]))
+    return np.stack(out, axis=-1)
 
 
 def cragg_donald_statistic(G: np.ndarray, q: int, n_exog: int, p_endog: int, n: int) -> np.ndarray:
@@ -153,13 +180,15 @@ def released_grams(moments: ReleasedMoments, replications: int = REPLICATIONS) -
 
 
 def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q: int, n_exog: int, n: int, *,
-                            constant: bool, level: float = 0.95,
-                            replications: int = REPLICATIONS) -> pd.DataFrame:
+                            constant: bool, level: float = 0.95, replications: int = REPLICATIONS,
+                            meat=None) -> pd.DataFrame:
     """linearmodels' ``first_stage.diagnostics`` table from a moment release, with privacy-noise intervals.
 
     Rows are the endogenous regressors; columns ``rsquared``, ``partial.rsquared``, ``shea.rsquared``,
     ``f.stat``, ``f.pval``, ``f.dist``, then ``f.lower``, ``f.upper``, ``partial.rsquared.lower``,
-    ``partial.rsquared.upper`` (the ``level`` intervals for the privacy noise; module docstring).
+    ``partial.rsquared.upper`` (the ``level`` intervals for the privacy noise; module docstring). With
+    ``meat`` (a :class:`dpivreg.covariance.ReleasedMeat` of the first stage) the F columns are the robust Wald
+    statistic's, referred to χ²(m).
     """
     p_endog = len(endog_names)
     m = q - n_exog
@@ -173,6 +202,16 @@ def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q:
         again = first_stage_statistics(gram_draws, q, n_exog, p_endog, n, constant=constant)
     else:
         again = {name: np.broadcast_to(value, (1, p_endog)) for name, value in point.items()}
+    if meat is not None:
+        table["f.stat"] = robust_first_stage_wald(gram, meat.matrix, q, n_exog, p_endog, n)
+        table["f.pval"] = stats.chi2.sf(table["f.stat"], m)
+        table["f.dist"] = f"chi2({m})"
+        if gram_draws is not None or meat.sigma > 0:
+            meat_draws = meat.rereleased(np.random.default_rng(SEED + 1), replications)
+            again["f.stat"] = robust_first_stage_wald(gram if gram_draws is None else gram_draws, meat_draws, q,
+                                                      n_exog, p_endog, n)
+        else:
+            again["f.stat"] = table["f.stat"].to_numpy()[None, :]
     tail = (1.0 - level) / 2.0
     for name in ("f.stat", "partial.rsquared"):
         low, high = np.quantile(again[name], [tail, 1.0 - tail], axis=0)

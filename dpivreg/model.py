@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import warnings
@@ -12,7 +13,7 @@ from formulaic.utils.context import capture_context
 
 from ._dask import is_dask_collection
 from .clipping import adaptive_clip, resolve_public_clip, standardized_clip, theorem_clip
-from .covariance import resolve_cov_type
+from .covariance import ReleasedMeat, first_stage_meat_release, resolve_cov_type
 from .design import IVDesign, design_from_arrays, design_from_formula
 from .engine import (DP2SGDPath, DivergenceError, check_positive, check_T, iteration_plan, make_rng,
                      preconditioner_root, row_source, run_on_rows)
@@ -190,6 +191,7 @@ class DPIV2SLS:
         rho0: float | None = None,
         rho_clip: float | None = None,
         rho_inf: float | None = None,
+        rho_diag: float | None = None,
         delta: float = 1e-5,
         preprocess: str = "private",
         method: str = "auto",
@@ -241,6 +243,12 @@ class DPIV2SLS:
         rho_inf : float, optional
             Budget of the inference release: the residual variance (``cov_type="unadjusted"``) or the robust
             meat (``"robust"``). Default ``0.05·(rho1 + rho2)``.
+        rho_diag : float, optional
+            Budget of the first stage's robust meat (``cov_type="robust"`` only): when given, the fit also
+            releases (1/n)Σᵢ(v̂ᵢ ⊗ z̃ᵢ)(v̂ᵢ ⊗ z̃ᵢ)ᵀ at the released first stage, and
+            ``first_stage_diagnostics`` reports the heteroskedasticity-robust first-stage Wald statistic
+            (linearmodels' for ``cov_type="robust"``) instead of the homoskedastic F. Default: no release, no
+            budget. With ``rho`` it is part of the total (the rest is split as usual).
         delta : float, default 1e-5
             δ at which ε is reported (the budget is zCDP; δ only affects the conversion).
         preprocess : {"private", "bounds", "data"}
@@ -345,9 +353,13 @@ class DPIV2SLS:
         method = "preconditioned" if method == "auto" else method
         init = _resolve_init(init, preprocess, method)
         clip = ("adaptive" if init == "moments" else "theorem") if clip is None else clip
+        if rho_diag is not None and (cov_type != "robust" or preprocess == "bounds"):
+            raise ValueError("rho_diag buys the robust first-stage statistics: it needs cov_type='robust' and the "
+                             "moment release (preprocess 'private' or 'data'), got cov_type="
+                             f"{cov_type!r}, preprocess={preprocess!r}. Leave rho_diag out otherwise.")
         budget = _budgets(rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip, rho_inf=rho_inf,
-                          preprocess=preprocess, method=method, adaptive=isinstance(clip, str) and clip == "adaptive",
-                          inference=inference)
+                          rho_diag=rho_diag, preprocess=preprocess, method=method,
+                          adaptive=isinstance(clip, str) and clip == "adaptive", inference=inference)
         rng = make_rng(seed)
         if method == "moments":
             return self._fit_moments(budget, bounds=bounds, preprocess=preprocess, inference=inference,
@@ -441,6 +453,7 @@ class DPIV2SLS:
         exact_inference = inference and preprocess != "data" and math.isinf(budget["rho_inf"])
         if exact_inference:
             leaks.append(_unnoised_sampling(cov_type)[0])
+        leaks += _first_stage_meat_leaks(budget, preprocess)
         _announce_leaks(leaks, stacklevel=4)
 
         inference_result, inference_note = _run_inference(
@@ -452,7 +465,9 @@ class DPIV2SLS:
             releases += inference_result.releases
             if exact_inference:
                 releases.append(_unnoised_sampling(cov_type)[1])
-        target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf")
+        first_stage_meat = _first_stage_meat(scale, path.theta_final, budget, preprocess, rng)
+        releases += [] if first_stage_meat is None else list(first_stage_meat.releases)
+        target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf", "rho_diag")
                   if any(r.stage == name for r in releases)}
         privacy = PrivacyBudget(releases, target=target)
         settings = FitSettings(
@@ -466,13 +481,14 @@ class DPIV2SLS:
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
-                           inference_note=inference_note)
+                           inference_note=inference_note, first_stage_meat=first_stage_meat)
 
     def _fit_moments(self, budget: dict, *, bounds, preprocess, inference, delta, tau, rng,
                      cov_type: str) -> DPIVResults:
         """Noisy-moment 2SLS: the whole budget on one moment release (see :mod:`dpivreg.moments`), less the
         robust meat's ``rho_inf`` with ``cov_type="robust"``."""
         meat = budget["rho_inf"] if inference and cov_type == "robust" else 0.0
+        meat += budget["rho_diag"] or 0.0
         # the moment release gets the rest (rho0 + rho1 + rho2 + rho_clip, as _budgets added them up)
         total = budget["total"] - meat if math.isfinite(meat) else sum(
             budget[name] for name in ("rho0", "rho1", "rho2", "rho_clip") if name != "rho0" or preprocess == "private")
@@ -500,6 +516,7 @@ class DPIV2SLS:
         exact_meat = robust and preprocess != "data" and math.isinf(rho_meat)
         if exact_meat:
             leaks.append(_unnoised_sampling(cov_type)[0])
+        leaks += _first_stage_meat_leaks(budget, preprocess)
         _announce_leaks(leaks, stacklevel=5)  # the caller of fit(), through _fit_* and this method
         inference_result, inference_note = _run_inference(
             inference, preprocess, lambda: moment_inference(scale, theta, beta, rng=rng, cov_type=cov_type,
@@ -513,6 +530,10 @@ class DPIV2SLS:
             target["rho_inf"] = budget["rho_inf"]
             if exact_meat:
                 releases.append(_unnoised_sampling(cov_type)[1])
+        first_stage_meat = _first_stage_meat(scale, theta, budget, preprocess, rng)
+        if first_stage_meat is not None:
+            releases += list(first_stage_meat.releases)
+            target["rho_diag"] = budget["rho_diag"]
         privacy = PrivacyBudget(releases, target=target)
         settings = FitSettings(
             T=0, eta=0.0, alpha=0.0, eta_source="none", alpha_source="none", clip1=None, clip2=None,
@@ -524,7 +545,30 @@ class DPIV2SLS:
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
-                           inference_note=inference_note)
+                           inference_note=inference_note, first_stage_meat=first_stage_meat)
+
+
+def _first_stage_meat_leaks(budget: dict, preprocess: str) -> list[str]:
+    if budget["rho_diag"] is not None and math.isinf(budget["rho_diag"]) and preprocess != "data":
+        return ["rho_diag = inf: the first stage's meat was computed without noise (not private)."]
+    return []
+
+
+def _first_stage_meat(scale: WorkingScale, theta: np.ndarray, budget: dict, preprocess: str,
+                      rng: np.random.Generator) -> ReleasedMeat | None:
+    """The first stage's meat at the released working first stage (``rho_diag``; None when not asked for)."""
+    if budget["rho_diag"] is None:
+        return None
+    rho = math.inf if preprocess == "data" else budget["rho_diag"]
+    rows, _, _ = row_source(scale.Z, scale.X, scale.Y, scale.n_exog)
+    try:
+        meat = first_stage_meat_release(rows, theta, rho=rho, rng=rng)
+    finally:
+        rows.close()
+    if math.isinf(rho):  # recorded, not private (the leak was announced)
+        record = Release("first-stage meat (no noise)", "rho_diag", 1, None, math.inf, 0.0, math.inf)
+        meat = dataclasses.replace(meat, releases=(record,))
+    return meat
 
 
 def _unnoised_sampling(cov_type: str) -> tuple[str, Release]:
@@ -598,9 +642,11 @@ def _resolve_schedule(schedule: str | None, init: str) -> str:
 
 
 def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, method: str, adaptive: bool,
-             inference: bool) -> dict:
+             inference: bool, rho_diag=None) -> dict:
     """Every release's budget: the given ones, defaults as shares of rho1 + rho2 (:data:`DEFAULT_SHARES`),
-    or a total ``rho`` split by those shares over the releases the fit makes; and their total.
+    or a total ``rho`` split by those shares over the releases the fit makes; and their total. ``rho_diag``
+    (the first stage's meat, only when given) is taken from ``rho`` first; ``budget["rho_diag"]`` is None
+    when there is none.
 
     ``method="moments"`` spends on its one release the total that the default DP-2S-GD fit would spend with
     the same arguments (its moments, clipping, two stages and inference releases), or ``rho``.
@@ -613,8 +659,12 @@ def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, metho
             raise ValueError("pass either rho (the total budget, split by the default shares) or the individual "
                              "budgets rho1, rho2 (and optionally rho0, rho_clip, rho_inf), not both.")
         rho = check_rho(rho, "rho")
+        diag = 0.0 if rho_diag is None else check_rho(rho_diag, "rho_diag")
+        if math.isfinite(rho) and diag >= rho:
+            raise ValueError(f"rho_diag ({diag:g}) must be smaller than the total rho ({rho:g}), which also pays "
+                             "for the estimate.")
         weight = 1.0 + sum(DEFAULT_SHARES[name] for name, on in used.items() if on)
-        stage = rho / (2.0 * weight)
+        stage = (rho - diag) / (2.0 * weight) if math.isfinite(rho) else rho
         budget = {"rho1": stage, "rho2": stage}
         budget.update({name: 2.0 * stage * DEFAULT_SHARES[name] for name in DEFAULT_SHARES})
     else:
@@ -624,8 +674,10 @@ def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, metho
         for name, value in (("rho0", rho0), ("rho_clip", rho_clip), ("rho_inf", rho_inf)):
             budget[name] = (DEFAULT_SHARES[name] * (budget["rho1"] + budget["rho2"]) if value is None
                             else check_rho(value, name))
+    budget["rho_diag"] = None if rho_diag is None else check_rho(rho_diag, "rho_diag")
     budget["total"] = rho if rho is not None else (
-        budget["rho1"] + budget["rho2"] + sum(budget[name] for name, on in used.items() if on))
+        budget["rho1"] + budget["rho2"] + sum(budget[name] for name, on in used.items() if on)
+        + (budget["rho_diag"] or 0.0))
     return budget
 
 

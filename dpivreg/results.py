@@ -198,6 +198,7 @@ class DPIVResults:
         privacy: PrivacyBudget,
         inference: PrivateInference | None = None,
         inference_note: str = "",
+        first_stage_meat: Any = None,
     ) -> None:
         self._model = model
         self._engine_path = engine_path
@@ -208,6 +209,7 @@ class DPIVResults:
         self._privacy = privacy
         self._inference = inference
         self._inference_note = inference_note
+        self._first_stage_meat = first_stage_meat  # covariance.ReleasedMeat (rho_diag) or None
         self._ar_grams = None  # the moment release's Gram matrix and simulated re-releases, on first use
         self._datetime = _dt.datetime.now()
 
@@ -300,13 +302,15 @@ class DPIVResults:
         (``rsquared``, ``partial.rsquared``, ``shea.rsquared``, ``f.stat`` with ``f.pval``, ``f.dist``), from the
         moment release, with 95% intervals for the privacy noise (``f.lower``, ``f.upper``,
         ``partial.rsquared.lower``, ``partial.rsquared.upper``). Post-processing: no privacy cost
-        (:mod:`dpivreg.diagnostics`). The F is the homoskedastic one."""
+        (:mod:`dpivreg.diagnostics`). The F is the homoskedastic one (``f.dist`` F(m, n − q)), or, when the fit
+        released the first stage's meat (``fit(rho_diag=...)``), the robust Wald statistic (``f.dist``
+        chi2(m)), as linearmodels reports them for ``cov_type="unadjusted"`` and ``"robust"``."""
         from .diagnostics import first_stage_diagnostics  # noqa: PLC0415 - only needed on request
 
         d = self.design
         return first_stage_diagnostics(self._released_moments("first-stage diagnostics"), list(d.endog_names),
                                        len(d.z_names), len(d.exog_names), self.nobs,
-                                       constant=self._scale.constant_index is not None)
+                                       constant=self._scale.constant_index is not None, meat=self._first_stage_meat)
 
     @cached_property
     def cragg_donald(self) -> pd.Series:
@@ -640,8 +644,10 @@ class DPIVResults:
                 ("rho1 (zCDP):", budget(s.rho1, priv.rho1)),
                 ("rho2 (zCDP):", budget(s.rho2, priv.rho2)),
             ]
+        right.append(("rho_inf (zCDP, inference):", _fmt(priv.rho_of("rho_inf"))))
+        if self._first_stage_meat is not None:
+            right.append(("rho_diag (zCDP, first-stage meat):", _fmt(priv.rho_of("rho_diag"))))
         right += [
-            ("rho_inf (zCDP, inference):", _fmt(priv.rho_of("rho_inf"))),
             ("Total rho (spent):", _fmt(priv.rho)),
             ("delta:", f"{self._delta:g}"),
             ("epsilon (exact Gauss.):", _fmt(priv.epsilon(self._delta))),
@@ -706,7 +712,9 @@ class DPIVResults:
         return SimpleTable(
             rows, headers=["Partial R2", "95% (noise)", "Shea R2", "F", "95% (noise)", "P>F", "Dist."],
             stubs=list(table.index), txt_fmt=copy.deepcopy(fmt_params),
-            title="First-stage diagnostics (private: from the moment release, no extra cost)",
+            title=("First-stage diagnostics (private: moment release; robust Wald from the first-stage meat, rho_diag)"
+                   if self._first_stage_meat is not None else
+                   "First-stage diagnostics (private: from the moment release, no extra cost)"),
         )
 
     def _bound_table(self) -> SimpleTable:
@@ -765,8 +773,12 @@ class DPIVResults:
                 f"interval [{_fmt(cd['lower'], 3)}, {_fmt(cd['upper'], 3)}]).")
             strength = [("the Cragg-Donald statistic", cd["statistic"], cd["lower"], cd["upper"])]
         else:
-            strength = [(f"the private first-stage F of {name}", row["f.stat"], row["f.lower"], row["f.upper"])
-                        for name, row in self.first_stage_diagnostics.iterrows()]
+            table = self.first_stage_diagnostics
+            # the rule of thumb is for an F: the robust Wald statistic (chi2(m)) divided by m
+            per = len(self.design.instrument_names) if self._first_stage_meat is not None else 1
+            kind = "robust first-stage Wald/m" if per != 1 or self._first_stage_meat is not None else "first-stage F"
+            strength = [(f"the private {kind} of {name}", row["f.stat"] / per, row["f.lower"] / per,
+                         row["f.upper"] / per) for name, row in table.iterrows()]
         for what, value, lower, upper in strength:
             if lower >= WEAK_F:
                 continue
