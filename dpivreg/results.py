@@ -775,8 +775,9 @@ class DPIVResults:
         else:
             table = self.first_stage_diagnostics
             # the rule of thumb is for an F: the robust Wald statistic (chi2(m)) divided by m
-            per = len(self.design.instrument_names) if self._first_stage_meat is not None else 1
-            kind = "robust first-stage Wald/m" if per != 1 or self._first_stage_meat is not None else "first-stage F"
+            robust = self._first_stage_meat is not None
+            per = len(self.design.instrument_names) if robust else 1
+            kind = "robust first-stage Wald/m" if robust else "first-stage F"
             strength = [(f"the private {kind} of {name}", row["f.stat"] / per, row["f.lower"] / per,
                          row["f.upper"] / per) for name, row in table.iterrows()]
         for what, value, lower, upper in strength:
@@ -787,7 +788,7 @@ class DPIVResults:
                 f"WEAK INSTRUMENTS{'' if certain else ' (possibly)'}: {what} is {_fmt(value, 3)} (95% noise "
                 f"interval [{_fmt(lower, 3)}, {_fmt(upper, 3)}]{'' if certain else ', reaching below'} {WEAK_F:g}, "
                 "the Staiger-Stock rule of thumb): the Wald intervals above may under-cover"
-                + ("." if several else "; the Anderson-Rubin set below does not."))
+                + ("." if several else "; the Anderson-Rubin set below keeps its level however weak they are."))
         if not several:
             ar = self.anderson_rubin(0.95)
             notes.append(
