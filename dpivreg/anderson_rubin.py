@@ -148,8 +148,7 @@ def reduced_form(G: np.ndarray, n_exog: int, q: int) -> tuple[np.ndarray, np.nda
 def _statistic_on_directions(S, Pi, B, K, v: np.ndarray, n: int, q: int) -> np.ndarray:
     """AR_priv at directions v (g, 2): the working scale's (1, −b̃) up to scale."""
     pi = v @ Pi.T  # (g, m)
-    # a noisy B need not be positive definite: a tiny floor keeps the studentisation defined
-    sigma2 = np.maximum(np.einsum("gi,ij,gj->g", v, B, v), 1e-12 * np.trace(B) + 1e-300) * n / (n - q)
+    sigma2 = np.maximum(np.einsum("gi,ij,gj->g", v, B, v), 1e-300) * n / (n - q)  # B floored: positive
     V = sigma2[:, None, None] * np.linalg.inv(S)[None] / n + np.einsum("ga,gb,abij->gij", v, v, K)
     return np.einsum("gi,gi->g", pi, np.linalg.solve(V, pi[..., None])[..., 0])
 
@@ -167,7 +166,10 @@ def anderson_rubin_set(G: np.ndarray, G_draws: np.ndarray | None, *, variable: s
     m = q - n_exog
     if m < 1:
         raise ValueError("the Anderson–Rubin set needs at least one excluded instrument.")
+    if n <= q:
+        raise ValueError(f"the Anderson–Rubin set needs more rows than instruments (n = {n}, q = {q}).")
     S, Pi, B = reduced_form(G, n_exog, q)
+    B = floor_spectrum(B, FLOOR)  # a noisy residual Gram matrix need not be positive definite
     if G_draws is None:
         K = np.zeros((2, 2, m, m))
     else:
@@ -190,9 +192,8 @@ def anderson_rubin_set(G: np.ndarray, G_draws: np.ndarray | None, *, variable: s
     intervals = _to_line(arcs, to_original)
 
     def statistic(b: np.ndarray) -> np.ndarray:
-        b_working = np.atleast_1d(b) / to_original
-        v = np.column_stack([np.ones_like(b_working), -b_working])
-        return _statistic_on_directions(S, Pi, B, K, v, n, q).reshape(np.shape(b))
+        # through the angle, so that b = ±inf is the limit (the test of a zero first stage)
+        return on_angles(np.arctan(np.atleast_1d(b) / to_original)).reshape(np.shape(b))
 
     return AndersonRubinSet(variable=variable, level=level, intervals=intervals, critical_value=critical,
                             df=(m, n - q), private=G_draws is not None, _statistic=statistic)
@@ -229,12 +230,18 @@ def _extreme_angles(S, Pi, B, K, n: int, q: int, on_angles) -> np.ndarray:
 def _accepted_arcs(theta: np.ndarray, accepted: np.ndarray, excess) -> list[tuple[float, float]]:
     """Maximal accepted runs of the grid over [−π/2, π/2] with their ends refined at the crossings
     (``excess`` = statistic − critical value, negative inside)."""
+    def crossing(a: float, b: float, inside_end: float) -> float:
+        try:
+            return optimize.brentq(excess, a, b, xtol=1e-13)
+        except ValueError:  # the grid's and the scalar evaluation's last bits disagree at a crossing
+            return inside_end
+
     arcs, start = [], None
     for i, inside in enumerate(accepted):
         if inside and start is None:
-            start = theta[0] if i == 0 else optimize.brentq(excess, theta[i - 1], theta[i], xtol=1e-13)
+            start = theta[0] if i == 0 else crossing(theta[i - 1], theta[i], theta[i])
         if not inside and start is not None:
-            arcs.append((start, optimize.brentq(excess, theta[i - 1], theta[i], xtol=1e-13)))
+            arcs.append((start, crossing(theta[i - 1], theta[i], theta[i - 1])))
             start = None
     if start is not None:
         arcs.append((start, theta[-1]))

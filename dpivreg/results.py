@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import math
+import numbers
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -162,7 +163,7 @@ def _rows_allowed(targets: tuple[float, ...]) -> str:
 
 
 def _check_level(level) -> float:
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
+    if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), e.g. 0.95 for 95% intervals; got {level!r}.")
     return float(level)
 
@@ -326,10 +327,11 @@ class DPIVResults:
                             len(d.exog_names), len(d.endog_names), self.nobs)
 
     def anderson_rubin(self, level: float = 0.95):
-        """Anderson–Rubin confidence set for the endogenous coefficient (one endogenous regressor), valid however
-        weak the instruments: test inversion of H₀: β = b in the reduced form of y − x·b on the instruments, with
-        the privacy noise in the statistic's variance (:mod:`dpivreg.anderson_rubin`). Private: post-processing
-        of the moment release, no extra budget; homoskedastic errors assumed.
+        """Anderson–Rubin confidence set for the endogenous coefficient (one endogenous regressor), robust to weak
+        instruments: test inversion of H₀: β = b in the reduced form of y − x·b on the instruments, with the
+        privacy noise in the statistic's variance (:mod:`dpivreg.anderson_rubin`). Private: post-processing of
+        the moment release (on the default DP-2S-GD route the pilot release, ``rho0``), no extra budget;
+        homoskedastic errors assumed, and the noise's effect to first order.
 
         Parameters
         ----------
@@ -437,7 +439,7 @@ class DPIVResults:
             if alpha != 0.05:
                 raise TypeError("pass alpha or level, not both.")
             alpha = 1.0 - level
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 < alpha < 1.0:
             raise ValueError(f"alpha must lie in (0, 1), e.g. 0.05 for 95% intervals; got {alpha!r}.")
         half = stats.norm.ppf(1.0 - alpha / 2.0) * self.bse
         return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
@@ -712,10 +714,15 @@ class DPIVResults:
         return SimpleTable(
             rows, headers=["Partial R2", "95% (noise)", "Shea R2", "F", "95% (noise)", "P>F", "Dist."],
             stubs=list(table.index), txt_fmt=copy.deepcopy(fmt_params),
-            title=("First-stage diagnostics (private: moment release; robust Wald from the first-stage meat, rho_diag)"
-                   if self._first_stage_meat is not None else
-                   "First-stage diagnostics (private: from the moment release, no extra cost)"),
+            title=self._first_stage_title(),
         )
+
+    def _first_stage_title(self) -> str:
+        if self._scale.moments.sigma == 0:
+            return "First-stage diagnostics (from exact moments: NOT private)"
+        if self._first_stage_meat is not None:
+            return "First-stage diagnostics (private: moment release; robust Wald from the first-stage meat, rho_diag)"
+        return "First-stage diagnostics (private: from the moment release, no extra cost)"
 
     def _bound_table(self) -> SimpleTable:
         rows = self.bound.rows()
@@ -763,37 +770,46 @@ class DPIVResults:
 
     def _first_stage_notes(self) -> list[str]:
         """The weak-instrument warning and the Anderson–Rubin set (post-processing of the moment release)."""
+        exact = self._scale.moments.sigma == 0  # rho0 = inf or preprocess="data": no noise, and not private
+        source = "from exact moments: NOT private" if exact else "from the moment release, no extra cost"
+
+        def noise(lower: float, upper: float) -> str:
+            return "" if exact else f" (95% noise interval [{_fmt(lower, 3)}, {_fmt(upper, 3)}])"
+
         notes = []
         several = len(self.design.endog_names) > 1
         if several:
             cd = self.cragg_donald
             notes.append(
                 f"Cragg-Donald minimum eigenvalue statistic (joint first-stage strength; compare with Stock-Yogo's "
-                f"critical values; homoskedastic; from the moment release): {_fmt(cd['statistic'], 3)} (95% noise "
-                f"interval [{_fmt(cd['lower'], 3)}, {_fmt(cd['upper'], 3)}]).")
+                f"critical values for {len(self.design.endog_names)} endogenous regressors and "
+                f"{len(self.design.instrument_names)} instruments; homoskedastic; {source}): "
+                f"{_fmt(cd['statistic'], 3)}{noise(cd['lower'], cd['upper'])}.")
             strength = [("the Cragg-Donald statistic", cd["statistic"], cd["lower"], cd["upper"])]
+            rule = "the one-regressor rule of thumb; Stock-Yogo's critical values for several are higher"
         else:
             table = self.first_stage_diagnostics
             # the rule of thumb is for an F: the robust Wald statistic (chi2(m)) divided by m
             robust = self._first_stage_meat is not None
             per = len(self.design.instrument_names) if robust else 1
             kind = "robust first-stage Wald/m" if robust else "first-stage F"
-            strength = [(f"the private {kind} of {name}", row["f.stat"] / per, row["f.lower"] / per,
-                         row["f.upper"] / per) for name, row in table.iterrows()]
+            strength = [(f"the {kind} of {name}", row["f.stat"] / per, row["f.lower"] / per, row["f.upper"] / per)
+                        for name, row in table.iterrows()]
+            rule = "Staiger and Stock's rule of thumb"
         for what, value, lower, upper in strength:
             if lower >= WEAK_F:
                 continue
             certain = upper < WEAK_F
             notes.append(
-                f"WEAK INSTRUMENTS{'' if certain else ' (possibly)'}: {what} is {_fmt(value, 3)} (95% noise "
-                f"interval [{_fmt(lower, 3)}, {_fmt(upper, 3)}]{'' if certain else ', reaching below'} {WEAK_F:g}, "
-                "the Staiger-Stock rule of thumb): the Wald intervals above may under-cover"
-                + ("." if several else "; the Anderson-Rubin set below keeps its level however weak they are."))
+                f"WEAK INSTRUMENTS{'' if certain else ' (possibly)'}: {what} is {_fmt(value, 3)}{noise(lower, upper)}"
+                f"{', below' if certain else ', reaching below'} {WEAK_F:g} ({rule}): the Wald intervals above may "
+                "under-cover" + ("." if several else "; the Anderson-Rubin set below is robust to weak instruments "
+                                                    "(it assumes homoskedastic errors)."))
         if not several:
             ar = self.anderson_rubin(0.95)
             notes.append(
-                f"Anderson-Rubin 95% set for {ar.variable} (valid with weak instruments; homoskedastic errors; from "
-                f"the moment release, no extra cost): {ar} ({ar.kind}).")
+                f"Anderson-Rubin 95% set for {ar.variable} (robust to weak instruments; homoskedastic errors; "
+                f"{source}): {ar} ({ar.kind}).")
         return notes
 
     def _notes(self) -> list[str]:
