@@ -48,7 +48,8 @@ def test_coverage_replications_report_every_column():
     import interval_coverage as ic
 
     weak = ic.weak_replication(2_000, 5.0, 2.0, 0)
-    assert {"cover wald", "cover ar", "ar bounded", "f private", "f non-private", "f inside"} <= set(weak)
-    assert weak["f non-private"] > 0
+    assert {"cover wald", "cover ar", "ar bounded", "cover 2sls", "cover ar (non-private)"} <= set(weak)
+    f = ic.first_stage_f_replication(2_000, 5.0, 2.0, 0)
+    assert {"f private", "f non-private", "f inside", "f interval width"} <= set(f) and f["f non-private"] > 0
     het = ic.heteroskedastic_replication("grows", 2_000, 2.0, 0)
     assert {"cover (robust)", "cover (unadjusted)", "cover 2SLS (robust)"} <= set(het)
