@@ -197,9 +197,14 @@ def _f_noise_interval(G: np.ndarray, noise: np.ndarray, q: int, n_exog: int, p_e
     column = 1 + q + j
     tail = (1.0 - level) / 2.0
 
-    def f_of(worlds: np.ndarray) -> np.ndarray:
+    instruments = list(range(1, 1 + q))
+    m = q - n_exog
+
+    def f_of(worlds: np.ndarray) -> np.ndarray:  # column j's F alone, as first_stage_statistics computes it
+        full = np.maximum(_rss(worlds, column, instruments), 1e-300)
+        restricted = np.maximum(_rss(worlds, column, instruments[:n_exog]), full)
         with np.errstate(over="ignore", divide="ignore"):  # a re-release may leave no residual: F = inf
-            return first_stage_statistics(worlds, q, n_exog, p_endog, n, constant=constant)["f.stat"][..., j]
+            return n * (restricted - full) / (m * full)
 
     released = float(f_of(G))
 
@@ -262,18 +267,20 @@ def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q:
                          index=pd.Index(endog_names, name="endogenous"))
     table["f.pval"] = stats.f.sf(table["f.stat"], m, n - q)
     table["f.dist"] = f"F({m},{n - q})"
-    if gram_draws is not None:
-        again = first_stage_statistics(gram_draws, q, n_exog, p_endog, n, constant=constant)
-    else:
-        again = {name: np.broadcast_to(value, (1, p_endog)) for name, value in point.items()}
     if gram_draws is not None and meat is None:
-        # the homoskedastic F: the test inversion (module docstring), and the partial R² from it
+        # the homoskedastic F: the test inversion (module docstring), and the partial R² from it (1 at F = inf)
         noise = _with_constant(moments, moments.noise_draws(np.random.default_rng(SEED + 2), INVERSION_DRAWS))
         bounds = np.array([_f_noise_interval(gram, noise, q, n_exog, p_endog, n, j, level, constant=constant)
                            for j in range(p_endog)])
         table["f.lower"], table["f.upper"] = bounds[:, 0], bounds[:, 1]
-        table["partial.rsquared.lower"], table["partial.rsquared.upper"] = (m * bounds / (n + m * bounds)).T
+        with np.errstate(invalid="ignore"):
+            rsquared = np.where(np.isinf(bounds), 1.0, m * bounds / (n + m * bounds))
+        table["partial.rsquared.lower"], table["partial.rsquared.upper"] = rsquared.T
         return table
+    if gram_draws is not None:
+        again = first_stage_statistics(gram_draws, q, n_exog, p_endog, n, constant=constant)
+    else:
+        again = {name: np.broadcast_to(value, (1, p_endog)) for name, value in point.items()}
     if meat is not None:
         table["f.stat"] = robust_first_stage_wald(gram, meat.matrix, q, n_exog, p_endog, n)
         table["f.pval"] = stats.chi2.sf(table["f.stat"], m)
