@@ -257,26 +257,35 @@ VARIANTS = {
 }
 
 
-def run_audit(variant: str, *, seed: int, runs: int = RUNS, off_diagonal: bool = False):
-    worlds = neighbours(off_diagonal=off_diagonal)
-    iu = np.triu_indices(Q)
-    means = [auditor_clipped_gram(*w, BETA, C)[iu] for w in worlds]
+def audit_meat_release(worlds, means, release, patches: dict, *, dim: int, seed: int, runs: int, sigma: float):
+    """The LLR audit of a (dim × dim) meat release between two neighbouring ``worlds`` (data for ``rows_of``)
+    whose clipped Gram matrices' upper triangles are ``means``: ``release(rows, rng)`` returns (matrix, record,
+    σ) and is run ``runs`` times per world under ``patches``. Returns S (2, runs), μ_lb, the records' ρ and the
+    canary's μ."""
+    iu = np.triu_indices(dim)
     d, mid = means[0] - means[1], (means[0] + means[1]) / 2.0
-    sigma = math.sqrt(2) * C**2 / N_ROWS / math.sqrt(2 * RHO)
     S = np.zeros((2, runs))
     rhos = set()
     with contextlib.ExitStack() as stack:
-        for name, value in VARIANTS[variant].items():
+        for name, value in patches.items():
             stack.enter_context(mock.patch(name, value))
         for w, data in enumerate(worlds):
             rng = np.random.default_rng([seed, w])
             rows = rows_of(data)
             for r in range(runs):
-                M, record, _ = covariance.release_score_meat(rows, BETA, 0, bound=C, rho=RHO, rng=rng)
+                M, record, _ = release(rows, rng)
                 S[w, r] = np.dot(M[iu] - mid, d) / sigma**2
                 rhos.add(record.rho)
     fp, fn = int(np.count_nonzero(S[1] > 0)), int(np.count_nonzero(S[0] <= 0))
     return S, mu_lower_bound(fp, fn, runs), rhos, float(np.linalg.norm(d) / sigma)
+
+
+def run_audit(variant: str, *, seed: int, runs: int = RUNS, off_diagonal: bool = False):
+    worlds = neighbours(off_diagonal=off_diagonal)
+    means = [auditor_clipped_gram(*w, BETA, C)[np.triu_indices(Q)] for w in worlds]
+    return audit_meat_release(
+        worlds, means, lambda rows, rng: covariance.release_score_meat(rows, BETA, 0, bound=C, rho=RHO, rng=rng),
+        VARIANTS[variant], dim=Q, seed=seed, runs=runs, sigma=math.sqrt(2) * C**2 / N_ROWS / math.sqrt(2 * RHO))
 
 
 @pytest.mark.parametrize("off_diagonal", [False, True], ids=["diagonal", "off-diagonal"])

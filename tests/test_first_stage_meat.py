@@ -15,10 +15,8 @@ sqrt(2ρ) and must reach 0.8·sqrt(2ρ), and deliberately broken variants must b
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
-from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -27,7 +25,9 @@ import pytest
 import dpivreg.covariance as covariance
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
 from dpivreg.backends import InMemoryRows
-from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_bound
+from test_covariance import VARIANTS as SCORE_VARIANTS
+from test_covariance import audit_meat_release
+from test_privacy_audit import CONF, assert_llr_law, assert_tight
 
 N_ROWS, Q = 50, 3
 THETA = np.array([[0.5], [0.3], [0.1]])
@@ -119,37 +119,16 @@ def test_whole_release_two_records_and_kronecker_blocks():
     assert exact.releases == () and exact.sigma == 0.0
 
 
-def _no_score_clipping(S, bound):
-    return S.T @ S
-
-
-VARIANTS = {
-    "correct": {},
-    "no_score_clipping": {"dpivreg.covariance.ball_moment_sum": _no_score_clipping},
-    "add_remove_sensitivity": {"dpivreg.covariance.score_meat_sensitivity": lambda bound, n: bound**2 / n},
-}
+# the same broken variants as the second stage's meat (both meats share the mechanism's code)
+VARIANTS = {name: SCORE_VARIANTS[name] for name in ("correct", "no_score_clipping", "add_remove_sensitivity")}
 
 
 def run_audit(variant: str, *, seed: int, runs: int = RUNS):
     worlds = neighbours()
-    iu = np.triu_indices(Q)
-    means = [auditor_clipped_gram(Z, X, C)[iu] for Z, X, _ in worlds]
-    d, mid = means[0] - means[1], (means[0] + means[1]) / 2.0
-    sigma = math.sqrt(2) * C**2 / N_ROWS / math.sqrt(2 * RHO)
-    S = np.zeros((2, runs))
-    rhos = set()
-    with contextlib.ExitStack() as stack:
-        for name, value in VARIANTS[variant].items():
-            stack.enter_context(mock.patch(name, value))
-        for w, data in enumerate(worlds):
-            rng = np.random.default_rng([seed, w])
-            rows = rows_of(data)
-            for r in range(runs):
-                M, record, _ = covariance.release_first_stage_meat(rows, THETA, bound=C, rho=RHO, rng=rng)
-                S[w, r] = np.dot(M[iu] - mid, d) / sigma**2
-                rhos.add(record.rho)
-    fp, fn = int(np.count_nonzero(S[1] > 0)), int(np.count_nonzero(S[0] <= 0))
-    return S, mu_lower_bound(fp, fn, runs), rhos, float(np.linalg.norm(d) / sigma)
+    means = [auditor_clipped_gram(Z, X, C)[np.triu_indices(Q)] for Z, X, _ in worlds]
+    return audit_meat_release(
+        worlds, means, lambda rows, rng: covariance.release_first_stage_meat(rows, THETA, bound=C, rho=RHO, rng=rng),
+        VARIANTS[variant], dim=Q, seed=seed, runs=runs, sigma=math.sqrt(2) * C**2 / N_ROWS / math.sqrt(2 * RHO))
 
 
 def test_audit_is_sound_and_tight():
