@@ -42,9 +42,8 @@ The score release (:func:`score_meat_release`, budget ``rho_inf``)
     floored at the noise's standard deviation (post-processing; a variance cannot be negative).
     ``rho = inf`` computes Ω exactly, without clipping (non-private routes and the reference checks).
 
-The first stage's meat (:func:`first_stage_meat_release`, budget ``rho_diag``; for the robust first-stage
-F of :mod:`dpivreg.diagnostics`)
-    The same two mechanisms on the first-stage scores sᵢ = v̂ᵢ ⊗ z̃ᵢ (q·p_endog coordinates; v̂ᵢ = x̃ᵢ,endog −
+The first stage's meat (:func:`first_stage_meat_release`, budget ``rho_diag``)
+    For the robust first-stage Wald statistic of :mod:`dpivreg.diagnostics`: the same two mechanisms on the first-stage scores sᵢ = v̂ᵢ ⊗ z̃ᵢ (q·p_endog coordinates; v̂ᵢ = x̃ᵢ,endog −
     Θ̃ᵀz̃ᵢ the first-stage residuals at the released Θ̃, public), whose norm is ‖v̂ᵢ‖·‖z̃ᵢ‖: a histogram of the
     norms on the grid around √(q·p_endog) (sensitivity √2), then (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with noise
     calibrated to √2·C²/n. Its block j is (1/n)Σᵢ z̃ᵢz̃ᵢᵀv̂ᵢⱼ², the White meat of endogenous regressor j's
