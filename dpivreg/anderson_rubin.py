@@ -47,7 +47,7 @@ from typing import Callable
 import numpy as np
 from scipy import optimize, stats
 
-from .moments import FLOOR, floor_spectrum
+from .moments import FLOOR, floor_spectrum, partialled_regression
 
 __all__ = ["AndersonRubinSet", "anderson_rubin_set", "reduced_form", "GRID_POINTS"]
 
@@ -129,20 +129,7 @@ class AndersonRubinSet:
 def reduced_form(G: np.ndarray, n_exog: int, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(S, Π, B) of the module docstring from Gram matrices G (…, 1 + q + 2, same) of [1, Z, x, y] per row,
     Z's first ``n_exog`` columns the exogenous regressors W; the columns of Π and the rows of B are (y, x)."""
-    W = list(range(1, 1 + n_exog))
-    excluded = list(range(1 + n_exog, 1 + q))
-    targets = excluded + [2 + q, 1 + q]  # Z₂, y, x
-    R = G[..., targets, :][..., :, targets]
-    if W:
-        GWW = floor_spectrum(G[..., W, :][..., :, W], FLOOR)
-        GWT = G[..., W, :][..., :, targets]
-        R = R - np.swapaxes(GWT, -1, -2) @ np.linalg.solve(GWW, GWT)
-    m = len(excluded)
-    S = floor_spectrum(R[..., :m, :m], FLOOR)
-    cross = R[..., :m, m:]
-    Pi = np.linalg.solve(S, cross)
-    B = R[..., m:, m:] - np.swapaxes(cross, -1, -2) @ Pi
-    return S, Pi, B
+    return partialled_regression(G, n_exog, q, [2 + q, 1 + q])
 
 
 def _statistic_on_directions(S, Pi, B, K, v: np.ndarray, n: int, q: int) -> np.ndarray:
@@ -212,7 +199,7 @@ def _extreme_angles(S, Pi, B, K, n: int, q: int, on_angles) -> np.ndarray:
     N = B / (n - q) + np.einsum("ij,abji->ab", S, K) / m
     N = (N + N.T) / 2.0 + 1e-300 * np.eye(2)
     try:
-        values, vectors = np.linalg.eig(np.linalg.solve(N, M))
+        _, vectors = np.linalg.eig(np.linalg.solve(N, M))
     except np.linalg.LinAlgError:
         return np.empty(0)
     angles = []

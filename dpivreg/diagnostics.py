@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .moments import FLOOR, floor_spectrum
+from .moments import FLOOR, floor_spectrum, partialled_regression
 from .preprocess import ReleasedMoments
 
 __all__ = ["first_stage_statistics", "first_stage_diagnostics", "cragg_donald_statistic", "cragg_donald",
@@ -144,20 +144,12 @@ def robust_first_stage_wald(G: np.ndarray, meat: np.ndarray, q: int, n_exog: int
 def cragg_donald_statistic(G: np.ndarray, q: int, n_exog: int, p_endog: int, n: int) -> np.ndarray:
     """The Cragg–Donald minimum eigenvalue statistic (module docstring) from Gram matrices G (…, D, D) laid out
     as in :func:`first_stage_statistics`; shape (…)."""
-    W = list(range(1, 1 + n_exog))
-    targets = list(range(1 + n_exog, 1 + q + p_endog))  # Z₂, X_endog
-    R = G[..., targets, :][..., :, targets]
-    if W:
-        GWT = G[..., W, :][..., :, targets]
-        R = R - np.swapaxes(GWT, -1, -2) @ np.linalg.solve(floor_spectrum(G[..., W, :][..., :, W], FLOOR), GWT)
-    m = q - n_exog
-    S = floor_spectrum(R[..., :m, :m], FLOOR)
-    C = R[..., :m, m:]
-    explained = np.swapaxes(C, -1, -2) @ np.linalg.solve(S, C)  # Π̂ᵀZ₂ᵀZ₂Π̂ / n
-    sigma_vv = floor_spectrum(R[..., m:, m:] - explained, FLOOR) * n / (n - q)
+    S, gamma, residual = partialled_regression(G, n_exog, q, list(range(1 + q, 1 + q + p_endog)))
+    explained = np.swapaxes(gamma, -1, -2) @ S @ gamma  # Π̂ᵀZ₂ᵀZ₂Π̂ / n
+    sigma_vv = floor_spectrum(residual, FLOOR) * n / (n - q)
     values, vectors = np.linalg.eigh(sigma_vv)
     inverse_root = (vectors / np.sqrt(values)[..., None, :]) @ np.swapaxes(vectors, -1, -2)
-    return np.linalg.eigvalsh(inverse_root @ (n * explained) @ inverse_root)[..., 0] / m
+    return np.linalg.eigvalsh(inverse_root @ (n * explained) @ inverse_root)[..., 0] / (q - n_exog)
 
 
 def cragg_donald(moments: ReleasedMoments, q: int, n_exog: int, p_endog: int, n: int, *,
@@ -191,12 +183,11 @@ def _scaled_first_stage(G: np.ndarray, q: int, n_exog: int, column: int, t: np.n
     return worlds
 
 
-def _f_noise_interval(G: np.ndarray, noise: np.ndarray, q: int, n_exog: int, p_endog: int, n: int, j: int,
-                      level: float, *, constant: bool) -> tuple[float, float]:
+def _f_noise_interval(G: np.ndarray, noise: np.ndarray, q: int, n_exog: int, n: int, j: int,
+                      level: float) -> tuple[float, float]:
     """The noise interval of endogenous regressor j's homoskedastic F by test inversion (module docstring)."""
     column = 1 + q + j
     tail = (1.0 - level) / 2.0
-
     instruments = list(range(1, 1 + q))
     m = q - n_exog
 
@@ -261,22 +252,22 @@ def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q:
     """
     p_endog = len(endog_names)
     m = q - n_exog
-    gram, gram_draws = released_grams(moments, replications)
+    gram = _with_constant(moments, moments.matrix)
     point = first_stage_statistics(gram, q, n_exog, p_endog, n, constant=constant)
     table = pd.DataFrame({name: point[name] for name in ("rsquared", "partial.rsquared", "shea.rsquared", "f.stat")},
                          index=pd.Index(endog_names, name="endogenous"))
     table["f.pval"] = stats.f.sf(table["f.stat"], m, n - q)
     table["f.dist"] = f"F({m},{n - q})"
-    if gram_draws is not None and meat is None:
+    if moments.sigma > 0 and meat is None:
         # the homoskedastic F: the test inversion (module docstring), and the partial R² from it (1 at F = inf)
         noise = _with_constant(moments, moments.noise_draws(np.random.default_rng(SEED + 2), INVERSION_DRAWS))
-        bounds = np.array([_f_noise_interval(gram, noise, q, n_exog, p_endog, n, j, level, constant=constant)
-                           for j in range(p_endog)])
+        bounds = np.array([_f_noise_interval(gram, noise, q, n_exog, n, j, level) for j in range(p_endog)])
         table["f.lower"], table["f.upper"] = bounds[:, 0], bounds[:, 1]
         with np.errstate(invalid="ignore"):
             rsquared = np.where(np.isinf(bounds), 1.0, m * bounds / (n + m * bounds))
         table["partial.rsquared.lower"], table["partial.rsquared.upper"] = rsquared.T
         return table
+    _, gram_draws = released_grams(moments, replications)
     if gram_draws is not None:
         again = first_stage_statistics(gram_draws, q, n_exog, p_endog, n, constant=constant)
     else:

@@ -550,7 +550,7 @@ class DPIV2SLS:
 
 def _first_stage_meat_leaks(budget: dict, preprocess: str) -> list[str]:
     if budget["rho_diag"] is not None and math.isinf(budget["rho_diag"]) and preprocess != "data":
-        return ["rho_diag = inf: the first stage's meat was computed without noise (not private)."]
+        return [_unnoised("first stage's meat", "rho_diag")[0]]
     return []
 
 
@@ -566,16 +566,20 @@ def _first_stage_meat(scale: WorkingScale, theta: np.ndarray, budget: dict, prep
     finally:
         rows.close()
     if math.isinf(rho):  # recorded, not private (the leak was announced)
-        record = Release("first-stage meat (no noise)", "rho_diag", 1, None, math.inf, 0.0, math.inf)
-        meat = dataclasses.replace(meat, releases=(record,))
+        meat = dataclasses.replace(meat, releases=(_unnoised("first stage's meat", "rho_diag")[1],))
     return meat
 
 
 def _unnoised_sampling(cov_type: str) -> tuple[str, Release]:
     """The leak message and the (not private) record of the sampling part computed without noise (rho_inf = inf)."""
     statistic = "robust meat" if cov_type == "robust" else "residual variance"
-    return (f"rho_inf = inf: the {statistic} for inference was computed without noise (not private).",
-            Release(f"{statistic} for inference (no noise)", "rho_inf", 1, None, math.inf, 0.0, math.inf))
+    return _unnoised(f"{statistic} for inference", "rho_inf")
+
+
+def _unnoised(statistic: str, stage: str) -> tuple[str, Release]:
+    """The leak message and the (not private) record of ``statistic`` computed without noise (``stage`` = inf)."""
+    return (f"{stage} = inf: the {statistic} was computed without noise (not private).",
+            Release(f"{statistic} (no noise)", stage, 1, None, math.inf, 0.0, math.inf))
 
 
 def _announce_leaks(leaks: list[str], *, stacklevel: int) -> None:

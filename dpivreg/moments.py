@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["solve_2sls", "residual_variance_from_moments", "moment_draws", "moment_noise_covariance", "floor_spectrum",
-           "FLOOR"]
+           "partialled_regression", "FLOOR"]
 
 #: Relative floor of the spectra inverted by :func:`solve_2sls` (of the largest eigenvalue).
 FLOOR = 1e-6
@@ -35,6 +35,26 @@ def floor_spectrum(S: np.ndarray, floor: float) -> np.ndarray:
     top = np.max(np.abs(eigenvalues), axis=-1, keepdims=True)
     eigenvalues = np.maximum(eigenvalues, np.maximum(floor * top, 1e-300))
     return (vectors * eigenvalues[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+
+
+def partialled_regression(G: np.ndarray, n_exog: int, q: int,
+                          columns: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The regression of ``columns`` on the excluded instruments once both are partialled on the exogenous
+    regressors W, from Gram matrices G (…, D, D) of [1, Z, …] per row (Z's first ``n_exog`` columns W, index 0
+    the constant, not used): S = Z₂ᵀM_W Z₂/n (floored), the coefficients S⁻¹Z₂ᵀM_W C/n and the residuals'
+    Gram matrix CᵀM_[W,Z₂]C/n, C the ``columns``."""
+    W = list(range(1, 1 + n_exog))
+    excluded = list(range(1 + n_exog, 1 + q))
+    targets = excluded + list(columns)
+    R = G[..., targets, :][..., :, targets]
+    if W:
+        GWT = G[..., W, :][..., :, targets]
+        R = R - np.swapaxes(GWT, -1, -2) @ np.linalg.solve(floor_spectrum(G[..., W, :][..., :, W], FLOOR), GWT)
+    m = len(excluded)
+    S = floor_spectrum(R[..., :m, :m], FLOOR)
+    cross = R[..., :m, m:]
+    coefficients = np.linalg.solve(S, cross)
+    return S, coefficients, R[..., m:, m:] - np.swapaxes(cross, -1, -2) @ coefficients
 
 
 def solve_2sls(S: np.ndarray, q: int, n_exog: int, p_endog: int, *,
