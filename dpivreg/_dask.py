@@ -42,8 +42,10 @@ import pandas as pd
 from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from .backends import is_dask_collection as _is_dask_collection
+from .cross_products import ColumnFactor, check_factor_rank, combine_factors, r_factor
 from .design import (
     _BLOCKS,
+    block_positions,
     check_declared_constant,
     declared_constant,
     _DesignNames,
@@ -65,7 +67,6 @@ from .design import (
     _formula_variables,
     _is_text_dtype,
     _numpy_columns,
-    _rank_error,
     _split_formula,
     _warn_dropped,
 )
@@ -76,8 +77,6 @@ __all__ = [
     "dask_design_from_formula",
     "dask_design_from_arrays",
     "dask_working_scale",
-    "dask_benchmark",
-    "CrossProductIV2SLS",
 ]
 
 _STATEFUL_HELP = (
@@ -118,14 +117,6 @@ class DesignStats:
     maximum: np.ndarray
     scale: np.ndarray
     r: np.ndarray
-
-    def cross_products(self, rows: list[int], cols: list[int]) -> np.ndarray:
-        """Σ aᵢbᵢᵀ in original units for the columns at positions ``rows`` and ``cols``."""
-        return (self.r[:, rows].T @ self.r[:, cols]) * np.outer(self.scale[rows], self.scale[cols])
-
-    def r_columns(self, cols: list[int]) -> np.ndarray:
-        """R[:, cols] in original units: the data's columns ``cols`` equal Q·R[:, cols] (Q orthonormal)."""
-        return self.r[:, cols] * self.scale[cols]
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,10 +178,13 @@ class DaskIVDesign(_DesignNames):
         return list(self.names[3])
 
     @property
-    def positions(self) -> dict[str, list[int]]:
-        """Column positions in :attr:`values` of ``"dependent"``, ``"exog"``, ``"endog"``, ``"instruments"``,
-        ``"x"`` (= [exog, endog]) and ``"z"`` (= [exog, instruments])."""
-        return _positions(tuple(len(block) for block in self.names))
+    def factor(self) -> ColumnFactor:
+        """The columns' triangular factor from the building pass (NON-PRIVATE, :mod:`dpivreg.cross_products`)."""
+        return ColumnFactor(self.stats.scale, self.stats.r)
+
+    def blockwise_sum(self, func: Any, *args: Any) -> Any:
+        """Σ over the row blocks of ``func(block, *args)``, in ONE pass (:func:`blockwise_sum`)."""
+        return blockwise_sum(self.values, func, *args)
 
     @property
     def constant_name(self) -> Hashable | None:
@@ -246,16 +240,6 @@ class DaskIVDesign(_DesignNames):
         return dataclasses.replace(self, values=self.values.persist())
 
 
-def _positions(widths: tuple[int, ...]) -> dict[str, list[int]]:
-    """Column positions of the blocks, [exog, endog] ("x") and [exog, instruments] ("z") given the
-    blocks' widths in the order [dependent, exog, endog, instruments]."""
-    starts = np.cumsum((0,) + widths)
-    pos = {block: list(range(starts[i], starts[i + 1])) for i, block in enumerate(_BLOCKS)}
-    pos["x"] = pos["exog"] + pos["endog"]
-    pos["z"] = pos["exog"] + pos["instruments"]
-    return pos
-
-
 # ---------------------------------------------------------------------------
 # Per-partition work (top-level functions: they are shipped to the workers)
 # ---------------------------------------------------------------------------
@@ -288,24 +272,14 @@ def _block_stats(raw: np.ndarray, widths: tuple[int, ...], pairs: tuple[tuple[in
         "max": np.max(clean, axis=0, initial=-np.inf),
         "bad_rows": np.array(bad_rows, dtype=np.int64),
         "scale": scale,
-        "r": _r_factor(scaled),
+        "r": r_factor(scaled),
         "equal": np.array([np.array_equal(clean[:, j], clean[:, i]) for j, i in pairs], dtype=bool),
     }
 
 
-def _r_factor(values: np.ndarray) -> np.ndarray:
-    """The d × d triangular factor R of values = QR (zero rows appended when there are fewer than d rows)."""
-    d = values.shape[1]
-    r = np.linalg.qr(values, mode="r") if values.shape[0] else np.zeros((0, d))
-    return np.vstack([r, np.zeros((d - r.shape[0], d))]) if r.shape[0] < d else r
-
-
 def _combine(parts: list[dict]) -> dict:
     """Combine the statistics of the partitions (sums, extremes, the rescaled cross-products)."""
-    scale = np.max([p["scale"] for p in parts], axis=0)
-    unit = np.where(scale > 0, scale, 1.0)
-    # R of V·diag(c) is R·diag(c): bring every partition's R to the global column units, then TSQR
-    r = _r_factor(np.vstack([p["r"] * (p["scale"] / unit) for p in parts]))
+    unit, r = combine_factors([(p["scale"], p["r"]) for p in parts])
     return {
         "n_raw": sum(p["n_raw"] for p in parts),
         "n": sum(p["n"] for p in parts),
@@ -334,39 +308,9 @@ def _combine_encoded(parts: list[dict]) -> tuple[np.ndarray, int] | None:
 # ---------------------------------------------------------------------------
 
 
-def _rank(r: np.ndarray, nobs: int) -> int:
-    """Rank of the nobs × k columns whose triangular factor is ``r`` (k columns), with the tolerance
-    of ``numpy.linalg.matrix_rank`` on the columns themselves: σ_max · max(nobs, k) · eps."""
-    if r.shape[1] == 0:
-        return 0
-    singular = np.linalg.svd(r, compute_uv=False)
-    tol = singular.max() * max(nobs, r.shape[1]) * np.finfo(np.float64).eps
-    return int(np.count_nonzero(singular > tol))
-
-
-def _check_rank(r: np.ndarray, nobs: int, columns: list[Hashable], label: str) -> None:
-    """Raise the pandas path's rank error if the columns with triangular factor ``r`` are collinear.
-
-    As on the pandas path, the columns are scaled to max |value| 1 first (see
-    :func:`dpivreg.design._unit_columns`), and R has the singular values of the columns, so the
-    verdict is the pandas path's up to rounding.
-    """
-    rank = _rank(r, nobs)
-    if rank == r.shape[1]:
-        return
-    lo, hi = 1, r.shape[1]
-    while lo < hi:  # the first prefix that is rank deficient
-        mid = (lo + hi) // 2
-        if _rank(r[:, :mid], nobs) < mid:
-            hi = mid
-        else:
-            lo = mid + 1
-    raise _rank_error(columns, rank, lo - 1, label)
-
-
 def _instrument_pairs(widths: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """(instrument, other) column pairs whose equality the pandas path checks, in its order."""
-    pos = _positions(widths)
+    pos = block_positions(widths)
     pairs = []
     for j, col in enumerate(pos["instruments"]):
         pairs.extend((col, other) for other in pos["exog"])
@@ -385,7 +329,7 @@ def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...]) -> None:
             "variable, the exogenous or endogenous regressors or the instruments."
         )
     widths = tuple(len(block) for block in names)
-    pos = _positions(widths)
+    pos = block_positions(widths)
     for b, block in enumerate(_BLOCKS):
         if stats["bad_rows"][b]:
             lo, hi = stats["min"][pos[block]], stats["max"][pos[block]]
@@ -409,7 +353,7 @@ def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...]) -> None:
                                                   "exog" if other in exog else "instruments")
     for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
         cols = pos[key]
-        _check_rank(stats["r"][:, cols], nobs, [labels[c] for c in cols], label)
+        check_factor_rank(stats["r"][:, cols], nobs, [labels[c] for c in cols], label)
 
 
 def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...], ...], *, formula: str | None,
@@ -985,8 +929,8 @@ def dask_r_factor(values: Any) -> np.ndarray:
     import dask  # noqa: PLC0415
 
     blocks = values.to_delayed().ravel()
-    factors = dask.compute(*[dask.delayed(_r_factor)(block) for block in blocks])
-    return _r_factor(np.vstack(factors))
+    factors = dask.compute(*[dask.delayed(r_factor)(block) for block in blocks])
+    return r_factor(np.vstack(factors))
 
 
 def _preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, centres: np.ndarray, scales: np.ndarray,
@@ -1076,92 +1020,4 @@ def dask_working_scale(design: DaskIVDesign, bounds: dict[str, tuple[float, floa
         route=route, bound_scales=scale_s, bound_centres=centre_s, source=source,
         clipped_values=pd.Series(dict(zip(names, counts)), name="clipped values (non-private)", dtype=np.int64),
         Z=Z, X=X, Y=Y, n_exog=k, **maps,
-    )
-
-
-# ---------------------------------------------------------------------------
-# The NON-PRIVATE 2SLS benchmark from cross-products
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CrossProductIV2SLS:
-    """NON-PRIVATE 2SLS on a Dask design, from cross-products (never publish it).
-
-    Matches ``linearmodels.iv.IV2SLS(...).fit()`` (robust, HC0 covariance, no debiasing) up to
-    rounding: ``params``, ``std_errors``, ``cov``, ``tstats``, ``pvalues``, ``conf_int()``,
-    ``nobs``, ``cov_type``, ``resid_ss``.
-    """
-
-    params: pd.Series
-    cov: pd.DataFrame
-    nobs: int
-    resid_ss: float
-    cov_type: str = "robust"
-
-    @property
-    def std_errors(self) -> pd.Series:
-        """Robust standard errors (sqrt of the diagonal of ``cov``)."""
-        return pd.Series(np.sqrt(np.diag(self.cov.to_numpy())), index=self.params.index, name="stderr")
-
-    @property
-    def tstats(self) -> pd.Series:
-        """params / std_errors."""
-        return (self.params / self.std_errors).rename("tstat")
-
-    @property
-    def pvalues(self) -> pd.Series:
-        """Two-sided p-values under the normal approximation."""
-        from scipy import stats  # noqa: PLC0415
-
-        return pd.Series(2.0 * stats.norm.sf(np.abs(self.tstats.to_numpy())), index=self.params.index,
-                         name="pvalue")
-
-    def conf_int(self, level: float = 0.95) -> pd.DataFrame:
-        """Normal confidence intervals, columns ``lower`` and ``upper``."""
-        from scipy import stats  # noqa: PLC0415
-
-        half = stats.norm.ppf(0.5 + level / 2.0) * self.std_errors
-        return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
-
-
-def _triangular_inverse(A: np.ndarray) -> np.ndarray:
-    """(AᵀA)⁻¹ from the R factor of A (QR), without forming AᵀA (which squares the condition number)."""
-    r = np.linalg.qr(A, mode="r")
-    r_inv = np.linalg.solve(r, np.eye(r.shape[0]))
-    return r_inv @ r_inv.T
-
-
-def _residual_block(block: np.ndarray, beta: np.ndarray, x_pos: list[int], z_pos: list[int], Pi: np.ndarray):
-    """Σeᵢ² and Σ x̂ᵢx̂ᵢᵀeᵢ² of one block, with x̂ᵢ = Πᵀzᵢ formed row by row (as linearmodels does)."""
-    e = block[:, 0] - block[:, x_pos] @ beta
-    xe = (block[:, z_pos] @ Pi) * e[:, None]
-    return float(e @ e), xe.T @ xe
-
-
-def dask_benchmark(design: DaskIVDesign) -> CrossProductIV2SLS:
-    """NON-PRIVATE 2SLS with linearmodels' default robust (HC0) covariance, from cross-products.
-
-    The estimates come from the design's building pass (its TSQR factor R, solved by least squares
-    on R's blocks); one more pass forms the residuals' Σeᵢ² and the robust covariance's middle
-    matrix Σ x̂ᵢx̂ᵢᵀeᵢ² with x̂ᵢ = Πᵀzᵢ.
-    """
-    pos = design.positions
-    z, x = pos["z"], pos["x"]
-    # With the design's TSQR factor, Z = Q·Rz, X = Q·Rx, y = Q·ry for one orthonormal Q, so every
-    # least-squares problem below is solved on the small R blocks (lstsq: no normal equations).
-    Rz, Rx, ry = (design.stats.r_columns(c) for c in (z, x, [0]))
-    Pi = np.linalg.lstsq(Rz, Rx, rcond=None)[0]  # first stage, x̂ᵢ = Πᵀzᵢ
-    fitted = Rz @ Pi  # X̂ = Q·(Rz Π)
-    beta = np.linalg.lstsq(fitted, ry[:, 0], rcond=None)[0]
-    resid_ss, meat = blockwise_sum(design.values, _residual_block, beta, x, z, Pi)
-    n = design.nobs
-    bread = _triangular_inverse(fitted)
-    cov = bread @ meat @ bread
-    cov = (cov + cov.T) / 2.0
-    names = design.regressor_names
-    return CrossProductIV2SLS(
-        params=pd.Series(beta, index=names, name="parameter"),
-        cov=pd.DataFrame(cov, index=names, columns=names),
-        nobs=n, resid_ss=resid_ss,
     )

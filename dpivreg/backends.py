@@ -20,10 +20,15 @@ import numpy as np
 
 from .kernels import block_sums, resolve_kernel, safe_block_sums
 
-__all__ = ["RowSource", "InMemoryRows", "DaskRows", "is_dask_collection"]
+__all__ = ["RowSource", "InMemoryRows", "DaskRows", "is_dask_collection", "map_row_blocks", "add_parts",
+           "DESIGN_BLOCK_ROWS"]
 
 # Below this many rows per thread, starting threads costs more than it saves.
 _MIN_ROWS_PER_THREAD = 20_000
+
+#: Rows per block of a pass over an in-memory design's columns. Each block is copied into one contiguous
+#: array, so a pass needs a few blocks of extra memory (2**16 rows × d doubles), not a copy of the data.
+DESIGN_BLOCK_ROWS = 1 << 16
 
 
 def is_dask_collection(value) -> bool:
@@ -54,6 +59,34 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def map_row_blocks(func, n: int, *, block_rows: int = DESIGN_BLOCK_ROWS, n_threads: int | None = None) -> list:
+    """``[func(rows) for rows in (contiguous slices of range(n), block_rows each)]``, on threads, in order.
+
+    The blocks do not depend on the thread count, so sums of the results added in list order
+    (:func:`add_parts`) are the same whatever the number of threads. BLAS is held to one thread while
+    the threads run (see :func:`_limit_blas_to_one_thread`).
+    """
+    edges = list(range(0, n, block_rows)) + [n]
+    blocks = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])] or [slice(0, 0)]
+    threads = min(default_threads() if n_threads is None else n_threads, len(blocks),
+                  max(1, n // _MIN_ROWS_PER_THREAD))
+    if threads <= 1:
+        return [func(rows) for rows in blocks]
+    limit = _limit_blas_to_one_thread()
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(func, blocks))
+    finally:
+        limit.restore_original_limits()
+
+
+def add_parts(parts: list):
+    """Element-wise sum, in list order, of arrays or of tuples of arrays (one per block of rows)."""
+    if isinstance(parts[0], tuple):
+        return _add(parts)
+    return _add([(part,) for part in parts])[0]
 
 
 class RowSource(Protocol):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 import re
 from typing import Any
 import warnings
@@ -36,6 +37,9 @@ import warnings
 import numpy as np
 import pandas as pd
 from pandas.api.types import is_bool_dtype, is_complex_dtype, is_numeric_dtype
+
+from .backends import add_parts, map_row_blocks
+from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors
 
 __all__ = [
     "FORMULA_ENGINES",
@@ -132,6 +136,22 @@ class _DesignNames:
     def z_names(self) -> list[Hashable]:
         """Names of ``Z = [exog, instruments]``, the first-stage regressors."""
         return self.exog_names + self.instrument_names
+
+    @property
+    def positions(self) -> dict[str, list[int]]:
+        """Column positions in the design's rows [dependent, exog, endog, instruments] of each block,
+        ``"x"`` (= [exog, endog]) and ``"z"`` (= [exog, instruments])."""
+        return block_positions((1, len(self.exog_names), len(self.endog_names), len(self.instrument_names)))
+
+
+def block_positions(widths: tuple[int, ...]) -> dict[str, list[int]]:
+    """Column positions of the blocks, [exog, endog] ("x") and [exog, instruments] ("z") given the
+    blocks' widths in the order [dependent, exog, endog, instruments]."""
+    starts = np.cumsum((0,) + tuple(widths))
+    pos = {block: list(range(starts[i], starts[i + 1])) for i, block in enumerate(_BLOCKS)}
+    pos["x"] = pos["exog"] + pos["endog"]
+    pos["z"] = pos["exog"] + pos["instruments"]
+    return pos
 
 
 @dataclass(frozen=True, eq=False)
@@ -238,6 +258,29 @@ class IVDesign(_DesignNames):
     def constant_name(self) -> Hashable | None:
         """Name of the exog column declared as the intercept (see :func:`declared_constant`), or None."""
         return self.constant
+
+    # ------------------------------------------------------------ passes over the rows (NON-PRIVATE)
+    @cached_property
+    def _columns(self) -> tuple[np.ndarray, ...]:
+        """The four blocks as float64 arrays (views of the DataFrames' values where pandas allows)."""
+        return tuple(getattr(self, name).to_numpy(dtype=np.float64) for name in _BLOCKS)
+
+    def row_block(self, rows: slice) -> np.ndarray:
+        """Rows ``rows`` of [dependent, exog, endog, instruments] as one contiguous float64 array."""
+        return np.hstack([block[rows] for block in self._columns])
+
+    def blockwise_sum(self, func: Any, *args: Any) -> Any:
+        """Σ over the blocks of rows of ``func(block, *args)`` (an array or a tuple of arrays), in ONE pass
+        (:func:`dpivreg.backends.map_row_blocks`): the counterpart of the Dask design's pass."""
+        parts = map_row_blocks(lambda rows: func(self.row_block(rows), *args), self.nobs)
+        return add_parts(parts)
+
+    @cached_property
+    def factor(self) -> ColumnFactor:
+        """The columns' triangular factor (NON-PRIVATE, :mod:`dpivreg.cross_products`), by TSQR over the
+        blocks of rows in one pass; the design's rank checks and the 2SLS benchmark read it."""
+        parts = map_row_blocks(lambda rows: block_factor(self.row_block(rows)), self.nobs)
+        return ColumnFactor(*combine_factors(parts))
 
     @property
     def has_constant(self) -> bool:
@@ -1019,66 +1062,14 @@ def _duplicate_instrument_error(name: Hashable, other: Hashable, block: str) -> 
     )
 
 
-def _unit_columns(values: np.ndarray) -> np.ndarray:
-    """
-    Divide every column by its largest absolute value (zero columns are kept).
-
-    ``np.linalg.matrix_rank`` uses a tolerance relative to the largest
-    singular value, so without this a column in the 1e13 (GDP in dollars) next
-    to an intercept, a single 1e300 outlier or a column scaled by 1e-300 is
-    reported as collinear. After the scaling every nonzero column has max
-    |value| 1 and rank deficiency is judged independently of the units.
-
-    This deviates on purpose from linearmodels, whose rank check runs on the
-    raw columns and rejects such designs: the working scale of the private
-    fit rescales every column anyway, so these designs are well posed for us.
-    Genuinely collinear columns stay collinear after a column scaling.
-    """
-    scale = np.max(np.abs(values), axis=0) if values.shape[0] else np.ones(values.shape[1])
-    scale = np.where(scale > 0, scale, 1.0)
-    return values / scale
-
-
-def _first_dependent_column(values: np.ndarray) -> int:
-    """
-    Position of the first column that is collinear with the columns before it.
-
-    ``values`` should already be scaled by :func:`_unit_columns`. Full rank of
-    a prefix of the columns is monotone, so the first deficient prefix is
-    found by bisection.
-    """
-    lo, hi = 1, values.shape[1]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if np.linalg.matrix_rank(values[:, :mid]) < mid:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo - 1
-
-
-def _check_rank(frame: pd.DataFrame, label: str) -> None:
-    """
-    Raise if ``frame`` does not have full column rank.
-
-    The rank is computed on columns scaled to max |value| 1 (see
-    :func:`_unit_columns`), unlike linearmodels, which tests the raw columns.
-    """
-    values = _unit_columns(frame.to_numpy(dtype=np.float64))
-    rank = int(np.linalg.matrix_rank(values))
-    if rank == values.shape[1]:
-        return
-    raise _rank_error(list(frame.columns), rank, _first_dependent_column(values), label)
-
-
-def _rank_error(columns: list[Hashable], rank: int, bad: int, label: str) -> ValueError:
-    """The error for a rank-deficient block; ``bad`` is the first collinear column's position."""
-    name = columns[bad]
-    return ValueError(
-        f"{label} does not have full column rank (rank {rank} < {len(columns)} "
-        f"columns): column {name!r} is a linear combination of the columns before "
-        f"it in {columns}. Drop a collinear column (e.g. {name!r})."
-    )
+def check_design_rank(design: "IVDesign") -> None:
+    """Raise if [exog, endog] or [exog, instruments] is collinear, from the design's column factor
+    (:func:`dpivreg.cross_products.check_factor_rank`: columns scaled to max |value| 1 first)."""
+    names = [design.dependent_name, *design.exog_names, *design.endog_names, *design.instrument_names]
+    pos = design.positions
+    for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
+        cols = pos[key]
+        check_factor_rank(design.factor.r[:, cols], design.nobs, [names[c] for c in cols], label)
 
 
 def _validate(
@@ -1087,7 +1078,8 @@ def _validate(
     full_instruments: pd.DataFrame | None = None,
 ) -> None:
     """
-    Run every check of a design that has no missing values.
+    Run every check of a design that has no missing values, except its rank
+    (:func:`check_design_rank`, on the assembled design's column factor).
 
     ``n_dropped`` rows with a missing value were dropped before, and
     ``full_instruments`` are the instruments before that (if known); both only
@@ -1097,11 +1089,6 @@ def _validate(
     _check_finite(blocks)
     _check_enough_rows(blocks, n_dropped)
     _check_instruments(blocks, n_dropped, full_instruments)
-    exog = blocks["exog"]
-    _check_rank(pd.concat([exog, blocks["endog"]], axis=1), "regressors [exog, endog]")
-    _check_rank(
-        pd.concat([exog, blocks["instruments"]], axis=1), "instruments [exog, instruments]"
-    )
 
 
 def _build(
@@ -1152,6 +1139,7 @@ def _build(
         n_dropped=int(nrows - kept.size),
         constant=name,
     )
+    check_design_rank(design)
     return design, kept
 
 

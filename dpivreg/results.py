@@ -33,6 +33,7 @@ from statsmodels.iolib.summary import Summary
 from statsmodels.iolib.table import SimpleTable
 from statsmodels.iolib.tableformatting import fmt_2cols, fmt_params
 
+from .cross_products import CrossProductIV2SLS, iv2sls_benchmark
 from .design import IVDesign
 from .engine import DP2SGDPath
 from .preprocess import WorkingScale
@@ -577,21 +578,34 @@ class DPIVResults:
 
     # ------------------------------------------------------------------ non-private
     @cached_property
-    def benchmark(self) -> Any:
-        """NON-PRIVATE benchmark: linearmodels ``IV2SLS`` (robust covariance) on the same design.
+    def benchmark(self) -> CrossProductIV2SLS:
+        """NON-PRIVATE benchmark: 2SLS on the same design with linearmodels' default robust (HC0) covariance.
 
-        Computed from the raw data without noise: use it to validate the private estimate,
-        never publish it. For a Dask design it is computed from the design's TSQR factor and one
-        residual pass (:class:`dpivreg._dask.CrossProductIV2SLS`, the same estimate and robust
-        covariance).
+        Computed from the raw data without noise: use it to validate the private estimate, never
+        publish it. It is built from the design's column factor and one residual pass
+        (:func:`dpivreg.cross_products.iv2sls_benchmark`), in memory and on Dask alike, and equals
+        ``linearmodels.iv.IV2SLS(...).fit()`` to rounding: ``params``, ``std_errors``, ``cov``,
+        ``tstats``, ``pvalues``, ``conf_int()``, and ``unadjusted_cov`` / ``unadjusted_std_errors``
+        for ``cov_type="unadjusted"``. linearmodels' own results object, with its first-stage
+        diagnostics and tests, is :attr:`benchmark_linearmodels`.
         """
-        from linearmodels.iv import IV2SLS
+        return iv2sls_benchmark(self.design)
 
+    @cached_property
+    def benchmark_linearmodels(self) -> Any:
+        """NON-PRIVATE: linearmodels' ``IV2SLS(...).fit()`` results on the same in-memory design (lazy).
+
+        For users who want linearmodels' methods on the benchmark (``first_stage``, ``wu_hausman()``,
+        ``summary``, other ``cov_type`` options via ``res.benchmark_linearmodels.model.fit(...)``).
+        It is built only when asked for (linearmodels needs several copies of the data); the summary
+        uses the equal and much cheaper :attr:`benchmark`. Not available for a Dask design.
+        """
         d = self.design
         if getattr(d, "is_dask", False):
-            from ._dask import dask_benchmark  # noqa: PLC0415 - dask is optional
+            raise ValueError("benchmark_linearmodels needs the design in memory; for a Dask design use "
+                             "res.benchmark (2SLS from cross-products) or compute the design and refit.")
+        from linearmodels.iv import IV2SLS  # noqa: PLC0415 - built only on request
 
-            return dask_benchmark(d)
         exog = d.exog if d.exog.shape[1] else None
         return IV2SLS(d.dependent, exog, d.endog, d.instruments).fit()
 

@@ -103,7 +103,7 @@ def run(runs: int, master_seed: int):
                 continue
             if zi is None:
                 zi = res.design.z_names.index("samesex")
-                bench = res.benchmark  # NON-PRIVATE linearmodels IV2SLS on the same design
+                bench = res.benchmark_linearmodels  # NON-PRIVATE linearmodels IV2SLS on the same design
                 beta_2sls = float(bench.params["kids"])
                 theta_fs = float(bench.first_stage.individual["kids"].params["samesex"])
                 spent = res.privacy.rho
