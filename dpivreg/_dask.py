@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-from .backends import is_dask_collection as _is_dask_collection
+from .backends import _count_pass, is_dask_collection as _is_dask_collection
 from .cross_products import ColumnFactor, check_factor_rank, combine_factors, r_factor
 from .design import (
     _BLOCKS,
@@ -76,7 +76,6 @@ __all__ = [
     "is_dask_collection",
     "dask_design_from_formula",
     "dask_design_from_arrays",
-    "dask_working_scale",
 ]
 
 _STATEFUL_HELP = (
@@ -181,6 +180,11 @@ class DaskIVDesign(_DesignNames):
     def factor(self) -> ColumnFactor:
         """The columns' triangular factor from the building pass (NON-PRIVATE, :mod:`dpivreg.cross_products`)."""
         return ColumnFactor(self.stats.scale, self.stats.r)
+
+    @property
+    def column_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """NON-PRIVATE per-column minimum and maximum from the building pass."""
+        return self.stats.minimum, self.stats.maximum
 
     def blockwise_sum(self, func: Any, *args: Any) -> Any:
         """Σ over the row blocks of ``func(block, *args)``, in ONE pass (:func:`blockwise_sum`)."""
@@ -365,6 +369,7 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
 
     if not stats_parts:
         raise ValueError("the data have no partitions; the design needs observations.")
+    _count_pass()
     stats = _combine(list(dask.compute(*stats_parts)))
     _validate(stats, names)
     declared = declared_constant(list(names[1]), constant)
@@ -916,6 +921,7 @@ def blockwise_sum(values: Any, func: Any, *args: Any) -> Any:
     pass (one ``dask.compute``); the partial results are summed at the driver."""
     import dask  # noqa: PLC0415
 
+    _count_pass()
     blocks = values.to_delayed().ravel()
     results = dask.compute(*[dask.delayed(func)(block, *args) for block in blocks])
     if isinstance(results[0], tuple):
@@ -928,96 +934,7 @@ def dask_r_factor(values: Any) -> np.ndarray:
     R is computed where the block lives and the stacked factors are factored again at the driver."""
     import dask  # noqa: PLC0415
 
+    _count_pass()
     blocks = values.to_delayed().ravel()
     factors = dask.compute(*[dask.delayed(r_factor)(block) for block in blocks])
     return r_factor(np.vstack(factors))
-
-
-def _preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, centres: np.ndarray, scales: np.ndarray,
-                      free: list[int], unit: np.ndarray | None, with_constant: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Clipping counts per column and (unless ``unit`` is None) Σ uuᵀ of the moment release's rows."""
-    from .mechanisms import box_moment_sum  # noqa: PLC0415
-
-    counts = np.count_nonzero((block < lo) | (block > hi), axis=0).astype(np.int64)
-    if unit is None:
-        return counts, np.zeros((0, 0))
-    V = (np.clip(block[:, free], lo[free], hi[free]) - centres[free]) / scales[free]
-    return counts, box_moment_sum(V / unit, with_constant)
-
-
-def dask_moment_sum(design: DaskIVDesign, free_names: list, centres: np.ndarray, scales: np.ndarray,
-                    with_constant: bool) -> np.ndarray:
-    """Σ uuᵀ of the box moment release's rows (the free columns mapped to [−1, 1]), in one pass."""
-    from .preprocess import _all_columns  # noqa: PLC0415
-
-    index = {name: j for j, name in enumerate(_all_columns(design))}
-    free = [index[c] for c in free_names]
-    d = len(index)
-    full_centres, full_scales = np.zeros(d), np.ones(d)
-    full_centres[free], full_scales[free] = centres, scales
-    lo, hi = np.full(d, -np.inf), np.full(d, np.inf)
-    _, outer = blockwise_sum(design.values, _preprocess_block, lo, hi, full_centres, full_scales, free,
-                             np.ones(len(free)), with_constant)
-    return outer
-
-
-def dask_working_scale(design: DaskIVDesign, bounds: dict[str, tuple[float, float]], *, route: str,
-                       rho0: float, rng: np.random.Generator):
-    """:func:`dpivreg.preprocess.working_scale` for a Dask design: one pass, lazy working arrays.
-
-    The pass counts the values outside the bounds and, on routes "private" and "data", forms
-    Σ uuᵀ of the moment release's rows; the noise, the means, scales and whitening are then computed
-    at the driver exactly as for pandas. Z, X and Y are lazy affine maps of the design's columns.
-    """
-    import dask.array as da  # noqa: PLC0415
-
-    from .preprocess import (  # noqa: PLC0415
-        WorkingScale,
-        _all_columns,
-        _with_units,
-        affine_maps,
-        box_columns,
-        free_columns,
-        moment_units,
-        moments_from_sum,
-        release_constant,
-    )
-
-    names = _all_columns(design)
-    constant = design.constant_name
-    largest = {name: max(abs(design.stats.minimum[j]), abs(design.stats.maximum[j])) for j, name in enumerate(names)}
-    centre_s, scale_s, source, limits = box_columns(names, bounds, constant, centred=route != "bounds",
-                                                    data_largest=largest)
-    lo = np.array([limits[c][0] for c in names])
-    hi = np.array([limits[c][1] for c in names])
-    centres, scales = centre_s[names].to_numpy(), scale_s[names].to_numpy()
-    index = {name: j for j, name in enumerate(names)}
-    free = [index[c] for c in free_columns(design, constant)]
-    unit, with_constant, rho, moment_scales = None, False, math.inf, scale_s
-    if route != "bounds":
-        # max |clip(v)| per column is reached at the column's minimum or maximum (clip is monotone)
-        ends = np.stack([np.clip(design.stats.minimum, lo, hi), np.clip(design.stats.maximum, lo, hi)])
-        largest_v = np.max(np.abs((ends - centres) / scales), axis=0)
-        rho = math.inf if route == "data" else rho0
-        unit = moment_units(largest_v[free], rho)
-        with_constant = release_constant(constant is not None, centres[free])
-        moment_scales = _with_units(scale_s, [names[j] for j in free], unit)
-    counts, outer = blockwise_sum(design.values, _preprocess_block, lo, hi, centres, scales, free, unit, with_constant)
-    moments = None
-    if route != "bounds":
-        moments = moments_from_sum(outer, design.nobs, with_constant=with_constant, route=route, rho=rho,
-                                   rng=rng) + (with_constant,)
-    maps = affine_maps(design, constant=constant, constant_value=design.constant_value, centres=centre_s,
-                       scales=moment_scales, moments=moments)
-    raw = da.clip(design.values, lo, hi)  # clipped, original units (as on the pandas path)
-    pos = design.positions
-    k = len(design.exog_names)
-    Z = (raw[:, pos["z"]] - maps["z_center"]) @ maps["A_z"]
-    X_endog = (raw[:, pos["endog"]] - maps["x_center"][k:]) @ maps["A_x"][k:, k:]
-    X = da.concatenate([Z[:, :k], X_endog], axis=1) if k else X_endog
-    Y = (raw[:, 0] - maps["y_center"]) / maps["y_scale"]
-    return WorkingScale(
-        route=route, bound_scales=scale_s, bound_centres=centre_s, source=source,
-        clipped_values=pd.Series(dict(zip(names, counts)), name="clipped values (non-private)", dtype=np.int64),
-        Z=Z, X=X, Y=Y, n_exog=k, **maps,
-    )

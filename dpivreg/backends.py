@@ -11,6 +11,7 @@ Dask is optional: this module never imports it unless it is handed a Dask array.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,7 @@ import numpy as np
 from .kernels import block_sums, resolve_kernel, safe_block_sums
 
 __all__ = ["RowSource", "InMemoryRows", "DaskRows", "is_dask_collection", "map_row_blocks", "add_parts",
-           "DESIGN_BLOCK_ROWS"]
+           "DESIGN_BLOCK_ROWS", "count_passes", "PassCounter"]
 
 # Below this many rows per thread, starting threads costs more than it saves.
 _MIN_ROWS_PER_THREAD = 20_000
@@ -61,6 +62,40 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class PassCounter:
+    """The number of passes over the rows made while it was active (:func:`count_passes`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+_ACTIVE_COUNTERS: list[PassCounter] = []
+
+
+@contextlib.contextmanager
+def count_passes():
+    """Count the passes over the rows (in memory or Dask) made inside the ``with`` block.
+
+    A pass is one map of a block function over all rows: a design statistic, a release's sums, one
+    iteration's gradient sums, the benchmark's residuals. For benchmarks and tests; it reads nothing.
+
+    >>> with count_passes() as passes:  # doctest: +SKIP
+    ...     res = model.fit(rho=1)
+    >>> passes.count  # doctest: +SKIP
+    """
+    counter = PassCounter()
+    _ACTIVE_COUNTERS.append(counter)
+    try:
+        yield counter
+    finally:
+        _ACTIVE_COUNTERS.remove(counter)
+
+
+def _count_pass() -> None:
+    for counter in _ACTIVE_COUNTERS:
+        counter.count += 1
+
+
 def map_row_blocks(func, n: int, *, block_rows: int = DESIGN_BLOCK_ROWS, n_threads: int | None = None) -> list:
     """``[func(rows) for rows in (contiguous slices of range(n), block_rows each)]``, on threads, in order.
 
@@ -68,6 +103,7 @@ def map_row_blocks(func, n: int, *, block_rows: int = DESIGN_BLOCK_ROWS, n_threa
     (:func:`add_parts`) are the same whatever the number of threads. BLAS is held to one thread while
     the threads run (see :func:`_limit_blas_to_one_thread`).
     """
+    _count_pass()
     edges = list(range(0, n, block_rows)) + [n]
     blocks = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])] or [slice(0, 0)]
     threads = min(default_threads() if n_threads is None else n_threads, len(blocks),
@@ -159,6 +195,8 @@ class InMemoryRows(_MappedRows):
             self._blas_limit = _limit_blas_to_one_thread()
 
     def _map(self, func, *args):
+        _count_pass()
+
         def run(rows: slice):
             return func(self.Z[rows], self.X_endog[rows], self.Y[rows], *args)
 
@@ -194,6 +232,7 @@ class DaskRows(_MappedRows):
     def _map(self, func, *args):
         import dask
 
+        _count_pass()
         task = dask.delayed(_on_block, pure=True)
         parts = [
             task(func, z, x, y, *args)

@@ -276,11 +276,26 @@ class IVDesign(_DesignNames):
         return add_parts(parts)
 
     @cached_property
+    def _pass_statistics(self) -> tuple[ColumnFactor, np.ndarray, np.ndarray]:
+        """The design's one NON-PRIVATE statistics pass: its column factor and per-column minima and maxima."""
+        def on_block(rows: slice):
+            block = self.row_block(rows)
+            return block_factor(block), np.min(block, axis=0, initial=np.inf), np.max(block, axis=0, initial=-np.inf)
+
+        parts = map_row_blocks(on_block, self.nobs)
+        factor = ColumnFactor(*combine_factors([f for f, _, _ in parts]))
+        return factor, np.min([lo for _, lo, _ in parts], axis=0), np.max([hi for _, _, hi in parts], axis=0)
+
+    @property
     def factor(self) -> ColumnFactor:
         """The columns' triangular factor (NON-PRIVATE, :mod:`dpivreg.cross_products`), by TSQR over the
         blocks of rows in one pass; the design's rank checks and the 2SLS benchmark read it."""
-        parts = map_row_blocks(lambda rows: block_factor(self.row_block(rows)), self.nobs)
-        return ColumnFactor(*combine_factors(parts))
+        return self._pass_statistics[0]
+
+    @property
+    def column_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """NON-PRIVATE per-column minimum and maximum of [dependent, exog, endog, instruments] (same pass)."""
+        return self._pass_statistics[1], self._pass_statistics[2]
 
     @property
     def has_constant(self) -> bool:
@@ -888,7 +903,7 @@ def _as_float_blocks(blocks: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
         for column, dtype in frame.dtypes.items():
             if is_complex_dtype(dtype):
                 raise TypeError(f"{block} " + _complex_message(column, dtype))
-        values = np.array(frame.to_numpy(dtype=np.float64), dtype=np.float64, copy=True)
+        values = frame.to_numpy(dtype=np.float64, copy=True)  # one copy: the design never aliases the caller's data
         out[block] = pd.DataFrame(values, index=frame.index, columns=list(frame.columns))
     return out
 

@@ -198,10 +198,27 @@ def _f_noise_interval(G: np.ndarray, noise: np.ndarray, q: int, n_exog: int, n: 
             return n * (restricted - full) / (m * full)
 
     released = float(f_of(G))
+    # The worlds differ only in column j's entries, so the re-released instrument blocks (and their floored
+    # inverses) are the same for every t: factor them once, then each t costs a few matrix-vector products.
+    exog = instruments[:n_exog]
+    released_blocks = G[None] + noise
+    inverses = [np.linalg.inv(floor_spectrum(released_blocks[:, cols][:, :, cols], FLOOR)) if cols else None
+                for cols in (instruments, exog)]
+
+    def simulated_f(t: float) -> np.ndarray:  # f_of on the re-releases of the world at t, without re-factoring
+        world = _scaled_first_stage(G, q, n_exog, column, np.array([t]))[0] + noise
+        own = world[:, column, column]
+        rss = []
+        for cols, inverse in zip((instruments, exog), inverses):
+            b = world[:, cols, column]
+            rss.append(own if inverse is None else own - np.einsum("ri,rij,rj->r", b, inverse, b))
+        full = np.maximum(rss[0], 1e-300)
+        restricted = np.maximum(rss[1], full)
+        with np.errstate(over="ignore", divide="ignore"):
+            return n * (restricted - full) / (m * full)
 
     def quantile(t: float, which: int) -> float:  # which 0: lower, 1: upper end of the released F's law at t
-        simulated = f_of(_scaled_first_stage(G, q, n_exog, column, np.array([t]))[0] + noise)
-        return float(np.quantile(simulated, [tail, 1.0 - tail][which]))
+        return float(np.quantile(simulated_f(t), [tail, 1.0 - tail][which]))
 
     def last_true(condition) -> float:
         """The t where ``condition`` (true at t = 0, false for large t) turns false, by doubling then bisection."""

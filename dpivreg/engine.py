@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import DaskRows, InMemoryRows, RowSource, is_dask_collection
+from .backends import DaskRows, InMemoryRows, RowSource, _count_pass, is_dask_collection
 from .kernels import KERNELS, pass_matrix
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, check_rho, noise_std, CALIBRATIONS
 
@@ -318,6 +318,7 @@ def _validate_dask_data(Z, X, Y, n_exog, *, kernel: str) -> tuple[RowSource, int
     checks = [da.isfinite(Z).all(), da.isfinite(X).all(), da.isfinite(Y).all()]
     if n_exog:
         checks.append((X[:, :n_exog] == Z[:, :n_exog]).all())
+    _count_pass()
     results = dask.compute(*checks)
     for ok, name in zip(results[:3], "ZXY"):
         if not ok:

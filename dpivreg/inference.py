@@ -54,8 +54,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .backends import _count_pass
 from .covariance import resolve_cov_type, robust_covariance, score_edges, score_meat_release, unadjusted_covariance
-from .engine import DP2SGDPath, IterationPlan, preconditioner_root, row_source
+from .engine import DP2SGDPath, IterationPlan, preconditioner_root
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
 from .preprocess import WorkingScale
 from .privacy import Release, gaussian_zcdp
@@ -141,6 +142,7 @@ def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, 
     working arrays (a Dask design) the clipped mean is one reduction over the partitions and only
     the scalar reaches the driver, where the noise is drawn.
     """
+    _count_pass()
     n = scale.Y.shape[0]
     residual = scale.Y - scale.X @ beta_working
     clip = 2.0 * (tau + math.log(n)) * (1.0 + float(np.sum(np.abs(beta_working)))) ** 2
@@ -185,7 +187,7 @@ def sampling_release(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
             sigma2, release = residual_variance_release(scale, beta, rho=rho, tau=tau, rng=rng)
             releases = () if release is None else (release,)
         return SamplingPart(unadjusted_covariance(theta, k, sigma2, n), "unadjusted", sigma2, None, releases)
-    rows, _, _ = row_source(scale.Z, scale.X, scale.Y, k)
+    rows = scale.rows()
     try:
         meat, releases, bound = score_meat_release(rows, beta, k, rho=rho, rng=rng)
     finally:
@@ -203,6 +205,25 @@ def _per_row(noise_t: np.ndarray, split: int | None, size: int) -> np.ndarray:
     if split is not None:
         stds[:split] = noise_t[0]
     return stds
+
+
+def _stacked_root(theta: np.ndarray, q: int, k: int, ridge: float, kind: str) -> np.ndarray:
+    """:func:`dpivreg.engine.preconditioner_root` for a stack of first stages (S = I), faster for the Cholesky
+    root: one batched Cholesky factorisation and inverse of P = Θ̄ᵀΘ̄ + ridge·I instead of an eigendecomposition,
+    a QR and a solve (equal up to rounding: P's eigenvalues are ≥ ridge). Falls back to the engine's root
+    when a factorisation fails (a spectrum too wide for Cholesky in floating point) or for the symmetric root.
+    """
+    if kind != "cholesky":
+        return preconditioner_root(theta, np.eye(q), k, ridge, kind)
+    theta_full = np.concatenate([np.broadcast_to(np.eye(q, k), theta.shape[:-1] + (k,)), theta], axis=-1)
+    P = np.swapaxes(theta_full, -1, -2) @ theta_full
+    P = (P + np.swapaxes(P, -1, -2)) / 2.0 + ridge * np.eye(P.shape[-1])
+    if not np.all(np.isfinite(P)):
+        return preconditioner_root(theta, np.eye(q), k, ridge, kind)
+    try:
+        return np.linalg.inv(np.linalg.cholesky(P))
+    except np.linalg.LinAlgError:
+        return preconditioner_root(theta, np.eye(q), k, ridge, kind)
 
 
 def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, scale: WorkingScale, *,
@@ -248,7 +269,7 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
             grad2 = (np.einsum("rji,rjk,rk->ri", theta_full, S @ theta_full, beta)
                      - np.einsum("rji,rj->ri", theta_full, g_y))
             if plan.method == "preconditioned":
-                W = preconditioner_root(theta, np.eye(q), k, plan.ridge, plan.root)
+                W = _stacked_root(theta, q, k, plan.ridge, plan.root)
                 step = np.einsum("rji,rj->ri", W, np.einsum("rij,rj->ri", W, grad2) - nu)
             else:
                 step = grad2 - nu

@@ -16,7 +16,7 @@ from .clipping import adaptive_clip, resolve_public_clip, standardized_clip, the
 from .covariance import ReleasedMeat, first_stage_meat_release, resolve_cov_type
 from .design import IVDesign, design_from_arrays, design_from_formula
 from .engine import (DP2SGDPath, DivergenceError, check_positive, check_T, iteration_plan, make_rng,
-                     preconditioner_root, row_source, run_on_rows)
+                     preconditioner_root, run_on_rows)
 from .inference import private_inference
 from .moments import solve_2sls
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, repeat_moment_release, working_scale
@@ -395,7 +395,7 @@ class DPIV2SLS:
         schedule = _resolve_schedule(schedule, init)
         contraction = tuning.contraction(kappa, min(eta, alpha))
         shares = _schedule_shares(schedule, T_checked, contraction)
-        rows, _, _ = row_source(scale.Z, scale.X, scale.Y, k)
+        rows = scale.rows()
         try:
             clip_choice = None
             if isinstance(clip, str) and clip == "adaptive":
@@ -560,7 +560,7 @@ def _first_stage_meat(scale: WorkingScale, theta: np.ndarray, budget: dict, prep
     if budget["rho_diag"] is None:
         return None
     rho = math.inf if preprocess == "data" else budget["rho_diag"]
-    rows, _, _ = row_source(scale.Z, scale.X, scale.Y, scale.n_exog)
+    rows = scale.rows()
     try:
         meat = first_stage_meat_release(rows, theta, rho=rho, rng=rng)
     finally:

@@ -52,6 +52,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from .backends import InMemoryRows, RowSource, map_row_blocks
 from .design import IVDesign
 from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_sum
 from .privacy import Release, check_rho
@@ -171,6 +172,20 @@ class WorkingScale:
     z_names: tuple[str, ...] = ()
     bound_centres: pd.Series | None = None
     moments: ReleasedMoments | None = None
+    built_checked: bool = field(default=False, repr=False)  # in-memory arrays checked while they were built
+
+    def rows(self) -> RowSource:
+        """The working arrays as a :class:`~dpivreg.backends.RowSource` for the fit's passes (call ``close()``).
+
+        In-memory working arrays are built finite, contiguous and with X̃'s exogenous columns equal to Z̃'s
+        (:func:`working_scale`), so they are not checked again on every pass; other arrays go through
+        :func:`dpivreg.engine.row_source`'s checks.
+        """
+        if self.built_checked:
+            return InMemoryRows(self.Z, self.X[:, self.n_exog:], self.Y)
+        from .engine import row_source  # noqa: PLC0415 - the engine's checks, for arrays from elsewhere
+
+        return row_source(self.Z, self.X, self.Y, self.n_exog)[0]
 
     @property
     def leaked_columns(self) -> list[str]:
@@ -299,22 +314,6 @@ def box_columns(names: list, bounds: dict[str, tuple[float, float]], constant: s
             pd.Series(source, name="source", dtype=object), limits)
 
 
-def _bounded_columns(design: IVDesign, bounds: dict[str, tuple[float, float]], constant: str | None, centred: bool):
-    """Each column clipped to its bounds (original units), the box maps, sources and clipping counts."""
-    frame = pd.concat([design.dependent, design.exog, design.endog, design.instruments], axis=1)
-    names = _all_columns(design)
-    raw = {name: frame[name].to_numpy(dtype=np.float64) for name in names}
-    largest = {name: (float(np.max(np.abs(v))) if v.size else 0.0) for name, v in raw.items()}
-    centres, scales, source, limits = box_columns(names, bounds, constant, centred=centred, data_largest=largest)
-    clipped = {}
-    for name in names:
-        lo, hi = limits[name]
-        clipped[name] = int(np.count_nonzero((raw[name] < lo) | (raw[name] > hi))) if name in bounds else 0
-        if name in bounds:
-            raw[name] = np.clip(raw[name], lo, hi)
-    return raw, centres, scales, source, pd.Series(clipped, name="clipped values (non-private)", dtype=np.int64)
-
-
 # ----------------------------------------------------------------------------------------
 # the moment release and its post-processing
 # ----------------------------------------------------------------------------------------
@@ -423,41 +422,84 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     if route == "private":
         rho0 = check_rho(rho0, "rho0")
     rng = rng if rng is not None else np.random.default_rng()
-    if getattr(design, "is_dask", False):
-        from ._dask import dask_working_scale  # noqa: PLC0415 - dask is optional
-
-        return dask_working_scale(design, bounds, route=route, rho0=rho0, rng=rng)
+    names = _all_columns(design)
     constant = design.constant_name  # declared, never inferred from the values (public)
-    raw, centres, scales, source, clipped = _bounded_columns(design, bounds, constant, centred=route != "bounds")
-    free = free_columns(design, constant)
-    moments, moment_scales = None, scales
+    minimum, maximum = design.column_range  # NON-PRIVATE: only the scale of columns without bounds reads them
+    largest = dict(zip(names, np.maximum(np.abs(minimum), np.abs(maximum))))
+    centre_s, scale_s, source, limits = box_columns(names, bounds, constant, centred=route != "bounds",
+                                                    data_largest=largest)
+    lo = np.array([limits[c][0] for c in names])
+    hi = np.array([limits[c][1] for c in names])
+    centres, scales = centre_s[names].to_numpy(), scale_s[names].to_numpy()
+    index = {name: j for j, name in enumerate(names)}
+    free = [index[c] for c in free_columns(design, constant)]
+    unit, with_constant, rho, moment_scales = None, False, math.inf, scale_s
     if route != "bounds":
-        V = _box_rows(raw, free, centres, scales, design.nobs)
+        # max |clip(v)| per column is reached at the column's minimum or maximum (clip is monotone)
+        ends = np.stack([np.clip(minimum, lo, hi), np.clip(maximum, lo, hi)])
+        largest_v = np.max(np.abs((ends - centres) / scales), axis=0)
         rho = math.inf if route == "data" else rho0
-        with_constant = release_constant(constant is not None, centres[free].to_numpy())
-        unit = moment_units(np.max(np.abs(V), axis=0) if V.shape[0] else np.ones(len(free)), rho)
-        moment_scales = _with_units(scales, free, unit)
-        outer = box_moment_sum(V / unit, with_constant)
+        unit = moment_units(largest_v[free], rho)
+        with_constant = release_constant(constant is not None, centres[free])
+        moment_scales = _with_units(scale_s, [names[j] for j in free], unit)
+    counts, outer = design.blockwise_sum(preprocess_block, lo, hi, centres, scales, free, unit, with_constant)
+    moments = None
+    if route != "bounds":
         moments = moments_from_sum(outer, design.nobs, with_constant=with_constant, route=route, rho=rho,
                                    rng=rng) + (with_constant,)
-    constant_value = float(design.exog[constant].iloc[0]) if constant is not None else 1.0
-    maps = affine_maps(design, constant=constant, constant_value=constant_value, centres=centres,
+    constant_value = float(minimum[1 + design.exog_names.index(constant)]) if constant is not None else 1.0
+    maps = affine_maps(design, constant=constant, constant_value=constant_value, centres=centre_s,
                        scales=moment_scales, moments=moments)
+    Z, X, Y = _working_arrays(design, lo, hi, maps)
+    return WorkingScale(built_checked=not getattr(design, "is_dask", False),
+        route=route, bound_scales=scale_s, bound_centres=centre_s, source=source,
+        clipped_values=pd.Series(dict(zip(names, counts)), name="clipped values (non-private)", dtype=np.int64),
+        Z=Z, X=X, Y=Y, n_exog=len(design.exog_names), **maps,
+    )
+
+
+def preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, centres: np.ndarray, scales: np.ndarray,
+                     free: list[int], unit: np.ndarray | None, with_constant: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One block of design rows [dependent, exog, endog, instruments]: the values outside the bounds per column
+    and (unless ``unit`` is None) Σ uuᵀ of the moment release's rows, u = (clip(v) − centre)/scale/unit over
+    the free columns (the box mechanism then clips every entry to [−1, 1], a no-op within the bounds)."""
+    counts = np.count_nonzero((block < lo) | (block > hi), axis=0).astype(np.int64)
+    if unit is None:
+        return counts, np.zeros((0, 0))
+    V = (np.clip(block[:, free], lo[free], hi[free]) - centres[free]) / (scales[free] * unit)
+    return counts, box_moment_sum(V, with_constant)
+
+
+def _working_arrays(design, lo: np.ndarray, hi: np.ndarray, maps: dict):
+    """Z̃, X̃, Ỹ: the design's columns clipped to their bounds and mapped by the working scale's affine maps
+    (lazy Dask arrays for a Dask design; for an in-memory one filled block by block, without a copy of the
+    whole design)."""
+    pos = design.positions
     k = len(design.exog_names)
-    Z = (np.column_stack([raw[c] for c in design.z_names]) - maps["z_center"]) @ maps["A_z"]
-    X = (np.column_stack([raw[c] for c in design.regressor_names]) - maps["x_center"]) @ maps["A_x"]
-    X[:, :k] = Z[:, :k]  # identical by construction; remove rounding differences
-    Y = (raw[design.dependent_name] - maps["y_center"]) / maps["y_scale"]
-    return WorkingScale(route=route, bound_scales=scales, bound_centres=centres, source=source, clipped_values=clipped,
-                        Z=Z, X=X, Y=Y, n_exog=k, **maps)
+    A_endog, c_endog = maps["A_x"][k:, k:], maps["x_center"][k:]
 
+    def mapped(raw):
+        Z = (raw[:, pos["z"]] - maps["z_center"]) @ maps["A_z"]
+        X_endog = (raw[:, pos["endog"]] - c_endog) @ A_endog
+        return Z, X_endog, (raw[:, 0] - maps["y_center"]) / maps["y_scale"]
 
-def _box_rows(columns: Mapping, free: list, centres: pd.Series, scales: pd.Series, nobs: int) -> np.ndarray:
-    """The rows of the box moment release: each free column mapped by its box centre and scale (values
-    beyond the bounds map beyond ±1; the release clips every entry to [−1, 1])."""
-    if not free:
-        return np.zeros((nobs, 0))
-    return np.column_stack([(np.asarray(columns[c], dtype=np.float64) - centres[c]) / scales[c] for c in free])
+    if getattr(design, "is_dask", False):
+        import dask.array as da  # noqa: PLC0415 - dask is optional
+
+        Z, X_endog, Y = mapped(da.clip(design.values, lo, hi))
+        return Z, (da.concatenate([Z[:, :k], X_endog], axis=1) if k else X_endog), Y
+    n = design.nobs
+    Z, X, Y = np.empty((n, len(pos["z"]))), np.empty((n, len(pos["x"]))), np.empty(n)
+
+    def fill(rows: slice) -> bool:
+        Z[rows], X[rows, k:], Y[rows] = mapped(np.clip(design.row_block(rows), lo, hi))
+        X[rows, :k] = Z[rows, :k]  # identical by construction
+        return bool(np.isfinite(Z[rows]).all() and np.isfinite(X[rows, k:]).all() and np.isfinite(Y[rows]).all())
+
+    if not all(map_row_blocks(fill, n)):
+        raise OverflowError("the working scale overflows float64 (columns of order 1e300 without bounds?): give "
+                            "public bounds for every column, or rescale the data.")
+    return Z, X, Y
 
 
 def _with_units(scales: pd.Series, free: list, unit: np.ndarray) -> pd.Series:
@@ -481,18 +523,15 @@ def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float,
         raise ValueError("a repeated moment release needs the private route's first release.")
     rho = check_rho(rho, "rho")
     constant = design.constant_name
-    free = free_columns(design, constant)
     first = scale.moments
     centres, scales = scale.bound_centres, scale.bound_scales
-    if getattr(design, "is_dask", False):
-        from ._dask import dask_moment_sum  # noqa: PLC0415 - dask is optional
-
-        outer = dask_moment_sum(design, free, centres[free].to_numpy(), scales[free].to_numpy(),
-                                first.released_constant)
-    else:
-        frame = pd.concat([design.dependent, design.exog, design.endog, design.instruments], axis=1)
-        V = _box_rows(frame, free, centres, scales, design.nobs)
-        outer = box_moment_sum(V, first.released_constant)  # clipping to [−1, 1] is clipping to the bounds
+    names = _all_columns(design)
+    index = {name: j for j, name in enumerate(names)}
+    free = [index[c] for c in free_columns(design, constant)]
+    d = len(names)
+    lo, hi = np.full(d, -np.inf), np.full(d, np.inf)  # the release clips to [−1, 1], i.e. to the bounds
+    _, outer = design.blockwise_sum(preprocess_block, lo, hi, centres[names].to_numpy(), scales[names].to_numpy(),
+                                    free, np.ones(len(free)), first.released_constant)
     second, record, sigma = moments_from_sum(outer, design.nobs, with_constant=first.released_constant,
                                              route="private", rho=rho, rng=rng)
     record = dataclasses.replace(record, name=record.name + ", second release")

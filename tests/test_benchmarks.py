@@ -53,3 +53,19 @@ def test_coverage_replications_report_every_column():
     assert {"f private", "f non-private", "f inside", "f interval width"} <= set(f) and f["f non-private"] > 0
     het = ic.heteroskedastic_replication("grows", 2_000, 2.0, 0)
     assert {"cover (robust)", "cover (unadjusted)", "cover 2SLS (robust)"} <= set(het)
+
+
+def test_workflow_speed_quick_writes_its_table(tmp_path):
+    """``workflow_speed.py --quick`` runs both formulas in their subprocesses and writes every column; a default
+    fit makes T + 5 passes over the rows (the moment release, the working arrays, the clipping histograms, T
+    iterations and the robust meat's histogram and sums), the design one and the summary one (the benchmark)."""
+    import workflow_speed as ws
+
+    out = tmp_path / "workflow.csv"
+    ws.main(["--quick", "--out", str(out)])
+    table = pd.read_csv(out)
+    assert list(table.columns) == ws.COLUMNS
+    assert set(table.formula) == set(ws.FORMULAS)
+    assert (table.passes_fit == table["T"] + 5).all()
+    assert (table.passes_design == 1).all() and (table.passes_summary == 1).all()
+    assert (table[["design_s", "fit_s", "summary_s", "iv2sls_s", "peak_over_data"]] > 0).all().all()
