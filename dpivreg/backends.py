@@ -166,7 +166,7 @@ class _MappedRows:
         return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2, split))
 
     def sums(self, func, *args):
-        return _add(self._map(func, *args))
+        return _add(self._map(_in_blocks, func, *args))
 
     def close(self) -> None:
         if self._blas_limit is not None:
@@ -247,6 +247,16 @@ def _on_block(func, Z, X_endog, Y, *args):
     column slices of one block of rows; the kernels read strided rows, so they are not copied."""
     return func(np.asarray(Z, dtype=np.float64), np.asarray(X_endog, dtype=np.float64),
                 np.asarray(Y, dtype=np.float64), *args)
+
+
+def _in_blocks(Z, X_endog, Y, func, *args) -> tuple:
+    """``func`` over consecutive blocks of DESIGN_BLOCK_ROWS rows of one piece, the parts added in order: block
+    functions written with numpy make row-length temporaries, which then stay cache-sized."""
+    n = Z.shape[0]
+    if n <= DESIGN_BLOCK_ROWS:
+        return func(Z, X_endog, Y, *args)
+    return _add([func(Z[a:a + DESIGN_BLOCK_ROWS], X_endog[a:a + DESIGN_BLOCK_ROWS], Y[a:a + DESIGN_BLOCK_ROWS], *args)
+                 for a in range(0, n, DESIGN_BLOCK_ROWS)])
 
 
 def _add(parts: list[tuple]) -> tuple:
