@@ -259,6 +259,12 @@ class IVDesign(_DesignNames):
         """Name of the exog column declared as the intercept (see :func:`declared_constant`), or None."""
         return self.constant
 
+    def __getstate__(self) -> dict:
+        """Pickle without the cached array views of the blocks (they would store the data twice)."""
+        state = self.__dict__.copy()
+        state.pop("_columns", None)
+        return state
+
     # ------------------------------------------------------------ passes over the rows (NON-PRIVATE)
     @cached_property
     def _columns(self) -> tuple[np.ndarray, ...]:
@@ -272,6 +278,7 @@ class IVDesign(_DesignNames):
     def blockwise_sum(self, func: Any, *args: Any) -> Any:
         """Σ over the blocks of rows of ``func(block, *args)`` (an array or a tuple of arrays), in ONE pass
         (:func:`dpivreg.backends.map_row_blocks`): the counterpart of the Dask design's pass."""
+        self._columns  # noqa: B018 - built once here, not concurrently by the pass's threads
         parts = map_row_blocks(lambda rows: func(self.row_block(rows), *args), self.nobs)
         return add_parts(parts)
 
@@ -282,6 +289,7 @@ class IVDesign(_DesignNames):
             block = self.row_block(rows)
             return block_factor(block), np.min(block, axis=0, initial=np.inf), np.max(block, axis=0, initial=-np.inf)
 
+        self._columns  # noqa: B018 - built once here, not concurrently by the pass's threads
         parts = map_row_blocks(on_block, self.nobs)
         factor = ColumnFactor(*combine_factors([f for f, _, _ in parts]))
         return factor, np.min([lo for _, lo, _ in parts], axis=0), np.max([hi for _, _, hi in parts], axis=0)

@@ -424,7 +424,11 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     rng = rng if rng is not None else np.random.default_rng()
     names = _all_columns(design)
     constant = design.constant_name  # declared, never inferred from the values (public)
-    minimum, maximum = design.column_range  # NON-PRIVATE: only the scale of columns without bounds reads them
+    if design.nobs == 0:
+        raise ValueError("the design has no rows; the working scale needs observations.")
+    # NON-PRIVATE: read only for the scale of columns without bounds (a labelled leak), the exact route's units
+    # and the declared constant's value; no private release depends on them
+    minimum, maximum = design.column_range
     largest = dict(zip(names, np.maximum(np.abs(minimum), np.abs(maximum))))
     centre_s, scale_s, source, limits = box_columns(names, bounds, constant, centred=route != "bounds",
                                                     data_largest=largest)
@@ -497,8 +501,9 @@ def _working_arrays(design, lo: np.ndarray, hi: np.ndarray, maps: dict):
         return bool(np.isfinite(Z[rows]).all() and np.isfinite(X[rows, k:]).all() and np.isfinite(Y[rows]).all())
 
     if not all(map_row_blocks(fill, n)):
-        raise OverflowError("the working scale overflows float64 (columns of order 1e300 without bounds?): give "
-                            "public bounds for every column, or rescale the data.")
+        raise ValueError("the working arrays are not finite: the design holds NaN or infinite values, or a column "
+                         "of order 1e300 without bounds overflows float64. Drop or impute missing values, give "
+                         "public bounds for every column, or rescale the data.")
     return Z, X, Y
 
 

@@ -103,3 +103,25 @@ def test_rank_verdict_matches_matrix_rank():
     with pytest.raises(ValueError, match=r"column 'c' is a linear combination .* not a private release"):
         check_factor_rank(r, 500, ["a", "b", "c", "d"], "regressors")
     check_factor_rank(r[:, [0, 1, 3]], 500, ["a", "b", "d"], "regressors")
+
+
+def test_design_pickles_without_its_cached_views(frame):
+    """The cached array views of the blocks are not pickled (they would store the data twice); the factor is."""
+    import pickle
+
+    design = design_from_formula("y ~ 1 + w + [x1 ~ z1 + z2]", frame)
+    design.factor  # noqa: B018 - cache the pass
+    restored = pickle.loads(pickle.dumps(design))
+    assert "_columns" not in restored.__dict__ and "_pass_statistics" in restored.__dict__
+    np.testing.assert_array_equal(restored.row_block(slice(0, 5)), design.row_block(slice(0, 5)))
+
+
+def test_working_scale_rejects_an_empty_hand_built_design():
+    from dpivreg.design import IVDesign
+    from dpivreg.preprocess import working_scale
+
+    empty = pd.DataFrame({"y": []}, dtype=float)
+    design = IVDesign(dependent=empty, exog=pd.DataFrame(index=empty.index), endog=empty.rename(columns={"y": "x"}),
+                      instruments=empty.rename(columns={"y": "z"}))
+    with pytest.raises(ValueError, match="no rows"):
+        working_scale(design, {"y": (-1, 1), "x": (-1, 1), "z": (-1, 1)}, route="bounds")
