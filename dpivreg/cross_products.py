@@ -38,7 +38,7 @@ def r_factor(values: np.ndarray) -> np.ndarray:
 
 
 def block_factor(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(scale, R) of one block of finite rows: each column's max |value| and the R of the columns divided
+    """(scale, R) of one block of finite rows: each column's largest absolute value and the R of the columns divided
     by it (an all-zero column divided by 1)."""
     scale = np.max(np.abs(values), axis=0, initial=0.0)
     unit = np.where(scale > 0, scale, 1.0)
@@ -60,7 +60,7 @@ class ColumnFactor:
     Attributes
     ----------
     scale : ndarray (d,)
-        max |value| per column over the rows, 1 for an all-zero column.
+        The largest absolute value per column over the rows, 1 for an all-zero column.
     r : ndarray (d, d)
         The triangular factor of the columns divided by ``scale``.
     """
@@ -93,7 +93,7 @@ def factor_rank(r: np.ndarray, nobs: int) -> int:
 def check_factor_rank(r: np.ndarray, nobs: int, columns: list[Hashable], label: str) -> None:
     """Raise :func:`rank_error` if the columns with triangular factor ``r`` are collinear.
 
-    The columns are scaled to max |value| 1 first, so a column in the 1e13 (GDP in dollars) next to an
+    The columns are scaled to a largest absolute value of 1 first, so a column in the 1e13 (GDP in dollars) next to an
     intercept, or one scaled by 1e-300, is not called collinear: the working scale of the private fit
     rescales every column anyway. This deviates on purpose from linearmodels, whose rank check runs on
     the raw columns and rejects such designs. Genuinely collinear columns stay collinear.

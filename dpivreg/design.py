@@ -1087,7 +1087,7 @@ def _duplicate_instrument_error(name: Hashable, other: Hashable, block: str) -> 
 
 def check_design_rank(design: "IVDesign") -> None:
     """Raise if [exog, endog] or [exog, instruments] is collinear, from the design's column factor
-    (:func:`dpivreg.cross_products.check_factor_rank`: columns scaled to max |value| 1 first)."""
+    (:func:`dpivreg.cross_products.check_factor_rank`: columns scaled to a largest absolute value of 1 first)."""
     names = [design.dependent_name, *design.exog_names, *design.endog_names, *design.instrument_names]
     pos = design.positions
     for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
