@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -27,6 +28,55 @@ METHODS = ("gd", "preconditioned")
 
 class DivergenceError(ArithmeticError):
     """An iterate of DP-2S-GD became non-finite: the step size is too large for the data's scale."""
+
+
+class LongRunWarning(UserWarning):
+    """A loop of the fit (the iteration, or its simulation for the private inference) will run for minutes."""
+
+
+#: A loop whose remaining time, projected from its first steps, exceeds this many seconds is announced.
+LONG_RUN_SECONDS = 60.0
+
+
+class RunTimeForecast:
+    """Announce, once, a loop of ``total`` steps that will run longer than :data:`LONG_RUN_SECONDS`.
+
+    After each step, ``step(done)`` projects the remaining time from the mean time of the steps after the
+    first (from the fourth step on) and warns with :class:`LongRunWarning`, naming the expected time and
+    ``advice``. It reads only the clock.
+    """
+
+    def __init__(self, what: str, total: int, advice: str) -> None:
+        self.what, self.total, self.advice = what, total, advice
+        self.started = time.perf_counter()
+        self.after_first: float | None = None
+        self.announced = False
+
+    def step(self, done: int) -> None:
+        """Call with the number of steps done so far."""
+        if self.announced:
+            return
+        now = time.perf_counter()
+        if done == 1:
+            self.after_first = now  # the first step carries one-time costs (kernels loading): not a rate
+        if done < 4 or self.after_first is None:
+            return
+        rate = (now - self.after_first) / (done - 1)
+        remaining = rate * (self.total - done)
+        if remaining > LONG_RUN_SECONDS:
+            self.announced = True
+            warnings.warn(
+                f"{self.what}: {self.total} steps at {rate:.3g} s each will take about "
+                f"{_duration(now - self.started + remaining)} in all ({_duration(remaining)} to go). {self.advice}",
+                LongRunWarning, stacklevel=3)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 @dataclass(frozen=True)
@@ -681,8 +731,11 @@ def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: flo
         def preconditioner(theta_t: np.ndarray) -> np.ndarray:
             return preconditioner_root(theta_t, S, n_exog, ridge, root_kind)
 
+    forecast = RunTimeForecast("DP-2S-GD", T, "Interrupt and choose a smaller T (the default picks T from "
+                               "the releases), or let it run.")
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(T):
+            forecast.step(t)
             # Draw both stages' noise up front so the random stream does not depend on the data.
             xi = rng.standard_normal((q, p_endog)) * _per_row(noise1[t], split, q)[:, None]
             nu = rng.standard_normal(p) * _per_row(noise2[t], split, p)

@@ -56,7 +56,7 @@ import numpy as np
 
 from .backends import _count_pass
 from .covariance import resolve_cov_type, robust_covariance, score_edges, score_meat_release, unadjusted_covariance
-from .engine import DP2SGDPath, IterationPlan, preconditioner_root
+from .engine import DP2SGDPath, IterationPlan, RunTimeForecast, preconditioner_root
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
 from .preprocess import WorkingScale
 from .privacy import Release, gaussian_zcdp
@@ -261,8 +261,11 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
         theta, beta = solve_2sls(released, q, k, p_endog)
     else:
         theta, beta = np.zeros((R, q, p_endog)), np.zeros((R, p))
+    forecast = RunTimeForecast(f"the privacy-noise simulation ({R} replications of the iteration)", plan.T,
+                               "fit(inference=False) skips it; a smaller T shortens it.")
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(plan.T):
+            forecast.step(t)
             xi = rng.standard_normal(theta.shape) * _per_row(plan.noise1[t], plan.split, q)[:, None]
             nu = rng.standard_normal(beta.shape) * _per_row(plan.noise2[t], plan.split, p)
             theta_full = np.concatenate([exog_block, theta], axis=2)

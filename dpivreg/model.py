@@ -232,6 +232,8 @@ class DPIV2SLS:
             the warm start (a public clipping rule, an infinite budget, a whitening error κ̂ ≥ 0.5)
             T = 1 + ⌈log 0.02 / log c⌉ in [3, 12], c the per-step contraction implied by κ̂
             (:mod:`dpivreg.tuning`); 20 (the paper's experiments) from a zero start.
+            A fit whose iteration or inference simulation will run for more than a minute (projected from
+            its first steps) says so with a :class:`~dpivreg.LongRunWarning` naming the expected time.
         rho : float, optional
             The total zCDP budget instead of ``rho1``, ``rho2``: split as rho1 = rho2 and the default shares
             below of the releases that the fit makes (e.g. rho1 = rho2 = rho/2.6 on the default path).

@@ -423,3 +423,32 @@ def test_paper_data_step_sizes_equal_the_eigenvalue_formula():
     assert res.settings.eta == pytest.approx(1.0 / np.linalg.eigvalsh(Z.T @ Z / n)[-1], rel=1e-10)
     assert res.settings.alpha == pytest.approx(2.0 / (2.0 * gammas[-1] + max(gammas[0], 0.0)), rel=1e-10)
 
+
+
+def test_long_runs_are_announced_with_their_expected_time(monkeypatch):
+    """A loop projected (from its first steps) to run longer than LONG_RUN_SECONDS says so, once, with the
+    expected time and what to change: the iteration and the inference's simulation each (threshold lowered to 0
+    here; 60 s by default, which no test reaches)."""
+    from dpivreg import LongRunWarning
+    from dpivreg import engine
+
+    monkeypatch.setattr(engine, "LONG_RUN_SECONDS", 0.0)
+    frame = load_labsup().iloc[:20000]
+    model = DPIV2SLS.from_formula("weeks ~ 1 + [kids ~ samesex]", frame)
+    with pytest.warns(LongRunWarning) as caught:
+        model.fit(rho=1, T=8, seed=0, bounds={k: v for k, v in LABSUP_BOUNDS.items() if k in ("weeks", "kids", "samesex")})
+    texts = [str(w.message) for w in caught if issubclass(w.category, LongRunWarning)]
+    assert len(texts) == 2
+    assert texts[0].startswith("DP-2S-GD: 8 steps at ") and "smaller T" in texts[0]
+    assert texts[1].startswith("the privacy-noise simulation (2000 replications") and "inference=False" in texts[1]
+    assert all("will take about" in t for t in texts)
+
+
+def test_short_fits_are_not_announced():
+    frame = load_labsup().iloc[:20000]
+    model = DPIV2SLS.from_formula("weeks ~ 1 + [kids ~ samesex]", frame)
+    with warnings.catch_warnings():
+        from dpivreg import LongRunWarning
+
+        warnings.simplefilter("error", LongRunWarning)
+        model.fit(rho=1, T=8, seed=0, bounds={k: v for k, v in LABSUP_BOUNDS.items() if k in ("weeks", "kids", "samesex")})
