@@ -41,8 +41,8 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-from .backends import _count_pass, is_dask_collection as _is_dask_collection
-from .cross_products import ColumnFactor, check_factor_rank, combine_factors, r_factor
+from .backends import _count_pass, add_parts, is_dask_collection as _is_dask_collection
+from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors, r_factor
 from .design import (
     _BLOCKS,
     block_positions,
@@ -263,10 +263,7 @@ def _block_stats(raw: np.ndarray, widths: tuple[int, ...], pairs: tuple[tuple[in
     starts = np.cumsum((0,) + widths)
     bad_rows = [int(np.count_nonzero(~finite[:, a:b].all(axis=1))) if b > a else 0
                 for a, b in zip(starts[:-1], starts[1:])]
-    magnitude = np.where(finite, np.abs(clean), 0.0)
-    scale = np.max(magnitude, axis=0, initial=0.0)
-    unit = np.where(scale > 0, scale, 1.0)
-    scaled = np.where(finite, clean, 0.0) / unit
+    scale, r = block_factor(np.where(finite, clean, 0.0))  # infinite values are reported, not factored
     return {
         "n_raw": raw.shape[0],
         "n": clean.shape[0],
@@ -276,7 +273,7 @@ def _block_stats(raw: np.ndarray, widths: tuple[int, ...], pairs: tuple[tuple[in
         "max": np.max(clean, axis=0, initial=-np.inf),
         "bad_rows": np.array(bad_rows, dtype=np.int64),
         "scale": scale,
-        "r": r_factor(scaled),
+        "r": r,
         "equal": np.array([np.array_equal(clean[:, j], clean[:, i]) for j, i in pairs], dtype=bool),
     }
 
@@ -923,10 +920,7 @@ def blockwise_sum(values: Any, func: Any, *args: Any) -> Any:
 
     _count_pass()
     blocks = values.to_delayed().ravel()
-    results = dask.compute(*[dask.delayed(func)(block, *args) for block in blocks])
-    if isinstance(results[0], tuple):
-        return tuple(sum(r[i] for r in results) for i in range(len(results[0])))
-    return sum(results)
+    return add_parts(list(dask.compute(*[dask.delayed(func)(block, *args) for block in blocks])))
 
 
 def dask_r_factor(values: Any) -> np.ndarray:

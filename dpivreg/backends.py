@@ -104,8 +104,7 @@ def map_row_blocks(func, n: int, *, block_rows: int = DESIGN_BLOCK_ROWS, n_threa
     the threads run (see :func:`_limit_blas_to_one_thread`).
     """
     _count_pass()
-    edges = list(range(0, n, block_rows)) + [n]
-    blocks = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])] or [slice(0, 0)]
+    blocks = _row_blocks(n, block_rows) or [slice(0, 0)]
     threads = min(default_threads() if n_threads is None else n_threads, len(blocks),
                   max(1, n // _MIN_ROWS_PER_THREAD))
     if threads <= 1:
@@ -252,11 +251,14 @@ def _on_block(func, Z, X_endog, Y, *args):
 def _in_blocks(Z, X_endog, Y, func, *args) -> tuple:
     """``func`` over consecutive blocks of DESIGN_BLOCK_ROWS rows of one piece, the parts added in order: block
     functions written with numpy make row-length temporaries, which then stay cache-sized."""
-    n = Z.shape[0]
-    if n <= DESIGN_BLOCK_ROWS:
+    if Z.shape[0] <= DESIGN_BLOCK_ROWS:
         return func(Z, X_endog, Y, *args)
-    return _add([func(Z[a:a + DESIGN_BLOCK_ROWS], X_endog[a:a + DESIGN_BLOCK_ROWS], Y[a:a + DESIGN_BLOCK_ROWS], *args)
-                 for a in range(0, n, DESIGN_BLOCK_ROWS)])
+    return _add([func(Z[rows], X_endog[rows], Y[rows], *args) for rows in _row_blocks(Z.shape[0], DESIGN_BLOCK_ROWS)])
+
+
+def _row_blocks(n: int, block_rows: int) -> list[slice]:
+    """Consecutive slices of ``block_rows`` rows (the last one shorter) covering range(n)."""
+    return [slice(a, min(a + block_rows, n)) for a in range(0, n, block_rows)]
 
 
 def _add(parts: list[tuple]) -> tuple:

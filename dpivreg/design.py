@@ -138,6 +138,11 @@ class _DesignNames:
         return self.exog_names + self.instrument_names
 
     @property
+    def column_names(self) -> list[Hashable]:
+        """Names of the design's rows' columns [dependent, exog, endog, instruments] (the order of :attr:`positions`)."""
+        return [self.dependent_name, *self.exog_names, *self.endog_names, *self.instrument_names]
+
+    @property
     def positions(self) -> dict[str, list[int]]:
         """Column positions in the design's rows [dependent, exog, endog, instruments] of each block,
         ``"x"`` (= [exog, endog]) and ``"z"`` (= [exog, instruments])."""
@@ -278,19 +283,20 @@ class IVDesign(_DesignNames):
     def blockwise_sum(self, func: Any, *args: Any) -> Any:
         """Σ over the blocks of rows of ``func(block, *args)`` (an array or a tuple of arrays), in ONE pass
         (:func:`dpivreg.backends.map_row_blocks`): the counterpart of the Dask design's pass."""
+        return add_parts(self._map_blocks(lambda block: func(block, *args)))
+
+    def _map_blocks(self, func: Any) -> list:
+        """``func(block)`` for every block of rows (:meth:`row_block`), in order, in ONE pass."""
         self._columns  # noqa: B018 - built once here, not concurrently by the pass's threads
-        parts = map_row_blocks(lambda rows: func(self.row_block(rows), *args), self.nobs)
-        return add_parts(parts)
+        return map_row_blocks(lambda rows: func(self.row_block(rows)), self.nobs)
 
     @cached_property
     def _pass_statistics(self) -> tuple[ColumnFactor, np.ndarray, np.ndarray]:
         """The design's one NON-PRIVATE statistics pass: its column factor and per-column minima and maxima."""
-        def on_block(rows: slice):
-            block = self.row_block(rows)
+        def on_block(block: np.ndarray):
             return block_factor(block), np.min(block, axis=0, initial=np.inf), np.max(block, axis=0, initial=-np.inf)
 
-        self._columns  # noqa: B018 - built once here, not concurrently by the pass's threads
-        parts = map_row_blocks(on_block, self.nobs)
+        parts = self._map_blocks(on_block)
         factor = ColumnFactor(*combine_factors([f for f, _, _ in parts]))
         return factor, np.min([lo for _, lo, _ in parts], axis=0), np.max([hi for _, _, hi in parts], axis=0)
 
@@ -1088,7 +1094,7 @@ def _duplicate_instrument_error(name: Hashable, other: Hashable, block: str) -> 
 def check_design_rank(design: "IVDesign") -> None:
     """Raise if [exog, endog] or [exog, instruments] is collinear, from the design's column factor
     (:func:`dpivreg.cross_products.check_factor_rank`: columns scaled to a largest absolute value of 1 first)."""
-    names = [design.dependent_name, *design.exog_names, *design.endog_names, *design.instrument_names]
+    names = design.column_names
     pos = design.positions
     for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
         cols = pos[key]

@@ -190,17 +190,20 @@ def _f_noise_interval(G: np.ndarray, noise: np.ndarray, q: int, n_exog: int, n: 
     tail = (1.0 - level) / 2.0
     instruments = list(range(1, 1 + q))
     m = q - n_exog
+    exog = instruments[:n_exog]
 
-    def f_of(worlds: np.ndarray) -> np.ndarray:  # column j's F alone, as first_stage_statistics computes it
-        full = np.maximum(_rss(worlds, column, instruments), 1e-300)
-        restricted = np.maximum(_rss(worlds, column, instruments[:n_exog]), full)
+    def f_from_rss(full_rss: np.ndarray, restricted_rss: np.ndarray) -> np.ndarray:  # as first_stage_statistics
+        full = np.maximum(full_rss, 1e-300)
+        restricted = np.maximum(restricted_rss, full)
         with np.errstate(over="ignore", divide="ignore"):  # a re-release may leave no residual: F = inf
             return n * (restricted - full) / (m * full)
+
+    def f_of(worlds: np.ndarray) -> np.ndarray:  # column j's F alone
+        return f_from_rss(_rss(worlds, column, instruments), _rss(worlds, column, exog))
 
     released = float(f_of(G))
     # The worlds differ only in column j's entries, so the re-released instrument blocks (and their floored
     # inverses) are the same for every t: factor them once, then each t costs a few matrix-vector products.
-    exog = instruments[:n_exog]
     released_blocks = G[None] + noise
     inverses = [np.linalg.inv(floor_spectrum(released_blocks[:, cols][:, :, cols], FLOOR)) if cols else None
                 for cols in (instruments, exog)]
@@ -212,10 +215,7 @@ def _f_noise_interval(G: np.ndarray, noise: np.ndarray, q: int, n_exog: int, n: 
         for cols, inverse in zip((instruments, exog), inverses):
             b = world[:, cols, column]
             rss.append(own if inverse is None else own - np.einsum("ri,rij,rj->r", b, inverse, b))
-        full = np.maximum(rss[0], 1e-300)
-        restricted = np.maximum(rss[1], full)
-        with np.errstate(over="ignore", divide="ignore"):
-            return n * (restricted - full) / (m * full)
+        return f_from_rss(*rss)
 
     def quantile(t: float, which: int) -> float:  # which 0: lower, 1: upper end of the released F's law at t
         return float(np.quantile(simulated_f(t), [tail, 1.0 - tail][which]))

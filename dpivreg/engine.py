@@ -401,6 +401,15 @@ def _inverse_sqrt_preconditioner(theta_endog: np.ndarray, S: np.ndarray, n_exog:
     return preconditioner_root(theta_endog, S, n_exog, ridge, "symmetric")
 
 
+def preconditioner_matrix(theta_endog: np.ndarray, S: np.ndarray, n_exog: int, ridge: float) -> np.ndarray:
+    """P = Θ̄ᵀ S Θ̄ + ridge·I (symmetrised) with Θ̄ = [I_exog | Θ_endog] (q × p); also for a stack of Θ."""
+    q = S.shape[0]
+    exog_block = np.broadcast_to(np.eye(q, n_exog), theta_endog.shape[:-1] + (n_exog,))
+    theta_full = np.concatenate([exog_block, theta_endog], axis=-1)
+    P = np.swapaxes(theta_full, -1, -2) @ S @ theta_full
+    return (P + np.swapaxes(P, -1, -2)) / 2.0 + ridge * np.eye(P.shape[-1])
+
+
 def preconditioner_root(theta_endog: np.ndarray, S: np.ndarray, n_exog: int, ridge: float, kind: str) -> np.ndarray:
     """W with W P Wᵀ = I for P = Θ̄ᵀ S Θ̄ + ridge·I, Θ̄ = [I_exog | Θ_endog] (q × p); also for a stack of Θ.
 
@@ -408,11 +417,7 @@ def preconditioner_root(theta_endog: np.ndarray, S: np.ndarray, n_exog: int, rid
     the first ``n_exog`` whitened coordinates depend only on the exogenous regressors and the endogenous
     ones are the endogenous fitted values after partialling out the exogenous (Frisch–Waugh–Lovell).
     """
-    q = S.shape[0]
-    exog_block = np.broadcast_to(np.eye(q, n_exog), theta_endog.shape[:-1] + (n_exog,))
-    theta_full = np.concatenate([exog_block, theta_endog], axis=-1)
-    P = np.swapaxes(theta_full, -1, -2) @ S @ theta_full
-    P = (P + np.swapaxes(P, -1, -2)) / 2.0 + ridge * np.eye(P.shape[-1])
+    P = preconditioner_matrix(theta_endog, S, n_exog, ridge)
     broken = ~np.all(np.isfinite(P), axis=(-2, -1))  # a diverged iterate (e.g. in a simulated world): NaN root
     P = np.where(broken[..., None, None], np.eye(P.shape[-1]), P)
     eigenvalues, vectors = np.linalg.eigh(P)

@@ -56,7 +56,7 @@ import numpy as np
 
 from .backends import _count_pass
 from .covariance import resolve_cov_type, robust_covariance, score_edges, score_meat_release, unadjusted_covariance
-from .engine import DP2SGDPath, IterationPlan, RunTimeForecast, preconditioner_root
+from .engine import DP2SGDPath, IterationPlan, RunTimeForecast, preconditioner_matrix, preconditioner_root
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
 from .preprocess import WorkingScale
 from .privacy import Release, gaussian_zcdp
@@ -213,17 +213,16 @@ def _stacked_root(theta: np.ndarray, q: int, k: int, ridge: float, kind: str) ->
     a QR and a solve (equal up to rounding: P's eigenvalues are ≥ ridge). Falls back to the engine's root
     when a factorisation fails (a spectrum too wide for Cholesky in floating point) or for the symmetric root.
     """
+    S = np.eye(q)
     if kind != "cholesky":
-        return preconditioner_root(theta, np.eye(q), k, ridge, kind)
-    theta_full = np.concatenate([np.broadcast_to(np.eye(q, k), theta.shape[:-1] + (k,)), theta], axis=-1)
-    P = np.swapaxes(theta_full, -1, -2) @ theta_full
-    P = (P + np.swapaxes(P, -1, -2)) / 2.0 + ridge * np.eye(P.shape[-1])
+        return preconditioner_root(theta, S, k, ridge, kind)
+    P = preconditioner_matrix(theta, S, k, ridge)
     if not np.all(np.isfinite(P)):
-        return preconditioner_root(theta, np.eye(q), k, ridge, kind)
+        return preconditioner_root(theta, S, k, ridge, kind)
     try:
         return np.linalg.inv(np.linalg.cholesky(P))
     except np.linalg.LinAlgError:
-        return preconditioner_root(theta, np.eye(q), k, ridge, kind)
+        return preconditioner_root(theta, S, k, ridge, kind)
 
 
 def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, scale: WorkingScale, *,

@@ -259,7 +259,7 @@ def validate_bounds(bounds: Bounds | None, design: IVDesign) -> dict[str, tuple[
             'bounds must be a dict mapping design column names to (lower, upper) pairs, e.g. '
             f'{{"weeks": (0, 52)}}; got {type(bounds).__name__}.'
         )
-    known = _all_columns(design)
+    known = design.column_names
     checked: dict[str, tuple[float, float]] = {}
     for name, pair in bounds.items():
         if name not in known:
@@ -280,10 +280,6 @@ def validate_bounds(bounds: Bounds | None, design: IVDesign) -> dict[str, tuple[
             raise ValueError(f"bounds[{name!r}] must satisfy lower < upper, got {pair!r}.")
         checked[name] = (lo, hi)
     return checked
-
-
-def _all_columns(design: IVDesign) -> list[str]:
-    return [design.dependent_name, *design.exog_names, *design.endog_names, *design.instrument_names]
 
 
 def box_columns(names: list, bounds: dict[str, tuple[float, float]], constant: str | None, *, centred: bool,
@@ -422,7 +418,7 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     if route == "private":
         rho0 = check_rho(rho0, "rho0")
     rng = rng if rng is not None else np.random.default_rng()
-    names = _all_columns(design)
+    names = design.column_names
     constant = design.constant_name  # declared, never inferred from the values (public)
     if design.nobs == 0:
         raise ValueError("the design has no rows; the working scale needs observations.")
@@ -435,8 +431,7 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     lo = np.array([limits[c][0] for c in names])
     hi = np.array([limits[c][1] for c in names])
     centres, scales = centre_s[names].to_numpy(), scale_s[names].to_numpy()
-    index = {name: j for j, name in enumerate(names)}
-    free = [index[c] for c in free_columns(design, constant)]
+    free = free_positions(design, constant)
     unit, with_constant, rho, moment_scales = None, False, math.inf, scale_s
     if route != "bounds":
         # max |clip(v)| per column is reached at the column's minimum or maximum (clip is monotone)
@@ -530,9 +525,8 @@ def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float,
     constant = design.constant_name
     first = scale.moments
     centres, scales = scale.bound_centres, scale.bound_scales
-    names = _all_columns(design)
-    index = {name: j for j, name in enumerate(names)}
-    free = [index[c] for c in free_columns(design, constant)]
+    names = design.column_names
+    free = free_positions(design, constant)
     d = len(names)
     lo, hi = np.full(d, -np.inf), np.full(d, np.inf)  # the release clips to [−1, 1], i.e. to the bounds
     _, outer = design.blockwise_sum(preprocess_block, lo, hi, centres[names].to_numpy(), scales[names].to_numpy(),
@@ -551,6 +545,12 @@ def free_columns(design: IVDesign, constant: str | None) -> list:
     """The non-constant columns in the order of the moment release: [exog, instruments, endog, dependent]."""
     return ([c for c in design.exog_names if c != constant] + list(design.instrument_names)
             + list(design.endog_names) + [design.dependent_name])
+
+
+def free_positions(design: IVDesign, constant: str | None) -> list[int]:
+    """Positions of :func:`free_columns` in the design's rows [dependent, exog, endog, instruments]."""
+    index = {name: j for j, name in enumerate(design.column_names)}
+    return [index[c] for c in free_columns(design, constant)]
 
 
 def n_free_instruments(design: IVDesign, constant: str | None) -> int:
