@@ -4,7 +4,7 @@ The estimator is the noisy two-stage gradient descent (DP-2S-GD) of Liang, Balas
 & Lai; see :func:`dp_2s_gd` for the engine and :class:`PrivacyBudget` for the accounting.
 """
 
-from .engine import DivergenceError, DP2SGDPath, LongRunWarning, dp_2s_gd
+from .engine import ConvergenceWarning, DivergenceError, DP2SGDPath, LongRunWarning, dp_2s_gd
 from .model import DPIV2SLS
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, delta_from_rho, epsilon_from_rho
 from .results import DPIVResults, InferenceUnavailableError
@@ -19,6 +19,7 @@ __all__ = [
     "DP2SGDPath",
     "DivergenceError",
     "LongRunWarning",
+    "ConvergenceWarning",
     "PrivacyBudget",
     "PrivacyLeakWarning",
     "Release",

@@ -43,8 +43,12 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from .backends import _count_pass, add_parts, is_dask_collection as _is_dask_collection
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors, r_factor
+from .boundary import missing_policy
 from .design import (
     _BLOCKS,
+    apply_missing_policy,
+    formula_boundary,
+    FULL_RANK_BLOCKS,
     block_positions,
     check_declared_constant,
     declared_constant,
@@ -139,6 +143,8 @@ class DaskIVDesign(_DesignNames):
         Rows dropped because of a missing value.
     constant : Hashable, optional
         The exogenous column declared as the intercept (:func:`dpivreg.design.declared_constant`).
+    missing, data_levels, zero_allowed, n_missing
+        The privacy boundary's facts, as for :class:`~dpivreg.design.IVDesign`.
     """
 
     values: Any
@@ -149,6 +155,10 @@ class DaskIVDesign(_DesignNames):
     formula_engine: str | None = None
     n_dropped: int = 0
     constant: Hashable | None = None
+    missing: str = "drop"
+    data_levels: tuple[str, ...] = ()
+    zero_allowed: tuple[Hashable, ...] = ()
+    n_missing: int | None = None
 
     is_dask: ClassVar[bool] = True
 
@@ -294,6 +304,7 @@ def _combine(parts: list[dict]) -> dict:
         "r": r,
         "equal": np.all([p["equal"] for p in parts], axis=0),
         "encoded": _combine_encoded(parts),
+        "missing_rows": sum(p.get("missing_rows", p["n_raw"] - p["n"]) for p in parts),
     }
 
 
@@ -319,7 +330,7 @@ def _instrument_pairs(widths: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     return tuple(pairs)
 
 
-def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...]) -> None:
+def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...], zero_allowed: tuple[Hashable, ...] = ()) -> None:
     """The checks of :func:`dpivreg.design._drop_missing` and ``_validate`` from the pass's statistics."""
     total, nobs = stats["n_raw"], stats["n"]
     if total == 0:
@@ -344,23 +355,29 @@ def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...]) -> None:
     labels = {c: name for block, b in zip(_BLOCKS, range(4)) for c, name in zip(pos[block], names[b])}
     equal = dict(zip(_instrument_pairs(widths), stats["equal"]))
     exog = set(pos["exog"])
+    zero = {c for c, name in labels.items()  # all-zero declared levels and indicators (dpivreg.boundary)
+            if name in zero_allowed and stats["min"][c] == 0 and stats["max"][c] == 0}
     for col in pos["instruments"]:
+        if col in zero:
+            continue
         if stats["min"][col] == stats["max"][col]:
             varied = bool(stats["raw_min"][col] < stats["raw_max"][col])
             raise _constant_instrument_error(labels[col], stats["min"][col], nobs, n_dropped, varied)
         for other in pos["exog"] + [c for c in pos["instruments"] if c < col]:
-            if equal[(col, other)]:
+            if other not in zero and equal[(col, other)]:
                 raise _duplicate_instrument_error(labels[col], labels[other],
                                                   "exog" if other in exog else "instruments")
     for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
-        cols = pos[key]
+        cols = [c for c in pos[key] if c not in zero]
         check_factor_rank(stats["r"][:, cols], nobs, [labels[c] for c in cols], label)
 
 
 def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...], ...], *, formula: str | None,
             formula_engine: str | None, source: str, stacklevel: int,
-            encoded_columns: list[Hashable] | None = None, constant: Any = None) -> DaskIVDesign:
-    """Run the building pass, validate, warn and assemble the lazy design."""
+            encoded_columns: list[Hashable] | None = None, constant: Any = None,
+            boundary: dict | None = None) -> DaskIVDesign:
+    """Run the building pass, validate, warn and assemble the lazy design (``boundary``: the design's
+    ``missing``, ``data_levels`` and ``zero_allowed``)."""
     import dask  # noqa: PLC0415
     import dask.array as da  # noqa: PLC0415
 
@@ -368,7 +385,8 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
         raise ValueError("the data have no partitions; the design needs observations.")
     _count_pass()
     stats = _combine(list(dask.compute(*stats_parts)))
-    _validate(stats, names)
+    boundary = boundary or {}
+    _validate(stats, names, boundary.get("zero_allowed", ()))
     declared = declared_constant(list(names[1]), constant)
     if declared is not None:
         j = 1 + list(names[1]).index(declared)
@@ -384,7 +402,7 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
         values=values, names=names, nobs=int(stats["n"]),
         stats=DesignStats(stats["min"], stats["max"], stats["scale"], stats["r"]),
         formula=formula, formula_engine=formula_engine, n_dropped=int(stats["n_raw"] - stats["n"]),
-        constant=declared,
+        constant=declared, n_missing=int(stats["missing_rows"]), **boundary,
     )
     _warn_dropped(design, source, stacklevel=stacklevel + 1)
     if stats["encoded"] is not None and encoded_columns:
@@ -399,8 +417,6 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
 # Formulas
 # ---------------------------------------------------------------------------
 
-#: Per block: does linearmodels' parser ask formulaic for a full-rank block?
-_FULL_RANK = {"dependent": False, "exog": True, "endog": False, "instruments": False}
 
 
 @dataclass(frozen=True)
@@ -449,6 +465,7 @@ def _formula_stats(part: pd.DataFrame, builder: Any, used: list[Hashable],
     missing = part[used].isna().to_numpy()[kept] if used else np.zeros((int(kept.sum()), 0), dtype=bool)
     stats["encoded_columns"] = missing.any(axis=0)
     stats["encoded_rows"] = int(missing.any(axis=1).sum())
+    stats["missing_rows"] = int(part[used].isna().any(axis=1).sum()) if used else 0
     return stats
 
 
@@ -553,7 +570,7 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore", DataMismatchWarning)
                 matrix = Formula(text).get_model_matrix(
-                    sample, context=ctx, ensure_full_rank=_FULL_RANK[block], na_action="ignore")
+                    sample, context=ctx, ensure_full_rank=FULL_RANK_BLOCKS[block], na_action="ignore")
         except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
             raise _block_error(block, text, "formulaic", exc) from exc
         _check_spec(matrix.model_spec, block, text, sample)
@@ -681,7 +698,8 @@ def _check_patsy_info(info: Any, block: str, text: str, meta: pd.DataFrame) -> N
 
 
 def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, Any],
-                             formula_engine: str = "formulaic") -> DaskIVDesign:
+                             formula_engine: str = "formulaic", missing: str = "drop",
+                             fill_values: Any = None, indicators: Any = ()) -> DaskIVDesign:
     """Build a lazy, validated IV design from a formula and a Dask DataFrame.
 
     Parameters
@@ -696,6 +714,8 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
         names are shipped to the workers.
     formula_engine : {"formulaic", "patsy"}
         As for pandas; each process rebuilds patsy's designs once from the same synthetic sample.
+    missing, fill_values, indicators
+        The missing-value policy, as for :func:`dpivreg.design.design_from_formula` (filled lazily).
 
     Returns
     -------
@@ -720,10 +740,13 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     from dask import delayed  # noqa: PLC0415
     from dask.dataframe.utils import meta_nonempty  # noqa: PLC0415
 
+    policy = missing_policy(missing, fill_values, indicators)
     parts = _split_formula(formula)
     meta = data._meta
     _check_dask_columns(meta, parts)
     _check_data_columns(meta, parts)
+    formula, data, parts, added = apply_missing_policy(formula, data, parts, policy)
+    meta = data._meta
     from .design import _formulaic_context  # noqa: PLC0415
 
     _ship(set(_formula_factors(parts)) - set(meta.columns), _formulaic_context(context))  # no arrays
@@ -747,7 +770,8 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     stats = [delayed(_formula_stats)(part, shared, used, widths, pairs) for part in partitions]
     raws = [delayed(_apply)(shared, part) for part in partitions]
     return _finish(raws, stats, names, formula=formula, formula_engine=formula_engine,
-                   source="design_from_formula", stacklevel=3, encoded_columns=used)
+                   source="design_from_formula", stacklevel=3, encoded_columns=used,
+                   boundary=formula_boundary(meta, parts, policy, added, sample_blocks, sample, context))
 
 
 # ---------------------------------------------------------------------------
@@ -863,14 +887,21 @@ def _array_partitions(inputs: dict[str, Any]) -> list[list]:
 
 
 def dask_design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, *,
-                            constant: Any = None) -> DaskIVDesign:
+                            constant: Any = None, missing: str = "drop", fill_values: Any = None,
+                            indicators: Any = ()) -> DaskIVDesign:
     """Build a lazy, validated IV design from Dask arrays, DataFrames or Series.
 
     The counterpart of :func:`dpivreg.design.design_from_arrays`: same naming of unnamed
     columns, rows with a missing value dropped jointly (per partition), the same checks.
     All inputs must be Dask collections of one kind (arrays, or DataFrames/Series) and
     partitioned alike; ``exog`` may be None. ``constant`` declares the intercept as there.
+    ``missing`` is "drop" or "drop-public" (fill Dask arrays before, e.g. with ``da.where``).
     """
+    policy = missing_policy(missing, fill_values, indicators)
+    if policy.how == "fill":
+        raise ValueError("missing='fill' is not available for Dask array inputs: fill them first (e.g. "
+                         "dask.array.where(dask.array.isnan(x), value, x) or ddf.fillna({...})), or pass a Dask "
+                         "DataFrame with a formula, which fills lazily.")
     from dask import delayed  # noqa: PLC0415
 
     inputs = {"dependent": dependent, "exog": exog, "endog": endog, "instruments": instruments}
@@ -905,7 +936,7 @@ def dask_design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: 
     stats = [delayed(_block_raw_stats)(*parts, builder=builder, widths=widths, pairs=pairs) for parts in per_partition]
     raws = [delayed(builder)(*parts) for parts in per_partition]
     return _finish(raws, stats, names_t, formula=None, formula_engine=None, source="design_from_arrays",
-                   stacklevel=3, constant=constant)
+                   stacklevel=3, constant=constant, boundary={"missing": policy.how})
 
 
 # ---------------------------------------------------------------------------

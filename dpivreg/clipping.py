@@ -62,6 +62,7 @@ import numpy as np
 from .kernels import pass_matrix
 from .mechanisms import clip_from_histogram, histogram_counts, log_grid, release_histogram_counts
 from .privacy import Release
+from .validation import check_clip
 
 __all__ = ["theorem_clip", "standardized_clip", "gradient_norm_counts", "adaptive_clip", "AdaptiveClip",
            "target_clipped_rows", "resolve_public_clip", "CLIP_RULES", "MAX_CLIPPED_ROWS",
@@ -243,18 +244,10 @@ def resolve_public_clip(clip, *, n: int, q: int, p: int, p_endog: int, T: int, t
         gamma = theorem_clip(n, q, T, tau=tau, c0=float(c0))
         return gamma, gamma, f"Theorem, c0 = {c0:g}"
     if isinstance(clip, numbers.Real):
-        return _positive_clip(clip, "clip"), _positive_clip(clip, "clip"), "user"
+        return check_clip(clip, "clip"), check_clip(clip, "clip"), "user"
     if isinstance(clip, (tuple, list)) and len(clip) == 2:
-        return _positive_clip(clip[0], "clip[0]"), _positive_clip(clip[1], "clip[1]"), "user"
+        return check_clip(clip[0], "clip[0]"), check_clip(clip[1], "clip[1]"), "user"
     raise TypeError(
         f"clip must be None, 'adaptive', 'theorem', 'rms', a number, a (gamma1, gamma2) pair, {{'c0': value}} or "
         f"False; got {clip!r}."
     )
-
-
-def _positive_clip(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a clipping threshold (a number > 0), got {value!r}.")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite clipping threshold > 0, got {value!r}.")
-    return float(value)

@@ -102,13 +102,21 @@ def _full_first_stage(theta_endog: np.ndarray, n_exog: int) -> np.ndarray:
 def unadjusted_covariance(theta_endog: np.ndarray, n_exog: int, sigma2: float, n: int) -> np.ndarray:
     """Homoskedastic 2SLS covariance σ²(Θ̄ᵀΘ̄)⁻¹/n on the whitened working scale (S = I)."""
     theta_full = _full_first_stage(theta_endog, n_exog)
-    return sigma2 * np.linalg.inv(theta_full.T @ theta_full) / n
+    return sigma2 * _bread(theta_full) / n
+
+
+def _bread(theta_full: np.ndarray) -> np.ndarray:
+    """(Θ̄ᵀΘ̄)⁻¹; all inf for a singular released first stage (no finite covariance: the inference says so)."""
+    try:
+        return np.linalg.inv(theta_full.T @ theta_full)
+    except np.linalg.LinAlgError:
+        return np.full((theta_full.shape[1],) * 2, np.inf)
 
 
 def robust_covariance(theta_endog: np.ndarray, n_exog: int, meat: np.ndarray, n: int) -> np.ndarray:
     """The 2SLS sandwich (Θ̄ᵀΘ̄)⁻¹Θ̄ᵀΩΘ̄(Θ̄ᵀΘ̄)⁻¹/n on the whitened working scale, Ω the q×q score meat."""
     theta_full = _full_first_stage(theta_endog, n_exog)
-    bread = np.linalg.inv(theta_full.T @ theta_full)
+    bread = _bread(theta_full)
     V = bread @ (theta_full.T @ meat @ theta_full) @ bread / n
     return (V + V.T) / 2.0
 

@@ -16,11 +16,14 @@ raw data without noise. They validate the private estimate and must never be pub
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from .boundary import DATA_CHECK_NOTE
 
 __all__ = ["ColumnFactor", "CrossProductIV2SLS", "block_factor", "combine_factors", "r_factor",
            "factor_rank", "check_factor_rank", "rank_error", "iv2sls_from_factor", "iv2sls_benchmark",
@@ -117,8 +120,7 @@ def rank_error(columns: list[Hashable], rank: int, bad: int, label: str) -> Valu
     return ValueError(
         f"{label} does not have full column rank (rank {rank} < {len(columns)} "
         f"columns): column {name!r} is a linear combination of the columns before "
-        f"it in {columns}. Drop a collinear column (e.g. {name!r}). (This check reads the raw data: "
-        "its verdict is seen only by the data holder and is not a private release.)"
+        f"it in {columns}. Drop a collinear column (e.g. {name!r}). {DATA_CHECK_NOTE}"
     )
 
 
@@ -216,6 +218,19 @@ def iv2sls_from_factor(factor: ColumnFactor, positions: dict[str, list[int]], no
 
 def iv2sls_benchmark(design) -> CrossProductIV2SLS:
     """The NON-PRIVATE 2SLS benchmark of a design (in memory or Dask): :func:`iv2sls_from_factor` on the
-    design's ``factor`` with its ``blockwise_sum`` as the residual pass."""
-    return iv2sls_from_factor(design.factor, design.positions, design.nobs, design.regressor_names,
-                              design.blockwise_sum)
+    design's ``factor`` with its ``blockwise_sum`` as the residual pass.
+
+    Columns allowed to be all zero that are (``design.zero_columns``: a declared level absent from the data,
+    the indicator of a complete column) are left out of the fit; their coefficients and covariances are NaN
+    (not identified by these rows)."""
+    zero = set(getattr(design, "zero_columns", []))
+    positions = {key: [c for c in cols if c not in zero] for key, cols in design.positions.items()}
+    names = design.column_names
+    kept = [names[c] for c in positions["x"]]
+    fit = iv2sls_from_factor(design.factor, positions, design.nobs, kept, design.blockwise_sum)
+    if not zero:
+        return fit
+    everyone = design.regressor_names
+    return dataclasses.replace(fit, params=fit.params.reindex(everyone),
+                               cov=fit.cov.reindex(index=everyone, columns=everyone),
+                               unadjusted_cov=fit.unadjusted_cov.reindex(index=everyone, columns=everyone))

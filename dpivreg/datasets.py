@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+
+from .validation import check_count
 
 __all__ = ["load_labsup", "simulate_iv", "SimulatedIV", "LABSUP_DESCRIPTION", "LABSUP_CITATION", "LABSUP_BOUNDS"]
 
@@ -92,16 +93,6 @@ class SimulatedIV(NamedTuple):
     bounds: dict
 
 
-def _check_count(value: object, name: str) -> int:
-    """A dimension of :func:`simulate_iv`: TypeError unless an integer (bools, floats such as
-    10.0 and strings are refused), ValueError unless >= 1."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}.")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-    return int(value)
-
-
 def simulate_iv(n: int, p: int, q: int, r: int | None = None, *, seed) -> SimulatedIV:
     """Simulate the synthetic design of the paper's section 5.1.
 
@@ -130,10 +121,10 @@ def simulate_iv(n: int, p: int, q: int, r: int | None = None, *, seed) -> Simula
     """
     from .engine import make_rng  # here, not at the top: engine may import this module
 
-    n, p, q = _check_count(n, "n"), _check_count(p, "p"), _check_count(q, "q")
+    n, p, q = check_count(n, "n"), check_count(p, "p"), check_count(q, "q")
     if q < p:
         raise ValueError(f"q must be >= p for identification, got q = {q} < p = {p}.")
-    r = p if r is None else _check_count(r, "r")
+    r = p if r is None else check_count(r, "r")
     rng = make_rng(seed)
     beta = rng.standard_normal(p)
     theta = 5.0 * np.eye(q, p) + rng.standard_normal((q, p))

@@ -39,6 +39,8 @@ import pandas as pd
 from pandas.api.types import is_bool_dtype, is_complex_dtype, is_numeric_dtype
 
 from .backends import add_parts, map_row_blocks
+from .boundary import (DATA_CHECK_NOTE, MissingPolicy, data_derived_levels, declared_zero_columns, fill_frame,
+                       indicator_name, missing_policy)
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors
 
 __all__ = [
@@ -116,7 +118,8 @@ def check_declared_constant(name: Hashable | None, lowest: float, highest: float
     raise ValueError(
         f"the exogenous column {name!r} is declared as the intercept (by its name or constant=) but its values "
         f"are not one nonzero number (they range over [{lowest:g}, {highest:g}]). Rename the column, or pass "
-        "constant=False to DPIV2SLS(...) to treat it as an ordinary regressor (it then needs bounds)."
+        "constant=False to DPIV2SLS(...) to treat it as an ordinary regressor (it then needs bounds). "
+        f"{DATA_CHECK_NOTE}"
     )
 
 
@@ -147,6 +150,16 @@ class _DesignNames:
         """Column positions in the design's rows [dependent, exog, endog, instruments] of each block,
         ``"x"`` (= [exog, endog]) and ``"z"`` (= [exog, instruments])."""
         return block_positions((1, len(self.exog_names), len(self.endog_names), len(self.instrument_names)))
+
+
+    @property
+    def zero_columns(self) -> list[int]:
+        """Positions (in :attr:`column_names`) of the columns allowed to be all zero (``zero_allowed``: declared
+        levels absent from the data, indicators of complete columns) that are all zero (NON-PRIVATE: from the
+        design's column range; it only exempts them from the checks and the benchmark)."""
+        lowest, highest = self.column_range
+        return [j for j, name in enumerate(self.column_names)
+                if name in self.zero_allowed and lowest[j] == 0 and highest[j] == 0]
 
 
 def block_positions(widths: tuple[int, ...]) -> dict[str, list[int]]:
@@ -182,6 +195,18 @@ class IVDesign(_DesignNames):
         "patsy"), None for array input.
     n_dropped : int, optional
         Number of rows dropped because a block had a missing value.
+    constant : Hashable, optional
+        The exogenous column declared as the intercept.
+    missing : {"drop", "drop-public", "fill"}
+        The missing-value policy the design was built with (:mod:`dpivreg.boundary`).
+    data_levels : tuple of str
+        The formula's categorical expressions whose levels were read from the data (a leak).
+    zero_allowed : tuple
+        Columns that may be all zero (declared levels, missing-value indicators): exempt from the
+        constant, duplicate and rank checks, NaN in the benchmark when all zero.
+    n_missing : int, optional
+        Rows with a missing value in the data's columns that the design reads (None: ``n_dropped``);
+        rows dropped beyond them lost a value to the formula (e.g. ``np.log`` of 0).
 
     Raises
     ------
@@ -207,6 +232,10 @@ class IVDesign(_DesignNames):
     formula_engine: str | None = None
     n_dropped: int = 0
     constant: Hashable | None = None
+    missing: str = "drop"
+    data_levels: tuple[str, ...] = ()
+    zero_allowed: tuple[Hashable, ...] = ()
+    n_missing: int | None = None
 
     def __post_init__(self) -> None:
         for name in _BLOCKS:
@@ -355,6 +384,29 @@ def _check_term_block(text: str, label: str) -> None:
         )
 
 
+def _top_level_brackets(text: str) -> tuple[list[int], list[int]]:
+    """Positions of the '[' and ']' outside parentheses and quotes: the IV block's, not those of a list
+    argument such as ``C(g, levels=['a', 'b'])``. With unbalanced parentheses every bracket counts (the
+    formula engine then reports the parenthesis)."""
+    if text.count("(") != text.count(")"):
+        return ([i for i, c in enumerate(text) if c == "["], [i for i, c in enumerate(text) if c == "]"])
+    opens, closes, depth, quote = [], [], 0, None
+    for i, char in enumerate(text):
+        if quote is not None:
+            quote = None if char == quote else quote
+        elif char in "'\"`":
+            quote = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        elif depth == 0 and char == "[":
+            opens.append(i)
+        elif depth == 0 and char == "]":
+            closes.append(i)
+    return opens, closes
+
+
 def _split_formula(formula: str) -> _FormulaParts:
     """
     Split and check the structure of an IV formula.
@@ -380,7 +432,8 @@ def _split_formula(formula: str) -> _FormulaParts:
     text = formula.strip()
     if not text:
         raise ValueError(f"formula is empty. {_FORMULA_HELP}")
-    n_open, n_close = text.count("["), text.count("]")
+    opens, closes = _top_level_brackets(text)
+    n_open, n_close = len(opens), len(closes)
     if n_open != n_close:
         raise ValueError(
             f"formula has unbalanced brackets ({n_open} '[' and {n_close} ']'). "
@@ -401,7 +454,7 @@ def _split_formula(formula: str) -> _FormulaParts:
             "block is allowed. Put all endogenous variables and all instruments "
             "in one block, e.g. '[x1 + x2 ~ z1 + z2 + z3]'."
         )
-    lb, rb = text.index("["), text.index("]")
+    lb, rb = opens[0], closes[0]
     if rb < lb:
         raise ValueError(f"formula has unbalanced brackets (']' before '['). {_FORMULA_HELP}")
     before, inside, after = text[:lb], text[lb + 1 : rb], text[rb + 1 :]
@@ -487,11 +540,20 @@ def _formulaic_context(context: Mapping[str, Any]) -> Mapping[str, Any]:
     return context if len(context) > 0 else {"np": np}
 
 
+#: Per block: does linearmodels' parser ask formulaic for a full-rank block (``IVFormulaParser``)?
+FULL_RANK_BLOCKS: dict[str, bool] = {"dependent": False, "exog": True, "endog": False, "instruments": False}
+
+
 def _formulaic_blocks(
     formula: str, data: pd.DataFrame, parts: _FormulaParts, context: Mapping[str, Any]
 ) -> dict[str, pd.DataFrame]:
     """
-    Materialise the blocks with linearmodels' own parser (formulaic).
+    Materialise the blocks with formulaic as linearmodels' ``IVFormulaParser`` does.
+
+    Each block's formula (:func:`_block_formulas`) is built with
+    ``Formula(text).get_model_matrix(data, ensure_full_rank=..., na_action="ignore")``, the
+    settings of linearmodels' parser (:data:`FULL_RANK_BLOCKS`); the split is ours, so a list
+    argument such as ``C(g, levels=['a', 'b'])`` is not read as the IV block.
 
     Parameters
     ----------
@@ -509,21 +571,42 @@ def _formulaic_blocks(
     dict of str to DataFrame
         Every block with all rows of ``data`` (missing values kept).
     """
-    from linearmodels.iv._utility import IVFormulaParser  # noqa: PLC0415
+    from formulaic import Formula  # noqa: PLC0415
 
-    try:
-        parser = IVFormulaParser(formula, data, context=_formulaic_context(context))
-    except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
-        raise ValueError(f"could not parse formula {formula!r}: {exc}") from exc
-    texts = _block_formulas(parts)
+    ctx = _formulaic_context(context)
     blocks: dict[str, pd.DataFrame] = {}
-    for block in _BLOCKS:
+    for block, text in _block_formulas(parts).items():
+        if text is None:
+            blocks[block] = _empty_block(data.index)
+            continue
         try:
-            frame = getattr(parser, block)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                matrix = Formula(text).get_model_matrix(data, context=ctx, ensure_full_rank=FULL_RANK_BLOCKS[block],
+                                                        na_action="ignore")
         except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
-            raise _block_error(block, texts[block] or "", "formulaic", exc) from exc
-        blocks[block] = _empty_block(data.index) if frame is None else frame
+            raise _block_error(block, text, "formulaic", exc) from exc
+        _check_undeclared_levels(caught, block, text)
+        blocks[block] = pd.DataFrame(matrix)
     return blocks
+
+
+_OUTSIDE_LEVELS = re.compile(r"categories outside of the nominated levels.*?: (\{.*?\})")
+
+
+def _check_undeclared_levels(caught: list, block: str, text: str) -> None:
+    """Raise if formulaic met values outside a category's declared levels (it would code them as the
+    reference level, silently); re-emit every other warning."""
+    for record in caught:
+        match = _OUTSIDE_LEVELS.search(str(record.message))
+        if match and match.group(1) != "{nan}":
+            raise ValueError(
+                f"the {_BLOCK_LABELS[block]} block {text!r} has values {match.group(1)} outside the declared "
+                "levels of a category (C(x, levels=...) or a Categorical's categories); formulaic would code "
+                "them as the reference level, silently. Declare every level, or recode or drop those rows "
+                f"first. {DATA_CHECK_NOTE}")
+        if match is None and "Constructing a Categorical with a dtype" not in str(record.message):
+            warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
 
 
 def _patsy_blocks(
@@ -660,6 +743,13 @@ def _check_data_columns(data: pd.DataFrame, parts: _FormulaParts) -> None:
         dtype = data[col].dtype
         if is_complex_dtype(dtype):
             raise TypeError(_complex_message(col, dtype))
+        if _is_time_dtype(dtype):
+            raise TypeError(
+                f"column {col!r} has dtype {dtype}, a date, time span or interval, which is not a number for a "
+                "regression (formulaic would fail on it or read it as raw nanoseconds). Convert it to the number "
+                f"you mean first, e.g. data[{col!r}].dt.year, (data[{col!r}] - pd.Timestamp('2000-01-01')).dt.days "
+                f"or data[{col!r}].dt.total_seconds() / 86400 (days), and give bounds in those units."
+            )
         if not _is_text_dtype(dtype) or _only_in_categorical(str(col), factors[col]):
             # C(col) asks for a category explicitly, e.g. codes such as '01001'
             continue
@@ -671,6 +761,13 @@ def _check_data_columns(data: pd.DataFrame, parts: _FormulaParts) -> None:
             raise TypeError(_complex_message(col, dtype))
         if is_bool_dtype(converted.dtype) or converted.notna().sum() == 0:
             continue  # True/False objects or an all-missing column: not numbers
+        if not any(isinstance(value, str) for value in data[col].dropna()):
+            raise TypeError(
+                f"column {col!r} has dtype {dtype} and holds numbers as Python objects (e.g. floats with None "
+                "for a missing value); the formula would treat it as a category with one dummy per distinct "
+                f"value. Convert it first: data[{col!r}] = pd.to_numeric(data[{col!r}]) (None becomes NaN, a "
+                f"missing value). {DATA_CHECK_NOTE}"
+            )
         raise TypeError(
             f"column {col!r} has dtype {dtype} but holds numbers stored as text; "
             "the formula would treat it as a category with one dummy per distinct "
@@ -678,6 +775,14 @@ def _check_data_columns(data: pd.DataFrame, parts: _FormulaParts) -> None:
             f"(or pd.to_numeric(data[{col!r}])); if the values are category codes, "
             f"make them a pandas category first: data[{col!r}].astype('category')."
         )
+
+
+def _is_time_dtype(dtype: Any) -> bool:
+    """Whether a pandas dtype holds dates, time spans, periods or intervals."""
+    from pandas.api.types import is_datetime64_any_dtype, is_timedelta64_dtype  # noqa: PLC0415
+
+    return (is_datetime64_any_dtype(dtype) or is_timedelta64_dtype(dtype)
+            or isinstance(dtype, (pd.PeriodDtype, pd.IntervalDtype)))
 
 
 def _complex_message(column: Hashable, dtype: Any) -> str:
@@ -900,7 +1005,8 @@ def _drop_missing(
     if n_dropped == nobs:
         raise ValueError(
             f"no rows left: all {total} rows have a missing value in the dependent "
-            "variable, the exogenous or endogenous regressors or the instruments."
+            "variable, the exogenous or endogenous regressors or the instruments. "
+            f"{DATA_CHECK_NOTE}"
         )
     if n_dropped:
         blocks = {block: frame.loc[~missing] for block, frame in blocks.items()}
@@ -917,7 +1023,11 @@ def _as_float_blocks(blocks: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
         for column, dtype in frame.dtypes.items():
             if is_complex_dtype(dtype):
                 raise TypeError(f"{block} " + _complex_message(column, dtype))
-        values = frame.to_numpy(dtype=np.float64, copy=True)  # one copy: the design never aliases the caller's data
+        # one copy: the design never aliases the caller's data; pd.NA of nullable dtypes becomes NaN (missing)
+        if any(isinstance(dtype, pd.api.extensions.ExtensionDtype) or dtype == object for dtype in frame.dtypes):
+            values = frame.astype(object).where(frame.notna(), np.nan).astype(np.float64).to_numpy()
+        else:
+            values = frame.to_numpy(dtype=np.float64, copy=True)
         out[block] = pd.DataFrame(values, index=frame.index, columns=list(frame.columns))
     return out
 
@@ -961,6 +1071,13 @@ def _check_unique_names(blocks: dict[str, pd.DataFrame]) -> None:
                     "variable cannot be in both blocks. Remove or rename one of them."
                 )
             seen[name] = other
+    both = [name for name in blocks["endog"].columns if name in list(blocks["instruments"].columns)]
+    if both:
+        raise ValueError(
+            f"{both} appear both as endogenous regressors and among their instruments; an endogenous "
+            "variable cannot instrument itself (the fit would be OLS presented as IV). Remove it from the "
+            "instruments, e.g. '[x ~ z1 + z2]'."
+        )
     dependent = blocks["dependent"].columns[0]
     for other in ("exog", "endog", "instruments"):
         if dependent in list(blocks[other].columns):
@@ -988,7 +1105,7 @@ def _check_finite(blocks: dict[str, pd.DataFrame]) -> None:
         raise ValueError(
             f"{block} column(s) {names} contain infinite values (e.g. log of 0) in "
             f"{rows.size} row(s) (row labels [{labels}{more}]); remove those rows or "
-            "transform the variable."
+            f"transform the variable. {DATA_CHECK_NOTE}"
         )
 
 
@@ -1005,16 +1122,17 @@ def _check_row_count(nobs: int, ncol: int, n_dropped: int = 0) -> None:
     left = (
         f" (left after dropping {n_dropped} row(s) with a missing value)" if n_dropped else ""
     )
+    note = f" {DATA_CHECK_NOTE}" if n_dropped else ""  # without dropped rows, nobs is the public row count
     if nobs < 2:
         raise ValueError(
             f"only {nobs} {noun}{left}: a regression needs at least 2 rows "
             "(observations), and at least as many rows as columns in "
-            f"[exog, instruments] ({ncol}). Pass more data."
+            f"[exog, instruments] ({ncol}). Pass more data.{note}"
         )
     if nobs < ncol:
         raise ValueError(
             f"only {nobs} {noun}{left} for {ncol} columns in [exog, instruments]; "
-            "the design needs at least as many rows as columns."
+            f"the design needs at least as many rows as columns.{note}"
         )
 
 
@@ -1028,6 +1146,7 @@ def _check_instruments(
     blocks: dict[str, pd.DataFrame],
     n_dropped: int = 0,
     full_instruments: pd.DataFrame | None = None,
+    zero_allowed: tuple[Hashable, ...] = (),
 ) -> None:
     """
     Raise for a constant instrument or one that duplicates another column.
@@ -1035,13 +1154,19 @@ def _check_instruments(
     ``n_dropped`` rows with a missing value were dropped before; if the
     instruments on all rows (``full_instruments``) are known and an
     instrument varies only in the dropped rows, the message says so.
+    Columns in ``zero_allowed`` (declared levels, indicators) that are all zero
+    are exempt (:mod:`dpivreg.boundary`).
     """
     instruments = blocks["instruments"]
     exog = blocks["exog"]
     z = instruments.to_numpy(dtype=np.float64)
     x = exog.to_numpy(dtype=np.float64)
+    exempt_z = [name in zero_allowed and not z[:, j].any() for j, name in enumerate(instruments.columns)]
+    exempt_x = [name in zero_allowed and not x[:, i].any() for i, name in enumerate(exog.columns)]
     for j, name in enumerate(instruments.columns):
         column = z[:, j]
+        if exempt_z[j]:
+            continue
         if np.all(column == column[0]):
             varied = (
                 full_instruments is not None
@@ -1050,10 +1175,10 @@ def _check_instruments(
             )
             raise _constant_instrument_error(name, column[0], column.size, n_dropped, varied)
         for i, other in enumerate(exog.columns):
-            if np.array_equal(column, x[:, i]):
+            if not exempt_x[i] and np.array_equal(column, x[:, i]):
                 raise _duplicate_instrument_error(name, other, "exog")
         for i in range(j):
-            if np.array_equal(column, z[:, i]):
+            if not exempt_z[i] and np.array_equal(column, z[:, i]):
                 raise _duplicate_instrument_error(name, instruments.columns[i], "instruments")
 
 
@@ -1065,15 +1190,16 @@ def _constant_instrument_error(
         return ValueError(
             f"instrument {name!r} is constant ({value:g} in every row); a "
             "constant instrument does not identify anything. Remove it (the "
-            "intercept belongs in exog, e.g. '1 + ...')."
+            f"intercept belongs in exog, e.g. '1 + ...'). {DATA_CHECK_NOTE}"
         )
     detail = "; it varies only in rows that were dropped" if varied else ""
     return ValueError(
         f"instrument {name!r} is constant ({value:g}) in the {size} "
         f"rows left after dropping {n_dropped} row(s) with a missing value in "
         f"the dependent variable, regressors or instruments{detail}. A constant "
-        "instrument does not identify anything: impute or fix the missing "
-        "values so that more rows are kept, or remove the instrument."
+        "instrument does not identify anything: fill the missing values "
+        "(missing='fill') or fix them so that more rows are kept, or remove the "
+        f"instrument. {DATA_CHECK_NOTE}"
     )
 
 
@@ -1083,11 +1209,11 @@ def _duplicate_instrument_error(name: Hashable, other: Hashable, block: str) -> 
         return ValueError(
             f"instrument {name!r} has the same values as exog column "
             f"{other!r}; an exogenous regressor is already its own "
-            "instrument. Remove the duplicate."
+            f"instrument. Remove the duplicate. {DATA_CHECK_NOTE}"
         )
     return ValueError(
         f"instrument {name!r} has the same values as instrument "
-        f"{other!r}. Remove the duplicate."
+        f"{other!r}. Remove the duplicate. {DATA_CHECK_NOTE}"
     )
 
 
@@ -1096,8 +1222,9 @@ def check_design_rank(design: "IVDesign") -> None:
     (:func:`dpivreg.cross_products.check_factor_rank`: columns scaled to a largest absolute value of 1 first)."""
     names = design.column_names
     pos = design.positions
+    zero = set(design.zero_columns)
     for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
-        cols = pos[key]
+        cols = [c for c in pos[key] if c not in zero]
         check_factor_rank(design.factor.r[:, cols], design.nobs, [names[c] for c in cols], label)
 
 
@@ -1105,6 +1232,7 @@ def _validate(
     blocks: dict[str, pd.DataFrame],
     n_dropped: int = 0,
     full_instruments: pd.DataFrame | None = None,
+    zero_allowed: tuple[Hashable, ...] = (),
 ) -> None:
     """
     Run every check of a design that has no missing values, except its rank
@@ -1112,12 +1240,12 @@ def _validate(
 
     ``n_dropped`` rows with a missing value were dropped before, and
     ``full_instruments`` are the instruments before that (if known); both only
-    refine the messages.
+    refine the messages. ``zero_allowed``: see :func:`_check_instruments`.
     """
     _check_unique_names(blocks)
     _check_finite(blocks)
     _check_enough_rows(blocks, n_dropped)
-    _check_instruments(blocks, n_dropped, full_instruments)
+    _check_instruments(blocks, n_dropped, full_instruments, zero_allowed)
 
 
 def _build(
@@ -1128,6 +1256,7 @@ def _build(
     formula: str | None,
     formula_engine: str | None,
     constant: Any = None,
+    boundary: dict | None = None,
 ) -> tuple[IVDesign, np.ndarray]:
     """
     Drop missing rows, validate and assemble the design.
@@ -1144,6 +1273,8 @@ def _build(
         Recorded in the design.
     constant : Hashable, None or False
         The intercept's declaration (:func:`declared_constant`).
+    boundary : dict, optional
+        The design's ``missing``, ``data_levels`` and ``zero_allowed`` (:mod:`dpivreg.boundary`).
 
     Returns
     -------
@@ -1156,7 +1287,8 @@ def _build(
     full = _as_float_blocks(blocks)
     blocks, missing = _drop_missing(full, nrows - positions.size)
     kept = positions[~missing]
-    _validate(blocks, int(nrows - kept.size), full["instruments"])
+    boundary = boundary or {}
+    _validate(blocks, int(nrows - kept.size), full["instruments"], boundary.get("zero_allowed", ()))
     name = declared_constant(list(blocks["exog"].columns), constant)
     if name is not None:
         values = blocks["exog"][name].to_numpy()
@@ -1167,9 +1299,38 @@ def _build(
         formula_engine=formula_engine,
         n_dropped=int(nrows - kept.size),
         constant=name,
+        **boundary,
     )
     check_design_rank(design)
     return design, kept
+
+
+def _fill_blocks(blocks: dict[str, pd.DataFrame], policy: MissingPolicy) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """Array inputs under ``missing="fill"``: every column's missing values replaced by its public fill value
+    (keys: the design's column names) and the indicators appended to exog; the blocks unchanged otherwise."""
+    if policy.how != "fill":
+        return blocks, []
+    values = policy.fill_values
+    columns = [name for block in _BLOCKS for name in blocks[block].columns]
+    if isinstance(values, dict):
+        unknown = [name for name in values if name not in columns]
+        absent = [name for name in columns if name not in values]
+        if unknown or absent:
+            raise ValueError(f"fill_values must name every design column {columns} (the keys of array inputs are "
+                             f"the design's column names); unknown {unknown}, without a value {absent}.")
+    filled = {block: frame.fillna(values if isinstance(values, dict) else float(values)) if frame.shape[1] else frame
+              for block, frame in blocks.items()}
+    added = []
+    for column in policy.indicators:
+        block = next((b for b in _BLOCKS if column in blocks[b].columns), None)
+        if block is None:
+            raise ValueError(f"indicators names {column!r}, which is not a design column {columns}.")
+        name = indicator_name(column)
+        if name in columns:
+            raise ValueError(f"the indicator's name {name!r} is already a design column; rename that column.")
+        filled["exog"] = filled["exog"].assign(**{name: blocks[block][column].isna().astype(np.float64)})
+        added.append(name)
+    return filled, added
 
 
 def _warn_dropped(design: IVDesign, source: str, stacklevel: int) -> None:
@@ -1181,8 +1342,9 @@ def _warn_dropped(design: IVDesign, source: str, stacklevel: int) -> None:
         f"{source} dropped {design.n_dropped} of {total} rows "
         f"({100 * design.n_dropped / total:.1f}%) because they have a missing "
         "value in the dependent variable, the exogenous or endogenous regressors "
-        f"or the instruments; {design.nobs} rows remain. Drop or impute missing "
-        "values beforehand to silence this warning.",
+        f"or the instruments; {design.nobs} rows remain. Pass missing='fill' with public fill_values to keep "
+        "every row, or missing='drop-public' if which rows are complete is public; a fit announces what this "
+        "publishes. (The count is seen only by the data holder and is not a private release.)",
         DroppedRowsWarning,
         stacklevel=stacklevel + 1,
     )
@@ -1199,6 +1361,9 @@ def design_from_formula(
     *,
     context: Mapping[str, Any] | None = None,
     formula_engine: str = "formulaic",
+    missing: str = "drop",
+    fill_values: Mapping[Hashable, Any] | float | None = None,
+    indicators: list[Hashable] | tuple[Hashable, ...] = (),
 ) -> IVDesign:
     """
     Build a validated IV design from a formula.
@@ -1224,6 +1389,21 @@ def design_from_formula(
         ``linearmodels.iv.IV2SLS.from_formula``. "patsy" uses patsy's naming
         and coding (``Intercept``, ``b[T.True]``, terms in written order), as
         statsmodels does.
+    missing : {"drop", "drop-public", "fill"}, optional
+        Rows with a missing value: ``"drop"`` (default, as linearmodels) drops them jointly, and a
+        fit then announces that the count of complete rows is published; ``"drop-public"`` drops
+        them with that count declared public; ``"fill"`` keeps every row, replacing each missing
+        value of a variable the formula reads by its public ``fill_values`` entry (see
+        :mod:`dpivreg.boundary`). Filling changes the estimand: the regression is that of the
+        filled data.
+    fill_values : float or Mapping, optional
+        ``missing="fill"`` only: one number for every numeric column, or ``{column: value}`` for
+        the columns that the formula reads and that can hold a missing value (NumPy integer and
+        boolean columns cannot); a category's value must be a declared category. A codebook may
+        name columns the formula does not use.
+    indicators : list, optional
+        ``missing="fill"`` only: columns whose filled rows get a 0/1 exogenous regressor
+        ``missing_<column>``, appended to the formula's exogenous terms.
 
     Returns
     -------
@@ -1283,6 +1463,7 @@ def design_from_formula(
         raise TypeError(
             f"context must be a mapping of names to objects, got {type(context).__name__}."
         )
+    policy = missing_policy(missing, fill_values, indicators)
     parts = _split_formula(formula)
     nrows = int(data.shape[0])
     if nrows == 0 and data.shape[1] > 0:
@@ -1293,6 +1474,7 @@ def design_from_formula(
             f"{' ...' if data.shape[1] > 10 else ''}); the design needs observations."
         )
     _check_data_columns(data, parts)
+    formula, data, parts, added = apply_missing_policy(formula, data, parts, policy)
     if formula_engine == "formulaic":
         blocks = _formulaic_blocks(formula, data, parts, context)
         positions = np.arange(nrows)
@@ -1304,10 +1486,64 @@ def design_from_formula(
         nrows=nrows,
         formula=formula,
         formula_engine=formula_engine,
+        boundary={**formula_boundary(data, parts, policy, added, blocks, data.head(256), context),
+                  "n_missing": missing_rows(data, parts)},
     )
     _warn_dropped(design, "design_from_formula", stacklevel=2)
     _warn_encoded_missing(data, parts, kept, stacklevel=2)
     return design
+
+
+def apply_missing_policy(formula: str, data: Any, parts: _FormulaParts, policy: MissingPolicy
+                         ) -> tuple[str, Any, _FormulaParts, list[str]]:
+    """With ``missing="fill"``: the formula with the indicators appended to its exogenous terms, the filled
+    frame (a new one; pandas or Dask), its parts and the indicators' names; otherwise the inputs unchanged."""
+    if policy.how != "fill":
+        return formula, data, parts, []
+    data, added = fill_frame(data, _formula_variables(parts, data), policy)
+    if added:
+        formula = f"{formula} + {' + '.join(added)}"
+        parts = _split_formula(formula)
+    return formula, data, parts, added
+
+
+def formula_boundary(data: Any, parts: _FormulaParts, policy: MissingPolicy, added: list[str],
+                     blocks: Mapping[str, Any], sample: pd.DataFrame, context: Mapping[str, Any]) -> dict:
+    """The design's boundary fields (:mod:`dpivreg.boundary`) from names, dtypes, the factors' kinds (read by
+    formulaic on ``sample``, a few rows or a synthetic frame with the data's types) and the policy."""
+    factors = _formula_factors(parts)
+    names = [name for block in _BLOCKS for name in blocks[block].columns]
+    return {"missing": policy.how,
+            "data_levels": data_derived_levels(data, _categorical_factors(parts, sample, context)),
+            "zero_allowed": declared_zero_columns(names, factors, data, added)}
+
+
+def missing_rows(data: pd.DataFrame, parts: _FormulaParts) -> int:
+    """Rows of ``data`` with a missing value in a column that the formula reads."""
+    used = _formula_variables(parts, data)
+    return int(data[used].isna().any(axis=1).sum()) if used else 0
+
+
+def _categorical_factors(parts: _FormulaParts, sample: pd.DataFrame, context: Mapping[str, Any]) -> list[str]:
+    """The expressions of the factors that formulaic encodes as categories (best effort: a block that fails
+    on the sample is skipped; the engine has built it already)."""
+    from formulaic import Formula  # noqa: PLC0415
+    from formulaic.parser.types import Factor  # noqa: PLC0415
+
+    found: list[str] = []
+    for text in _block_formulas(parts).values():
+        if text is None:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                spec = Formula(text).get_model_matrix(sample, context=_formulaic_context(context),
+                                                      na_action="ignore").model_spec
+        except Exception:  # noqa: BLE001 - kinds are read best effort
+            continue
+        found += [str(factor) for factor, (kind, _) in spec.encoder_state.items()
+                  if kind is Factor.Kind.CATEGORICAL and str(factor) not in found]
+    return found
 
 
 def _warn_encoded_missing(
@@ -1326,13 +1562,16 @@ def _emit_encoded_missing(columns: list[Hashable], n_rows: int, stacklevel: int)
         f"{columns} of `data`: the formula turned the missing value into a number "
         "(e.g. formulaic and linearmodels code a missing category of C(...) as the "
         "reference level). If these rows should be dropped, drop them first, e.g. "
-        f"data.dropna(subset={columns}).",
+        f"data.dropna(subset={columns}). (The count is seen only by the data holder and is not a private "
+        "release.)",
         EncodedMissingWarning,
         stacklevel=stacklevel + 1,
     )
 
 
-def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, *, constant: Any = None) -> IVDesign:
+def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, *, constant: Any = None,
+                       missing: str = "drop", fill_values: Mapping[Hashable, Any] | float | None = None,
+                       indicators: list[Hashable] | tuple[Hashable, ...] = ()) -> IVDesign:
     """
     Build a validated IV design from arrays, Series or DataFrames.
 
@@ -1354,6 +1593,9 @@ def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, 
         ``False`` for none. The declaration is public; the column must hold one
         nonzero value. A column of ones that is not declared is an ordinary
         regressor.
+    missing, fill_values, indicators
+        The missing-value policy, as for :func:`design_from_formula`, with the design's column
+        names (``exog.0``, ...) as the keys of ``fill_values`` and the entries of ``indicators``.
 
     Returns
     -------
@@ -1397,7 +1639,8 @@ def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, 
             frames[block] = _array_frame(value, block)
     if exog is None:
         frames["exog"] = (_empty_block(pd.RangeIndex(frames["dependent"][0].shape[0])), False)
-    aligned = _align_arrays({block: frames[block] for block in _BLOCKS})
+    policy = missing_policy(missing, fill_values, indicators)
+    aligned, added = _fill_blocks(_align_arrays({block: frames[block] for block in _BLOCKS}), policy)
     nrows = int(aligned["dependent"].shape[0])
     design, _ = _build(
         aligned,
@@ -1406,6 +1649,7 @@ def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, 
         formula=None,
         formula_engine=None,
         constant=constant,
+        boundary={"missing": policy.how, "zero_allowed": tuple(added)},
     )
     _warn_dropped(design, "design_from_arrays", stacklevel=2)
     return design

@@ -18,7 +18,8 @@ import numpy as np
 
 from .backends import DaskRows, InMemoryRows, RowSource, _count_pass, is_dask_collection
 from .kernels import KERNELS, pass_matrix
-from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, check_rho, noise_std, CALIBRATIONS
+from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, noise_std, CALIBRATIONS
+from .validation import check_positive, check_rho, check_T
 
 __all__ = ["dp_2s_gd", "run_on_rows", "row_source", "DP2SGDPath", "DivergenceError", "METHODS",
            "preconditioner_root", "check_schedule", "IterationPlan", "iteration_plan"]
@@ -28,6 +29,10 @@ METHODS = ("gd", "preconditioned")
 
 class DivergenceError(ArithmeticError):
     """An iterate of DP-2S-GD became non-finite: the step size is too large for the data's scale."""
+
+
+class ConvergenceWarning(UserWarning):
+    """The iteration cannot have converged (step sizes too small for T), so the estimate stays near its start."""
 
 
 class LongRunWarning(UserWarning):
@@ -212,7 +217,9 @@ def iteration_plan(n: int, q: int, p: int, n_exog: int, *, T: int, rho1: float, 
         if ridge is None:
             ridge = default_ridge(q, eta, noise_std(_rest(clip1), n, T, rho1, calibration))
             if not math.isfinite(ridge):
-                raise ValueError(f"eta={eta:g} is too large: the default ridge q·(η·λ1)² overflows. Lower eta.")
+                raise ValueError(f"the default ridge q·(η·λ1)² overflows (eta={eta:g}, the first stage's noise λ1 "
+                                 f"from clip={_rest(clip1)!r} and rho1={rho1:g}): lower eta or the clipping threshold, "
+                                 "or raise rho1.")
         ridge = check_positive(ridge, "ridge")
         root = "cholesky" if split is not None else "symmetric"
     return IterationPlan(T, eta, alpha, method, n_exog, schedule, noise1, noise2, split, ridge, root)
@@ -255,25 +262,6 @@ def _fix_ndim(arr, name: str, ndim: int):
 def _all_finite(arr: np.ndarray, rows: int = 1 << 16) -> bool:
     """np.isfinite(arr).all() in row blocks, without an array-sized temporary."""
     return all(np.isfinite(arr[start:start + rows]).all() for start in range(0, arr.shape[0], rows))
-
-
-def check_positive(value, name: str, *, allow_none: bool = False) -> float | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a positive number, got {value!r}.")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
-    return value
-
-
-def check_T(T) -> int:
-    if isinstance(T, bool) or not isinstance(T, numbers.Integral):
-        raise TypeError(f"T must be an integer number of iterations >= 1, got {T!r}.")
-    if T < 1:
-        raise ValueError(f"T must be >= 1, got {T}.")
-    return int(T)
 
 
 def make_rng(seed) -> np.random.Generator:
@@ -329,6 +317,9 @@ def _check_shapes(z_shape, x_shape, y_shape, n_exog) -> int:
         raise ValueError(f"Z, X and Y must have the same number of rows, got {n}, {x_shape[0]} and {y_shape[0]}.")
     if n < 1:
         raise ValueError("the data has no rows.")
+    if n < max(2, q):
+        raise ValueError(f"only n = {n} rows for q = {q} instruments (columns of Z): DP-2S-GD needs at least "
+                         "2 rows and as many rows as instruments. Pass more data.")
     if q < p:
         raise ValueError(
             f"the model is not identified: q = {q} instruments (columns of Z) < p = {p} regressors (columns of X). "

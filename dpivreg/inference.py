@@ -48,6 +48,7 @@ recorded.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -326,9 +327,10 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
     """
     sampling = sampling_release(scale, path.theta_final, path.beta_final, cov_type=cov_type, rho=rho, tau=tau,
                                 rng=rng)
-    v_noise, shift, theta_noise, whitening = noise_covariance(path.plan, path.theta_final, path.beta_final, scale,
-                                                              replications=replications, rng=rng,
-                                                              warm_start=start is not None)
+    with _simulation_guard(sampling):
+        v_noise, shift, theta_noise, whitening = noise_covariance(path.plan, path.theta_final, path.beta_final,
+                                                                  scale, replications=replications, rng=rng,
+                                                                  warm_start=start is not None)
     return _assemble(scale, path.theta_final, path.n_exog, sampling, v_noise, shift, replications, theta_noise,
                      whitening)
 
@@ -351,12 +353,36 @@ def moment_inference(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
         sigma2 = max(residual_variance_from_moments(working, q, k, beta), 1e-300)
     sampling = sampling_release(scale, theta, beta, cov_type=cov_type, rho=rho, tau=tau, rng=rng, sigma2=sigma2)
     noise = moments.noise_draws(rng, replications)
-    v_noise, shift, theta_draws = moment_noise_covariance(moments.matrix, noise, moments.working, q, k,
-                                                          theta.shape[1])
-    theta_noise = float(np.median(np.linalg.norm(theta_draws - theta_draws.mean(axis=0), ord=2, axis=(1, 2))))
-    S = moments.working(moments.matrix - noise)[:, :q, :q]
-    whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
+    with _simulation_guard(sampling):
+        v_noise, shift, theta_draws = moment_noise_covariance(moments.matrix, noise, moments.working, q, k,
+                                                              theta.shape[1])
+        theta_noise = float(np.median(np.linalg.norm(theta_draws - theta_draws.mean(axis=0), ord=2, axis=(1, 2))))
+        S = moments.working(moments.matrix - noise)[:, :q, :q]
+        whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
     return _assemble(scale, theta, k, sampling, v_noise, shift, replications, theta_noise, whitening)
+
+
+@contextlib.contextmanager
+def _simulation_guard(sampling: SamplingPart):
+    """Turn a failure of the privacy-noise simulation on non-finite draws (noise far beyond float64, e.g. a
+    budget of 1e-300) into :class:`InferenceOverflowError`, keeping the sampling part's releases."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            yield
+    except (np.linalg.LinAlgError, ValueError, FloatingPointError) as exc:
+        raise InferenceOverflowError(
+            "the privacy-noise simulation is not finite: the noise of the releases is beyond float64 (a budget "
+            f"far too small for these data?); raise rho0, rho1 and rho2 ({type(exc).__name__}: {exc})",
+            releases=tuple(sampling.releases)) from exc
+
+
+class InferenceOverflowError(OverflowError):
+    """The covariance overflowed after the sampling part was released: ``releases`` holds what was drawn,
+    which the fit's accountant must record."""
+
+    def __init__(self, message: str, *, releases: tuple = ()) -> None:
+        super().__init__(message)
+        self.releases = releases
 
 
 def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, sampling: SamplingPart, v_noise, shift,
@@ -368,10 +394,13 @@ def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, sampling: Sam
     with np.errstate(over="ignore", invalid="ignore"):
         cov_sampling, cov_noise = J @ sampling.cov @ J.T, J @ v_noise @ J.T
     if not (np.all(np.isfinite(cov_sampling)) and np.all(np.isfinite(cov_noise))):
-        raise OverflowError(
-            "the covariance of the estimate overflows float64 in the original units (coefficients of order "
-            f"{np.max(np.abs(J)):.1e}): rescale the data (e.g. express the outcome in thousands)"
-        )
+        if np.all(np.isfinite(sampling.cov)) and np.all(np.isfinite(v_noise)):
+            message = ("the covariance of the estimate overflows float64 in the original units (coefficients of "
+                       f"order {np.max(np.abs(J)):.1e}): rescale the data (e.g. express the outcome in thousands)")
+        else:
+            message = ("the covariance of the estimate is not finite: the released first stage is singular or the "
+                       "privacy noise overwhelms it (raise rho0 and rho1, or check the instruments' bounds)")
+        raise InferenceOverflowError(message, releases=tuple(sampling.releases))
     result = PrivateInference(cov_sampling + cov_noise, cov_sampling, cov_noise, J @ shift, sampling.sigma2,
                               sampling.releases, replications, theta_noise / max(first_stage_strength, 1e-300),
                               whitening, cov_type=sampling.cov_type, meat=sampling.meat)
@@ -394,6 +423,7 @@ def _unreliable_message(inference: PrivateInference) -> str:
         "the private standard errors may be unreliable: the privacy noise left in the first stage is "
         f"{inference.first_stage_noise_ratio:.2g} of its smallest singular value (flag above "
         f"{inference.MAX_NOISE_RATIO:.2g}) and the private whitening is off by {inference.whitening_error:.2g} "
-        f"(flag above {inference.MAX_WHITENING_ERROR:.2g}). Nominal 95% intervals then cover anywhere from "
-        "about 0.8 to 1.0 (docs: coverage study). Increase n, rho0 (whitening) or rho1 (first stage)."
+        f"(flag above {inference.MAX_WHITENING_ERROR:.2g}). The linearisation behind the intervals then need not hold, "
+        "so their coverage is not known (it may be far below nominal). Increase n, rho0 (whitening) or rho1 (first "
+        "stage)."
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import warnings
 from typing import Mapping
 
@@ -12,18 +11,20 @@ import numpy as np
 from formulaic.utils.context import capture_context
 
 from ._dask import is_dask_collection
+from .boundary import design_leaks
 from .clipping import adaptive_clip, resolve_public_clip, standardized_clip, theorem_clip
 from .covariance import ReleasedMeat, first_stage_meat_release, resolve_cov_type
 from .design import IVDesign, design_from_arrays, design_from_formula
-from .engine import (DP2SGDPath, DivergenceError, check_positive, check_T, iteration_plan, make_rng,
+from .engine import (ConvergenceWarning, DP2SGDPath, DivergenceError, iteration_plan, make_rng,
                      preconditioner_root, run_on_rows)
-from .inference import private_inference
+from .inference import InferenceOverflowError, private_inference
 from .moments import solve_2sls
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, repeat_moment_release, working_scale
-from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, Release, check_delta, check_rho
+from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, Release
 from .results import DPIVResults, FitSettings
 from .selection import MAX_KAPPA, choose_estimator, choose_iterations
 from .theory import delta_tau
+from .validation import MAX_RHO, check_delta, check_flag, check_positive, check_rho, check_T, check_tau
 from . import tuning
 
 __all__ = ["DPIV2SLS", "theorem_clip", "standardized_clip", "FIT_METHODS", "INITS", "DEFAULT_SHARES"]
@@ -91,6 +92,21 @@ class DPIV2SLS:
         declaration, hence public: dpivreg never infers the intercept from the values, because one
         row could then change what the fit releases. An undeclared column of ones is an ordinary
         regressor that needs bounds. Formulas declare it with ``1 +``.
+    missing : {"drop", "drop-public", "fill"}
+        Rows with a missing value. ``"drop"`` (default, as linearmodels, so the 2SLS benchmark uses the
+        same rows): dropped jointly; when any is dropped, the fit raises a ``PrivacyLeakWarning``, since
+        the number of complete rows is then published exactly. ``"drop-public"``: dropped, with which
+        rows are complete declared public (no warning). ``"fill"``: every row kept, each missing value
+        replaced by its public ``fill_values`` entry (the estimand becomes that of the filled data).
+        Under ``"drop"``, a frame without missing values announces nothing: it is read as coming from a
+        schema without missing values, a fact the data holder asserts by using it. Rows that the formula
+        itself makes missing (``np.log`` of 0) are a leak under every policy.
+        See :mod:`dpivreg.boundary` and the docs' "What may be published".
+    fill_values : float or dict, optional
+        ``missing="fill"``: one number for every column, or ``{column: value}`` (keys: the design's
+        column names for arrays, the data's columns for formulas).
+    indicators : list, optional
+        ``missing="fill"``: columns whose filled rows get a 0/1 exogenous regressor ``missing_<column>``.
 
     Notes
     -----
@@ -110,13 +126,15 @@ class DPIV2SLS:
     >>> print(res.summary())  # doctest: +SKIP
     """
 
-    def __init__(self, dependent, exog, endog, instruments, *, constant=None) -> None:
+    def __init__(self, dependent, exog, endog, instruments, *, constant=None, missing: str = "drop",
+                 fill_values=None, indicators=()) -> None:
+        options = {"constant": constant, "missing": missing, "fill_values": fill_values, "indicators": indicators}
         if any(is_dask_collection(value) for value in (dependent, exog, endog, instruments)):
             from ._dask import dask_design_from_arrays  # noqa: PLC0415 - dask is optional
 
-            self._design = dask_design_from_arrays(dependent, exog, endog, instruments, constant=constant)
+            self._design = dask_design_from_arrays(dependent, exog, endog, instruments, **options)
         else:
-            self._design = design_from_arrays(dependent, exog, endog, instruments, constant=constant)
+            self._design = design_from_arrays(dependent, exog, endog, instruments, **options)
 
     @classmethod
     def _from_design(cls, design: IVDesign) -> "DPIV2SLS":
@@ -125,7 +143,8 @@ class DPIV2SLS:
         return model
 
     @classmethod
-    def from_formula(cls, formula: str, data, *, formula_engine: str = "formulaic") -> "DPIV2SLS":
+    def from_formula(cls, formula: str, data, *, formula_engine: str = "formulaic", missing: str = "drop",
+                     fill_values=None, indicators=()) -> "DPIV2SLS":
         """Build the model from a linearmodels-style formula ``dep ~ exog + [endog ~ instruments]``.
 
         Parameters
@@ -142,16 +161,26 @@ class DPIV2SLS:
         formula_engine : {"formulaic", "patsy"}
             ``"formulaic"`` builds exactly linearmodels' ``IV2SLS.from_formula`` design;
             ``"patsy"`` uses patsy's naming and coding (statsmodels users).
+        missing, fill_values, indicators
+            The missing-value policy, as for the constructor; ``fill_values`` keys are the data's
+            columns (a codebook may name unused ones), a category's fill value one of its categories.
+
+        Notes
+        -----
+        Category levels are public only when declared: a pandas ``Categorical`` column's categories
+        or ``C(x, levels=[...])``. Levels read from the data (a text column, ``C(x)`` of a column that
+        is not a Categorical) make the fit raise a ``PrivacyLeakWarning``. A declared level that does
+        not occur does not fail the fit, but the noise of its empty moments costs every coefficient
+        its precision: merge rare levels by a public rule (docs: the privacy boundary).
         """
         context = capture_context(1)
+        options = {"context": context, "formula_engine": formula_engine, "missing": missing,
+                   "fill_values": fill_values, "indicators": indicators}
         if is_dask_collection(data):
             from ._dask import dask_design_from_formula  # noqa: PLC0415 - dask is optional
 
-            return cls._from_design(
-                dask_design_from_formula(formula, data, context=context, formula_engine=formula_engine))
-        return cls._from_design(
-            design_from_formula(formula, data, context=context, formula_engine=formula_engine)
-        )
+            return cls._from_design(dask_design_from_formula(formula, data, **options))
+        return cls._from_design(design_from_formula(formula, data, **options))
 
     def persist(self) -> "DPIV2SLS":
         """A model whose Dask design is computed once and kept in the (cluster's) memory.
@@ -340,10 +369,9 @@ class DPIV2SLS:
             raise ValueError(f"method must be one of {FIT_METHODS}, got {method!r}.")
         if preprocess not in PREPROCESS_ROUTES:
             raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {preprocess!r}.")
-        if not isinstance(inference, bool):
-            raise TypeError(f"inference must be True or False, got {inference!r}.")
+        inference = check_flag(inference, "inference")
         delta = check_delta(delta)
-        tau = _check_tau(tau)
+        tau = check_tau(tau)
         cov_type = resolve_cov_type(cov_type)
         if calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
@@ -377,7 +405,7 @@ class DPIV2SLS:
         rho1, rho2, rho0 = budget["rho1"], budget["rho2"], budget["rho0"]
         leaks: list[str] = []
         scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng)
-        leaks += _scale_leaks(scale, preprocess)
+        leaks += design_leaks(self._design) + _scale_leaks(scale, preprocess)
         n, q = scale.Z.shape
         p = scale.X.shape[1]
         k = scale.n_exog
@@ -397,6 +425,8 @@ class DPIV2SLS:
         schedule = _resolve_schedule(schedule, init)
         contraction = tuning.contraction(kappa, min(eta, alpha))
         shares = _schedule_shares(schedule, T_checked, contraction)
+        if preprocess != "bounds":
+            _warn_slow_progress(eta, alpha, np.count_nonzero(shares > 0, axis=1), method=method)
         rows = scale.rows()
         try:
             clip_choice = None
@@ -458,15 +488,15 @@ class DPIV2SLS:
         leaks += _first_stage_meat_leaks(budget, preprocess)
         _announce_leaks(leaks, stacklevel=4)
 
-        inference_result, inference_note = _run_inference(
+        inference_result, inference_note, drawn = _run_inference(
             inference, preprocess, lambda: private_inference(
                 path, scale, rho=math.inf if preprocess == "data" else budget["rho_inf"], tau=tau, rng=rng,
                 start=start, cov_type=cov_type))
         releases = [*scale.releases, *([clip_choice.release] if clip_choice else []), *path.privacy.releases]
-        if inference_result is not None:
-            releases += inference_result.releases
-            if exact_inference:
-                releases.append(_unnoised_sampling(cov_type)[1])
+        if drawn is not None:
+            releases += drawn
+        if drawn is not None and exact_inference:
+            releases.append(_unnoised_sampling(cov_type)[1])
         first_stage_meat = _first_stage_meat(scale, path.theta_final, budget, preprocess, rng)
         releases += [] if first_stage_meat is None else list(first_stage_meat.releases)
         target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf", "rho_diag")
@@ -496,7 +526,7 @@ class DPIV2SLS:
             budget[name] for name in ("rho0", "rho1", "rho2", "rho_clip") if name != "rho0" or preprocess == "private")
         leaks: list[str] = []
         scale = working_scale(self._design, bounds, route=preprocess, rho0=total, rng=rng)
-        leaks += _scale_leaks(scale, preprocess)
+        leaks += design_leaks(self._design) + _scale_leaks(scale, preprocess)
         if preprocess == "private" and math.isinf(total):
             leaks.append("rho = inf: the moments were released without noise (not private).")
         return self._moments_results(scale, [], leaks, budget, preprocess=preprocess, inference=inference,
@@ -520,15 +550,15 @@ class DPIV2SLS:
             leaks.append(_unnoised_sampling(cov_type)[0])
         leaks += _first_stage_meat_leaks(budget, preprocess)
         _announce_leaks(leaks, stacklevel=5)  # the caller of fit(), through _fit_* and this method
-        inference_result, inference_note = _run_inference(
+        inference_result, inference_note, drawn = _run_inference(
             inference, preprocess, lambda: moment_inference(scale, theta, beta, rng=rng, cov_type=cov_type,
                                                             rho=rho_meat, tau=tau))
         releases = [*scale.releases[:1], *extra_releases, *scale.releases[1:]]
         target = {"rho0": total} if preprocess == "private" else {}
         if extra_releases:  # the default's switch: ``total`` is the moments' (both releases), the clipping apart
             target = {"rho0": total, "rho_clip": budget["rho_clip"]}
-        if inference_result is not None and robust:
-            releases += inference_result.releases
+        if drawn is not None and robust:
+            releases += drawn
             target["rho_inf"] = budget["rho_inf"]
             if exact_meat:
                 releases.append(_unnoised_sampling(cov_type)[1])
@@ -684,6 +714,10 @@ def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, metho
     budget["total"] = rho if rho is not None else (
         budget["rho1"] + budget["rho2"] + sum(budget[name] for name, on in used.items() if on)
         + (budget["rho_diag"] or 0.0))
+    if math.isfinite(budget["total"]) and budget["total"] > MAX_RHO / 10:
+        raise ValueError(f"the total budget ({budget['total']:g}, rho1 + rho2 and the releases' shares) is beyond "
+                         f"{MAX_RHO / 10:g}, where the releases' noise underflows float64; use numpy.inf for no "
+                         "noise, which is not private.")
     return budget
 
 
@@ -736,18 +770,19 @@ def _resolve_steps(eta, alpha, T, *, method: str, init: str, kappa: float, noise
 
 
 def _run_inference(requested: bool, preprocess: str, compute):
-    """(result, note): the private inference, or why there is none."""
+    """(result, note, releases): the private inference or why there is none, and the releases it drew
+    (None when it did not run), which the accountant records even when the covariance then overflows."""
     if not requested:
-        return None, "not requested (inference=False)"
+        return None, "not requested (inference=False)", None
     if preprocess == "bounds":
-        return None, "unavailable with preprocess='bounds' (needs privately whitened instruments)"
+        return None, "unavailable with preprocess='bounds' (needs privately whitened instruments)", None
     try:
         result = compute()
-    except OverflowError as exc:
-        return None, f"unavailable: {exc}"
+    except InferenceOverflowError as exc:
+        return None, f"unavailable: {exc}", exc.releases
     for message in result.warnings:
         warnings.warn(message, UserWarning, stacklevel=4)
-    return result, ""
+    return result, "", result.releases
 
 
 def _single_estimate_path(theta: np.ndarray, beta: np.ndarray, n_exog: int, releases) -> DP2SGDPath:
@@ -755,6 +790,30 @@ def _single_estimate_path(theta: np.ndarray, beta: np.ndarray, n_exog: int, rele
     return DP2SGDPath(theta=theta[None], beta=beta[None], lambda1=0.0, lambda2=0.0, clip1=None, clip2=None, eta=0.0,
                       alpha=0.0, n_exog=n_exog, calibration="exact", method="moments",
                       privacy=PrivacyBudget(list(releases)), clipped_rows=np.zeros((0, 2), dtype=np.int64))
+
+
+#: The share of the start's error that a run may leave (on the whitened scale, by its step sizes and steps) before
+#: :func:`_warn_slow_progress` warns.
+MAX_REMAINING_START_ERROR = 0.5
+
+
+def _warn_slow_progress(eta: float, alpha: float, steps: np.ndarray, *, method: str) -> None:
+    """Warn (:class:`~dpivreg.ConvergenceWarning`) when the step sizes are too small for the iteration to move
+    far from its start in T steps (public quantities only).
+
+    On the whitened working scale the first stage's Hessian is about I and the preconditioned second stage's
+    about P_t, so each step leaves a share abs(1 − η) (abs(1 − α)) of the error; after the stage's steps that share
+    is abs(1 − η)^steps. The plain ``"gd"`` second stage contracts more slowly still, so the rule is lenient there.
+    """
+    stages = [("eta", eta, int(steps[0])), ("alpha", alpha, int(steps[1]))]
+    slow = [(name, value, count, abs(1.0 - min(value, 1.0)) ** count) for name, value, count in stages
+            if count > 0 and abs(1.0 - min(value, 1.0)) ** count > MAX_REMAINING_START_ERROR]
+    for name, value, count, remaining in slow:
+        warnings.warn(
+            f"{name}={value:g} over {count} steps leaves about {remaining:.0%} of the start's error on the "
+            f"whitened working scale: the iteration cannot converge, so the estimate stays near its start and the "
+            f"intervals, centred at it, may miss. Use the default step sizes (leave {name} out), or raise {name} "
+            f"(about 1 on the whitened scale) or T.", ConvergenceWarning, stacklevel=4)
 
 
 def _check_step_stability(eta: float | None, alpha: float | None, *, method: str, n: int, q: int,
@@ -781,11 +840,3 @@ def _check_step_stability(eta: float | None, alpha: float | None, *, method: str
             f"the step size alpha={alpha:g} is too large: the preconditioned second stage diverges for "
             "alpha >= 2. Lower alpha (e.g. to 1)."
         )
-
-
-def _check_tau(tau) -> float:
-    if isinstance(tau, bool) or not isinstance(tau, numbers.Real):
-        raise TypeError(f"tau must be a number > 0 (the Theorem's confidence parameter), got {tau!r}.")
-    if not math.isfinite(tau) or tau <= 0:
-        raise ValueError(f"tau must be a finite number > 0 (the Theorem's confidence parameter), got {tau!r}.")
-    return float(tau)

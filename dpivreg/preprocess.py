@@ -55,7 +55,9 @@ import pandas as pd
 from .backends import InMemoryRows, RowSource, map_row_blocks
 from .design import IVDesign
 from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_sum
-from .privacy import Release, check_rho
+from .privacy import Release
+from .boundary import DATA_CHECK_NOTE
+from .validation import check_rho
 
 __all__ = ["WorkingScale", "ReleasedMoments", "PREPROCESS_ROUTES", "validate_bounds", "working_scale",
            "repeat_moment_release", "free_columns", "n_free_instruments", "box_columns"]
@@ -430,6 +432,7 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
                                                     data_largest=largest)
     lo = np.array([limits[c][0] for c in names])
     hi = np.array([limits[c][1] for c in names])
+    _check_bounds_meet_data(names, minimum, maximum, lo, hi)
     centres, scales = centre_s[names].to_numpy(), scale_s[names].to_numpy()
     free = free_positions(design, constant)
     unit, with_constant, rho, moment_scales = None, False, math.inf, scale_s
@@ -455,6 +458,22 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         clipped_values=pd.Series(dict(zip(names, counts)), name="clipped values (non-private)", dtype=np.int64),
         Z=Z, X=X, Y=Y, n_exog=len(design.exog_names), **maps,
     )
+
+
+def _check_bounds_meet_data(names: list, minimum: np.ndarray, maximum: np.ndarray, lo: np.ndarray,
+                            hi: np.ndarray) -> None:
+    """Raise if every value of a column lies outside its bounds on one side: clipping would make it a constant
+    (NON-PRIVATE check of the column's range, :data:`dpivreg.boundary.DATA_CHECK_NOTE`)."""
+    outside = [(name, lower, upper, "below" if top < lower else "above")
+               for name, bottom, top, lower, upper in zip(names, minimum, maximum, lo, hi)
+               if top < lower or bottom > upper]
+    if outside:
+        name, lower, upper, side = outside[0]
+        raise ValueError(
+            f"every value of column {name!r} lies {side} its bounds ({lower:g}, {upper:g}): clipping would make it "
+            f"the constant {lower if side == 'below' else upper:g}, and the fit would be meaningless. Check the "
+            f"bounds (their units, or a typo){' and those of ' + str([o[0] for o in outside[1:]]) if outside[1:] else ''}. "
+            f"{DATA_CHECK_NOTE}")
 
 
 def preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, centres: np.ndarray, scales: np.ndarray,
@@ -534,10 +553,15 @@ def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float,
     second, record, sigma = moments_from_sum(outer, design.nobs, with_constant=first.released_constant,
                                              route="private", rho=rho, rng=rng)
     record = dataclasses.replace(record, name=record.name + ", second release")
-    w1, w2 = first.sigma ** -2.0, sigma ** -2.0
-    combined = (w1 * first.matrix + w2 * second) / (w1 + w2)
+    # inverse-variance weights in overflow-free form: the second release's share is σ₁²/(σ₁² + σ₂²), the combined
+    # σ = σ₁σ₂/√(σ₁² + σ₂²) (a noiseless release, σ = 0, takes all the weight)
+    s1, s2 = float(first.sigma), float(sigma)
+    ratio = s2 / s1 if s1 else math.inf
+    share = 1.0 if s2 == 0 else 1.0 / (1.0 + ratio * ratio)  # ratio * ratio overflows to inf, ** would raise
+    combined = first.matrix + share * (second - first.matrix)
     combined[0, 0] = 1.0
-    moments = ReleasedMoments(combined, (w1 + w2) ** -0.5, first.released_constant, first.working_map)
+    joint = 0.0 if s1 == 0 or s2 == 0 else s1 * (s2 / math.hypot(s1, s2))
+    moments = ReleasedMoments(combined, joint, first.released_constant, first.working_map)
     return dataclasses.replace(scale, moments=moments, releases=(*scale.releases, record))
 
 

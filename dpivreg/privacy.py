@@ -37,13 +37,14 @@ Conversions to (ε, δ)
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
 import numpy as np
 import pandas as pd
 from scipy import optimize, special
+
+from .validation import check_delta, check_epsilon, check_spent_rho
 
 __all__ = [
     "PrivacyLeakWarning",
@@ -76,54 +77,6 @@ class PrivacyLeakWarning(UserWarning):
 # ----------------------------------------------------------------------------------------
 # validation helpers shared by the package
 # ----------------------------------------------------------------------------------------
-def _as_float(value: object, name: str, expected: str) -> float:
-    """``value`` as a float; TypeError (naming ``name``) for bools and anything that is not a real number.
-
-    Integers too large for a float become ``±inf`` (they lie beyond every float anyway).
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {value!r}.")
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
-
-
-def check_rho(value: float, name: str) -> float:
-    """Return ``value`` as a float after checking it is a valid zCDP budget (> 0, inf allowed)."""
-    value = _as_float(value, name, "a positive number (a zCDP budget)")
-    if math.isnan(value) or value <= 0:
-        raise ValueError(
-            f"{name} must be > 0 (a zCDP budget; use numpy.inf for no noise, which is not private), "
-            f"got {value!r}."
-        )
-    return value
-
-
-def check_delta(delta: float, name: str = "delta") -> float:
-    """Return ``delta`` as a float after checking 0 < δ < 1."""
-    delta = _as_float(delta, name, "a number in (0, 1)")
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"{name} must lie strictly between 0 and 1 (e.g. 1e-5 or 1/n²), got {delta!r}.")
-    return delta
-
-
-def _check_spent_rho(rho: float) -> float:
-    """A zCDP budget *spent* (argument of the conversions): a real number >= 0, ``inf`` allowed."""
-    rho = _as_float(rho, "rho", "a real number >= 0 (the zCDP budget spent)")
-    if math.isnan(rho) or rho < 0:
-        raise ValueError(f"rho must be >= 0 (the zCDP budget spent; inf for a non-private fit), got {rho!r}.")
-    return rho
-
-
-def _check_epsilon(epsilon: float) -> float:
-    """An ε of (ε, δ)-DP: a real number >= 0, ``inf`` allowed."""
-    epsilon = _as_float(epsilon, "epsilon", "a real number >= 0")
-    if math.isnan(epsilon) or epsilon < 0:
-        raise ValueError(f"epsilon must be a number >= 0, got {epsilon!r}.")
-    return epsilon
-
-
 def _check_method(method: str) -> str:
     if method not in EPSILON_METHODS:
         raise ValueError(f"method must be one of {EPSILON_METHODS}, got {method!r}.")
@@ -401,7 +354,7 @@ def epsilon_from_rho(rho: float, delta: float, method: EpsilonMethod = "gaussian
         ``rho`` is NaN or negative, ``delta`` is not strictly between 0 and 1, or ``method``
         is unknown.
     """
-    rho = _check_spent_rho(rho)
+    rho = check_spent_rho(rho)
     delta = check_delta(delta)
     method = _check_method(method)
     if math.isinf(rho):
@@ -441,8 +394,8 @@ def delta_from_rho(rho: float, epsilon: float, method: EpsilonMethod = "gaussian
     ValueError
         ``rho`` or ``epsilon`` is NaN or negative, or ``method`` is unknown.
     """
-    rho = _check_spent_rho(rho)
-    epsilon = _check_epsilon(epsilon)
+    rho = check_spent_rho(rho)
+    epsilon = check_epsilon(epsilon)
     method = _check_method(method)
     if math.isinf(epsilon):
         return 0.0

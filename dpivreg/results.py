@@ -757,8 +757,8 @@ class DPIVResults:
         share = np.diag(inf.cov_noise) / np.diag(inf.cov)
         caution = "" if inf.reliable else (
             "CAUTION: private std. errors flagged unreliable (first-stage noise ratio "
-            f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); coverage may be "
-            "anywhere from about 0.8 to 1.0. ")
+            f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); their coverage is "
+            "not known and may be far below nominal. ")
         robust = inf.cov_type == "robust"
         if robust:
             sampling = "robust (sandwich) 2SLS sampling variance from a private meat of the instrument scores (rho_inf)"

@@ -92,6 +92,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from .validation import as_real, check_count, check_rho, check_T, check_tau
+
 __all__ = [
     "DEFAULT_TAU",
     "T_MAX_CAP",
@@ -151,9 +153,7 @@ _RHO_RTOL = 1e-12
 # ----------------------------------------------------------------------------------------
 def _real(value: object, name: str) -> float:
     """Return ``value`` as a float, raising TypeError for non-numbers and ValueError for NaN."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}.")
-    value = float(value)
+    value = as_real(value, name, "a real number")
     if math.isnan(value):
         raise ValueError(f"{name} must not be NaN.")
     return value
@@ -167,27 +167,11 @@ def _check_n(n: float) -> float:
 
 
 def _check_dims(p: float, q: float) -> tuple[float, float]:
-    p = _real(p, "p")
-    q = _real(q, "q")
-    if not (math.isfinite(p) and p >= 1):
-        raise ValueError(f"p (number of regressors) must be a finite number >= 1, got {p!r}.")
-    if not math.isfinite(q) or q < p:
+    p = float(check_count(p, "p", what="a whole number of regressors", integral_floats=True))
+    q = float(check_count(q, "q", what="a whole number of instruments", integral_floats=True))
+    if q < p:
         raise ValueError(f"q (number of instruments) must be finite and >= p = {p:g}, got {q!r}.")
     return p, q
-
-
-def _check_rho(rho: float, name: str) -> float:
-    rho = _real(rho, name)
-    if rho <= 0:
-        raise ValueError(f"{name} must be > 0 (a zCDP budget; math.inf for no noise), got {rho!r}.")
-    return rho
-
-
-def _check_tau(tau: float) -> float:
-    tau = _real(tau, "tau")
-    if not (math.isfinite(tau) and tau > 0):
-        raise ValueError(f"tau (confidence parameter) must be a finite number > 0, got {tau!r}.")
-    return tau
 
 
 def _check_kappa(kappa: float) -> float:
@@ -413,8 +397,8 @@ def privacy_term(
     n = _check_n(n)
     p, q = _check_dims(p, q)
     T_arr, scalar = _check_T_array(T)
-    rho_min = min(_check_rho(rho1, "rho1"), _check_rho(rho2, "rho2"))
-    tau = _check_tau(tau)
+    rho_min = min(check_rho(rho1, "rho1"), check_rho(rho2, "rho2"))
+    tau = check_tau(tau)
     return _out(_privacy_coef(n, p, q, rho_min, tau) * np.sqrt(T_arr), scalar)
 
 
@@ -440,7 +424,7 @@ def statistical_term(n: float, p: float, q: float, tau: float = DEFAULT_TAU) -> 
     """
     n = _check_n(n)
     p, q = _check_dims(p, q)
-    return _statistical(n, p, q, _check_tau(tau))
+    return _statistical(n, p, q, check_tau(tau))
 
 
 # ----------------------------------------------------------------------------------------
@@ -470,8 +454,8 @@ def t_condition_limit(n: float, p: float, q: float, rho1: float, tau: float = DE
     """
     n = _check_n(n)
     p, q = _check_dims(p, q)
-    rho1 = _check_rho(rho1, "rho1")
-    tau = _check_tau(tau)
+    rho1 = check_rho(rho1, "rho1")
+    tau = check_tau(tau)
     if math.isinf(rho1):
         return math.inf
     limit = rho1 * (n * n) / (p * _pow(_c(q, tau), 6))
@@ -503,8 +487,8 @@ def n_condition_minimum(p: float, q: float, rho1: float, rho2: float, tau: float
         The minimum sample size (up to constants, c = 1).
     """
     p, q = _check_dims(p, q)
-    rho_min = min(_check_rho(rho1, "rho1"), _check_rho(rho2, "rho2"))
-    tau = _check_tau(tau)
+    rho_min = min(check_rho(rho1, "rho1"), check_rho(rho2, "rho2"))
+    tau = check_tau(tau)
     statistical_part = p * q * _log_factor(p, q, tau) ** 2
     privacy_part = 0.0 if math.isinf(rho_min) else _pow(_c(q, tau), 3) / math.sqrt(rho_min)
     return max(statistical_part, privacy_part)
@@ -615,9 +599,9 @@ def regime_boundaries(
     """
     n = _check_n(n)
     p, q = _check_dims(p, q)
-    rho1 = _check_rho(rho1, "rho1")
-    rho_min = min(rho1, _check_rho(rho2, "rho2"))
-    tau = _check_tau(tau)
+    rho1 = check_rho(rho1, "rho1")
+    rho_min = min(rho1, check_rho(rho2, "rho2"))
+    tau = check_tau(tau)
     kappa = _check_kappa(kappa)
     log_factor_sq = _log_factor(p, q, tau) ** 2
     # start_error·κ^(T/2) = √(pq)·log/√n  ⇔  κ^T = 1/ratio
@@ -726,7 +710,7 @@ def delta_tau(n: float, q: float, tau: float = DEFAULT_TAU) -> float:
     q = _real(q, "q")
     if not (math.isfinite(q) and q >= 1):
         raise ValueError(f"q (number of instruments) must be a finite number >= 1, got {q!r}.")
-    return _c(q, _check_tau(tau)) / math.sqrt(n)
+    return _c(q, check_tau(tau)) / math.sqrt(n)
 
 
 def eigenvalue_bounds(theta: ArrayLike, delta: float) -> tuple[float, float]:
@@ -994,8 +978,8 @@ def error_bound(
     n = _check_n(n)
     p, q = _check_dims(p, q)
     T = _check_scalar_T(T)
-    rho1, rho2 = _check_rho(rho1, "rho1"), _check_rho(rho2, "rho2")
-    tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    rho1, rho2 = check_rho(rho1, "rho1"), check_rho(rho2, "rho2")
+    tau, kappa = check_tau(tau), _check_kappa(kappa)
     start_error = _check_start_error(start_error)
     a = _privacy_coef(n, p, q, min(rho1, rho2), tau)
     opt, priv, stat, total = (float(x[0]) for x in _terms(np.array([T]), kappa, a, _statistical(n, p, q, tau)))
@@ -1058,8 +1042,8 @@ def recommended_T(
     """
     n = _check_n(n)
     p, q = _check_dims(p, q)
-    rho1, rho2 = _check_rho(rho1, "rho1"), _check_rho(rho2, "rho2")
-    tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    rho1, rho2 = check_rho(rho1, "rho1"), check_rho(rho2, "rho2")
+    tau, kappa = check_tau(tau), _check_kappa(kappa)
     return _argmin_T(kappa, *_coefficients(n, p, q, rho1, rho2, tau))
 
 
@@ -1251,8 +1235,8 @@ def plan(
     """
     n = _check_n(n)
     p, q = _check_dims(p, q)
-    rho1, rho2 = _check_rho(rho1, "rho1"), _check_rho(rho2, "rho2")
-    tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    rho1, rho2 = check_rho(rho1, "rho1"), check_rho(rho2, "rho2")
+    tau, kappa = check_tau(tau), _check_kappa(kappa)
     if init not in ("zero", "moments"):
         raise ValueError(f"init must be 'zero' or 'moments', got {init!r}.")
     a, s = _coefficients(n, p, q, rho1, rho2, tau)
@@ -1263,10 +1247,7 @@ def plan(
     if T_max is None:
         T_max = _default_T_max(T_rec, bounds.t_limit)
     else:
-        T_max_value = _real(T_max, "T_max")
-        if not (math.isfinite(T_max_value) and T_max_value >= 1 and T_max_value == int(T_max_value)):
-            raise ValueError(f"T_max must be an integer >= 1, got {T_max!r}.")
-        T_max = int(T_max_value)
+        T_max = check_T(check_count(T_max, "T_max", what="an integer number of iterations", integral_floats=True), "T_max")
     T_grid = np.arange(1, T_max + 1, dtype=float)
     opt, priv, stat, total = _terms(T_grid, kappa, a, s)
     opt = opt * start_error
@@ -1345,8 +1326,8 @@ def smallest_n(
     """
     target = _check_target(target)
     p, q = _check_dims(p, q)
-    rho1, rho2 = _check_rho(rho1, "rho1"), _check_rho(rho2, "rho2")
-    tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    rho1, rho2 = check_rho(rho1, "rho1"), check_rho(rho2, "rho2")
+    tau, kappa = check_tau(tau), _check_kappa(kappa)
     if T is not None:
         T = _check_scalar_T(T)
         floor = float(np.power(kappa, T / 2.0))
@@ -1410,7 +1391,7 @@ def smallest_rho(
     split = _real(split, "split")
     if not 0.0 < split < 1.0:
         raise ValueError(f"split (first-stage share of the budget) must lie strictly between 0 and 1, got {split!r}.")
-    tau, kappa = _check_tau(tau), _check_kappa(kappa)
+    tau, kappa = check_tau(tau), _check_kappa(kappa)
     if T is not None:
         T = _check_scalar_T(T)
 

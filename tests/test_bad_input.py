@@ -597,9 +597,9 @@ FIT_ARGUMENT_CASES = [
     ({"alpha": math.nan}, ValueError, r"alpha must be a finite number > 0"),
     ({"alpha": -1.0, "method": "gd"}, ValueError, r"alpha must be a finite number > 0"),
     # tau
-    ({"tau": math.nan}, ValueError, r"tau must be a finite number > 0"),
-    ({"tau": -1}, ValueError, r"tau must be a finite number > 0"),
-    ({"tau": math.inf}, ValueError, r"tau must be a finite number > 0"),
+    ({"tau": math.nan}, ValueError, r"tau must be a number in \(0, 700\]"),
+    ({"tau": -1}, ValueError, r"tau must be a number in \(0, 700\]"),
+    ({"tau": math.inf}, ValueError, r"tau must be a number in \(0, 700\]"),
     ({"tau": "5"}, TypeError, r"tau"),                          # wrong type: TypeError like rho/T/eta/seed
     ({"tau": None}, TypeError, r"tau"),                         # wrong type: TypeError like rho/T/eta/seed
     # inference

@@ -1,0 +1,229 @@
+"""The privacy boundary at the data frame: what is public about the data, and what a design leaks.
+
+Public (never protected by the budget, by declaration): the frame's row count, its column names and
+dtypes, the formula, the declared intercept, the bounds, category levels that are *declared* (a pandas
+``Categorical``'s categories, or ``C(x, levels=[...])``), and the missing-value policy with its fill
+values. Everything else about the rows is private; a design that derives one of the public facts from
+the rows carries a leak that :meth:`dpivreg.DPIV2SLS.fit` announces with a
+:class:`~dpivreg.PrivacyLeakWarning` and lists in the summary:
+
+* ``missing="drop"`` (the default, linearmodels' behaviour) with rows dropped: the number of complete
+  rows, ``nobs``, is published exactly (replacing one complete row by one with a missing value changes
+  it). ``missing="drop-public"`` declares which rows are complete public (e.g. a survey's published skip
+  pattern) and drops without a leak; ``missing="fill"`` keeps every row (``nobs`` = the row count) by
+  replacing each missing value with a public fill value, optionally with a missing-value indicator.
+  A frame without missing values under ``"drop"`` is read as coming from a schema without missing
+  values (a public fact): nothing is announced.
+* levels of a category read from the data (a text column, or ``C(x)`` of a column that is not a
+  pandas ``Categorical``): which levels occur decides the parameters' names and number.
+
+Checks that read the rows (constant, duplicate or collinear columns, infinite values, too few complete
+rows) must run before anything is fitted; their verdicts are seen only by the data holder and are not
+releases (their messages say so, :data:`DATA_CHECK_NOTE`). A declared level (or a requested indicator)
+that does not occur gives an all-zero column; it is exempt from those checks, so its absence does not fail
+the fit and shows only through the private releases; but the noise of its (empty) moments, amplified by the
+private whitening, costs every coefficient its precision (docs: the privacy boundary).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["MISSING_POLICIES", "DATA_CHECK_NOTE", "MissingPolicy", "missing_policy", "design_leaks"]
+
+#: Values of ``missing=``: drop rows with a missing value (a leak when any is dropped), drop them with the
+#: missingness declared public, or fill them with public values (every row kept).
+MISSING_POLICIES: tuple[str, ...] = ("drop", "drop-public", "fill")
+
+#: Sentence that every check reading the rows appends to its error (or warning).
+DATA_CHECK_NOTE = ("(This check reads the data: its verdict is seen only by the data holder and is not a "
+                   "private release; see the docs' 'What may be published'.)")
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+@dataclass(frozen=True)
+class MissingPolicy:
+    """How rows with a missing value are handled (a public choice; see the module docstring).
+
+    Attributes
+    ----------
+    how : {"drop", "drop-public", "fill"}
+    fill_values : dict or float or None
+        ``"fill"`` only: a public value per column (a mapping over the data's columns, a codebook may
+        name unused ones) or one number for every numeric column.
+    indicators : tuple
+        ``"fill"`` only: columns that get a 0/1 exogenous regressor ``missing_<column>`` marking the
+        filled rows (public names; an indicator of a column without missing values is all zero, which
+        is allowed).
+    """
+
+    how: Literal["drop", "drop-public", "fill"] = "drop"
+    fill_values: Any = None
+    indicators: tuple[Hashable, ...] = field(default=())
+
+    @property
+    def drops(self) -> bool:
+        """Whether rows with a missing value are dropped (``"drop"`` or ``"drop-public"``)."""
+        return self.how != "fill"
+
+
+def missing_policy(missing: Any = "drop", fill_values: Any = None, indicators: Any = ()) -> MissingPolicy:
+    """Check the public arguments ``missing``, ``fill_values`` and ``indicators`` (no data read)."""
+    if isinstance(missing, MissingPolicy):
+        return missing
+    if not isinstance(missing, str) or missing not in MISSING_POLICIES:
+        raise ValueError(f"missing must be one of {list(MISSING_POLICIES)}, got {missing!r}. 'drop' drops rows "
+                         "with a missing value (the count of complete rows is then published); 'drop-public' does "
+                         "the same with that count declared public; 'fill' keeps every row, filling with public "
+                         "fill_values.")
+    if isinstance(indicators, (str, bytes)) or not isinstance(indicators, Sequence):
+        raise TypeError(f"indicators must be a list of column names, got {indicators!r}.")
+    if missing != "fill":
+        if fill_values is not None or len(indicators):
+            raise ValueError(f"fill_values and indicators apply to missing='fill' only, got missing={missing!r}.")
+        return MissingPolicy(missing)
+    if fill_values is None:
+        raise ValueError("missing='fill' needs public fill_values: one number for every numeric column, or "
+                         "{column: value} (a category's value must be one of its declared categories).")
+    if isinstance(fill_values, Mapping):
+        fill = dict(fill_values)
+    elif isinstance(fill_values, numbers.Real) and not isinstance(fill_values, bool):
+        if not math.isfinite(fill_values):
+            raise ValueError(f"fill_values must be a finite number, got {fill_values!r}.")
+        fill = float(fill_values)
+    else:
+        raise TypeError(f"fill_values must be a number or a mapping {{column: value}}, got {fill_values!r}.")
+    return MissingPolicy("fill", fill, tuple(indicators))
+
+
+def can_hold_missing(dtype: Any) -> bool:
+    """Whether a column of this dtype can hold a missing value (NumPy integers and booleans cannot)."""
+    return not (isinstance(dtype, np.dtype) and dtype.kind in "biu")
+
+
+def indicator_name(column: Hashable) -> str:
+    """The name of the missing-value indicator of ``column``."""
+    return f"missing_{column}"
+
+
+def fill_frame(data: Any, used: list[Hashable], policy: MissingPolicy) -> tuple[Any, list[str]]:
+    """The frame with ``used`` columns' missing values replaced by the policy's public fill values and the
+    requested indicators added (a new frame, pandas or Dask; the caller's is not modified), and the
+    indicators' names. Raises for a used column that can hold a missing value but has no fill value
+    (decided from dtypes and names only: public)."""
+    values = policy.fill_values
+    if isinstance(values, dict):
+        unknown = [c for c in values if c not in data.columns]
+        if unknown:
+            raise ValueError(f"fill_values names {unknown}, which are not columns of the data (a typo?).")
+    missing_value = [c for c in used if can_hold_missing(data[c].dtype)
+                     and not (isinstance(values, dict) and c in values)
+                     and not (isinstance(values, float) and _numeric(data[c].dtype))]
+    if missing_value:
+        raise ValueError(f"missing='fill' has no public fill value for column(s) {missing_value}, which can hold "
+                         "missing values. Add them to fill_values={column: value} (for a category, one of its "
+                         "declared categories).")
+    fills = {c: (values[c] if isinstance(values, dict) else values) for c in used if can_hold_missing(data[c].dtype)}
+    names = []
+    for column in policy.indicators:
+        if column not in used:
+            raise ValueError(f"indicators names {column!r}, which is not a column that the formula uses {used}.")
+        name = indicator_name(column)
+        if not _IDENTIFIER.match(name):
+            raise ValueError(f"the indicator {name!r} is not a valid formula name; rename column {column!r}.")
+        if name in data.columns:
+            raise ValueError(f"the indicator's name {name!r} is already a column of the data; rename that column.")
+        names.append(name)
+    added = {name: data[column].isna().astype(np.float64) for name, column in zip(names, policy.indicators)}
+    filled = {}
+    for column, value in fills.items():
+        series = data[column]
+        if isinstance(series.dtype, pd.CategoricalDtype) and value not in series.dtype.categories:
+            raise ValueError(f"the fill value {value!r} of column {column!r} is not one of its categories "
+                             f"{list(series.dtype.categories)}; use a declared category.")
+        filled[column] = series.fillna(value)
+    return data.assign(**filled, **added), names
+
+
+def _numeric(dtype: Any) -> bool:
+    return pd.api.types.is_numeric_dtype(dtype) and not isinstance(dtype, pd.CategoricalDtype)
+
+
+def data_derived_levels(data: Any, expressions: Sequence[str]) -> tuple[str, ...]:
+    """The formula's categorical factors (``expressions``, as the formula engine encodes them) whose levels
+    are read from the data.
+
+    Declared: a bare column or ``C(column, ...)`` of a pandas ``Categorical`` column, or any ``C(...)`` with a
+    ``levels=`` argument. Everything else that the engine encodes as a category reads its levels from the
+    data: a text column, ``C(x)`` of a non-categorical column, ``x.astype(str)``, ``pd.qcut(x, 3)``, ....
+    Booleans are numbers (0/1) to formulaic, so they have no levels.
+    """
+    dtypes = dict(data.dtypes.items())
+    found = []
+    for expression in expressions:
+        bare = _BARE_OR_C.match(expression)
+        column = bare.group(1) if bare else None
+        declared = (column is not None and isinstance(dtypes.get(column), pd.CategoricalDtype)) or (
+            expression.startswith("C(") and _LEVELS_ARGUMENT.search(expression) is not None)
+        if not declared and expression not in found:
+            found.append(expression)
+    return tuple(found)
+
+
+_BARE_OR_C = re.compile(r"^(?:C\(\s*)?`?([A-Za-z_][A-Za-z0-9_.]*)`?\s*(?:[,)].*)?$")
+_LEVELS_ARGUMENT = re.compile(r"\blevels\s*=")
+
+
+def design_leaks(design: Any) -> list[str]:
+    """The boundary's leaks that a design carries into a fit (messages for :class:`PrivacyLeakWarning`)."""
+    leaks = []
+    how = getattr(design, "missing", "drop")
+    missing = design.n_dropped if getattr(design, "n_missing", None) is None else design.n_missing
+    lost = max(design.n_dropped - missing, 0)  # rows whose value the formula made missing (e.g. log of 0)
+    total = design.nobs + design.n_dropped
+    if how == "drop" and design.n_dropped > 0:
+        leaks.append(
+            f"missing='drop': {design.n_dropped} of {total} rows had a missing value and were dropped, so the "
+            f"number of complete rows (nobs = {design.nobs}) is published exactly, and every release is "
+            "computed on those rows. Keep every row with missing='fill' and public fill_values, or declare which "
+            "rows are complete public with missing='drop-public'.")
+    elif lost > 0:
+        leaks.append(
+            f"missing={how!r}: {lost} of {total} rows were dropped because the formula turned one of their values "
+            f"into a missing one (e.g. np.log of a value <= 0), so nobs = {design.nobs} depends on the values and "
+            "is published exactly. Transform the column so that every value in its bounds stays defined (e.g. "
+            "np.log1p, or clip before the log), or drop those rows by a public rule first.")
+    levels = getattr(design, "data_levels", ())
+    if levels:
+        leaks.append(
+            f"the levels of {', '.join(levels)} were read from the data: which levels occur decides the "
+            "parameters' names and number. Declare them: make the column a pandas Categorical with its public "
+            "categories (df[c].astype(pd.CategoricalDtype([...]))) or write C(c, levels=[...]).")
+    return leaks
+
+
+def declared_zero_columns(names: Sequence[Hashable], factors: Mapping[str, list[str]], data: Any,
+                          indicators: Sequence[str]) -> tuple[Hashable, ...]:
+    """Design columns that may be all zero without being an error: the dummies of declared category levels
+    and the missing-value indicators (names only: public)."""
+    prefixes = []
+    for column, dtype in data.dtypes.items():
+        for expression in factors.get(str(column), []):
+            if isinstance(dtype, pd.CategoricalDtype) or (expression.startswith("C(")
+                                                          and _LEVELS_ARGUMENT.search(expression)):
+                prefixes.append(expression)
+    exempt = []
+    for name in names:
+        text = str(name)
+        if text in indicators or any(f"{prefix}[" in text for prefix in prefixes):
+            exempt.append(name)
+    return tuple(exempt)
