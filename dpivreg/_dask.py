@@ -55,6 +55,7 @@ from .design import (
     _DesignNames,
     _FormulaParts,
     _as_float_blocks,
+    float_values,
     _block_error,
     _block_formulas,
     _check_array_dtype,
@@ -143,7 +144,7 @@ class DaskIVDesign(_DesignNames):
         Rows dropped because of a missing value.
     constant : Hashable, optional
         The exogenous column declared as the intercept (:func:`dpivreg.design.declared_constant`).
-    missing, data_levels, zero_allowed, n_missing
+    missing, data_levels, zero_allowed, n_lost, data_columns, unit_columns
         The privacy boundary's facts, as for :class:`~dpivreg.design.IVDesign`.
     """
 
@@ -158,7 +159,10 @@ class DaskIVDesign(_DesignNames):
     missing: str = "drop"
     data_levels: tuple[str, ...] = ()
     zero_allowed: tuple[Hashable, ...] = ()
-    n_missing: int | None = None
+    n_lost: int = 0
+    data_columns: tuple[Hashable, ...] = ()
+    unit_columns: tuple[Hashable, ...] = ()
+    stateful: tuple[str, ...] = ()
 
     is_dask: ClassVar[bool] = True
 
@@ -304,7 +308,7 @@ def _combine(parts: list[dict]) -> dict:
         "r": r,
         "equal": np.all([p["equal"] for p in parts], axis=0),
         "encoded": _combine_encoded(parts),
-        "missing_rows": sum(p.get("missing_rows", p["n_raw"] - p["n"]) for p in parts),
+        "lost_rows": sum(p.get("lost_rows", 0) for p in parts),
     }
 
 
@@ -402,7 +406,7 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
         values=values, names=names, nobs=int(stats["n"]),
         stats=DesignStats(stats["min"], stats["max"], stats["scale"], stats["r"]),
         formula=formula, formula_engine=formula_engine, n_dropped=int(stats["n_raw"] - stats["n"]),
-        constant=declared, n_missing=int(stats["missing_rows"]), **boundary,
+        constant=declared, n_lost=int(stats["lost_rows"]), **boundary,
     )
     _warn_dropped(design, source, stacklevel=stacklevel + 1)
     if stats["encoded"] is not None and encoded_columns:
@@ -446,8 +450,7 @@ class _FormulaicBuilder:
                     for block, spec in zip(_BLOCKS, self.specs)}
 
     def __call__(self, data: pd.DataFrame) -> np.ndarray:
-        parts = [frame.to_numpy(dtype=np.float64, na_value=np.nan)
-                 for frame in self.frames(data).values() if frame.shape[1]]
+        parts = [float_values(frame, block) for block, frame in self.frames(data).items() if frame.shape[1]]
         return np.column_stack(parts) if parts else np.empty((data.shape[0], 0))
 
 
@@ -465,7 +468,8 @@ def _formula_stats(part: pd.DataFrame, builder: Any, used: list[Hashable],
     missing = part[used].isna().to_numpy()[kept] if used else np.zeros((int(kept.sum()), 0), dtype=bool)
     stats["encoded_columns"] = missing.any(axis=0)
     stats["encoded_rows"] = int(missing.any(axis=1).sum())
-    stats["missing_rows"] = int(part[used].isna().any(axis=1).sum()) if used else 0
+    complete = ~part[used].isna().any(axis=1).to_numpy() if used else np.ones(part.shape[0], dtype=bool)
+    stats["lost_rows"] = int(np.count_nonzero(~kept & complete))  # dropped, yet no value was missing
     return stats
 
 
@@ -771,7 +775,8 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     raws = [delayed(_apply)(shared, part) for part in partitions]
     return _finish(raws, stats, names, formula=formula, formula_engine=formula_engine,
                    source="design_from_formula", stacklevel=3, encoded_columns=used,
-                   boundary=formula_boundary(meta, parts, policy, added, sample_blocks, sample, context))
+                   boundary=formula_boundary(meta, parts, policy, added, sample_blocks, sample, context,
+                                            formula_engine))
 
 
 # ---------------------------------------------------------------------------

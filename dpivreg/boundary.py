@@ -14,8 +14,11 @@ the rows carries a leak that :meth:`dpivreg.DPIV2SLS.fit` announces with a
   replacing each missing value with a public fill value, optionally with a missing-value indicator.
   A frame without missing values under ``"drop"`` is read as coming from a schema without missing
   values (a public fact): nothing is announced.
-* levels of a category read from the data (a text column, or ``C(x)`` of a column that is not a
-  pandas ``Categorical``): which levels occur decides the parameters' names and number.
+* levels of a category read from the data (a text column, ``C(x)`` of a column that is not a pandas
+  ``Categorical``, levels computed in the formula): which levels occur decides the parameters' names
+  and number;
+* stateful transforms (``center``, ``scale``, ``bs``, ...), whose parameters are learned from the rows;
+* rows that the formula itself makes missing (``np.log`` of 0), under every policy.
 
 Checks that read the rows (constant, duplicate or collinear columns, infinite values, too few complete
 rows) must run before anything is fitted; their verdicts are seen only by the data holder and are not
@@ -27,6 +30,7 @@ private whitening, costs every coefficient its precision (docs: the privacy boun
 
 from __future__ import annotations
 
+import ast
 import math
 import numbers
 import re
@@ -147,11 +151,30 @@ def fill_frame(data: Any, used: list[Hashable], policy: MissingPolicy) -> tuple[
     filled = {}
     for column, value in fills.items():
         series = data[column]
-        if isinstance(series.dtype, pd.CategoricalDtype) and value not in series.dtype.categories:
-            raise ValueError(f"the fill value {value!r} of column {column!r} is not one of its categories "
-                             f"{list(series.dtype.categories)}; use a declared category.")
-        filled[column] = series.fillna(value)
+        _check_fill_value(column, series.dtype, value)
+        try:
+            filled[column] = series.fillna(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"the fill value {value!r} does not fit column {column!r} of dtype {series.dtype} "
+                             f"({exc}); give a value of the column's type.") from exc
     return data.assign(**filled, **added), names
+
+
+def _check_fill_value(column: Hashable, dtype: Any, value: Any) -> None:
+    """A public fill value must be a value of the column: a declared category, or a finite number for a numeric
+    column (never a missing value, which would leave the row to be dropped)."""
+    if isinstance(dtype, pd.CategoricalDtype):
+        if value not in dtype.categories:
+            raise ValueError(f"the fill value {value!r} of column {column!r} is not one of its categories "
+                             f"{list(dtype.categories)}; use a declared category.")
+        return
+    if _numeric(dtype) or pd.api.types.is_bool_dtype(dtype):
+        if (isinstance(value, (bool, np.bool_)) and not pd.api.types.is_bool_dtype(dtype)) or not isinstance(
+                value, (numbers.Real, np.bool_)) or not math.isfinite(float(value)):
+            raise ValueError(f"the fill value of numeric column {column!r} must be a finite number, got {value!r}.")
+        return
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        raise ValueError(f"the fill value of column {column!r} must be a value, not a missing one ({value!r}).")
 
 
 def _numeric(dtype: Any) -> bool:
@@ -165,15 +188,16 @@ def data_derived_levels(data: Any, expressions: Sequence[str]) -> tuple[str, ...
     Declared: a bare column or ``C(column, ...)`` of a pandas ``Categorical`` column, or any ``C(...)`` with a
     ``levels=`` argument. Everything else that the engine encodes as a category reads its levels from the
     data: a text column, ``C(x)`` of a non-categorical column, ``x.astype(str)``, ``pd.qcut(x, 3)``, ....
-    Booleans are numbers (0/1) to formulaic, so they have no levels.
+    Boolean columns have the levels (False, True) by their dtype (patsy encodes them as categories).
     """
     dtypes = dict(data.dtypes.items())
     found = []
     for expression in expressions:
         bare = _BARE_OR_C.match(expression)
         column = bare.group(1) if bare else None
-        declared = (column is not None and isinstance(dtypes.get(column), pd.CategoricalDtype)) or (
-            expression.startswith("C(") and _LEVELS_ARGUMENT.search(expression) is not None)
+        declared = (column is not None and (isinstance(dtypes.get(column), pd.CategoricalDtype)
+                                            or pd.api.types.is_bool_dtype(dtypes.get(column, object)))) or (
+            expression.startswith("C(") and _literal_levels(expression))
         if not declared and expression not in found:
             found.append(expression)
     return tuple(found)
@@ -183,12 +207,48 @@ _BARE_OR_C = re.compile(r"^(?:C\(\s*)?`?([A-Za-z_][A-Za-z0-9_.]*)`?\s*(?:[,)].*)
 _LEVELS_ARGUMENT = re.compile(r"\blevels\s*=")
 
 
+def _literal_levels(expression: str) -> bool:
+    """Whether ``C(..., levels=...)`` gives its levels as a literal list or tuple (declared in the formula); a
+    computed one, e.g. ``levels=sorted(g.unique())``, reads them from the data."""
+    try:
+        call = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return False
+    if not isinstance(call, ast.Call):
+        return False
+    for keyword in call.keywords:
+        if keyword.arg == "levels":
+            try:
+                ast.literal_eval(keyword.value)
+            except ValueError:
+                return False
+            return True
+    return False
+
+
+def unit_columns(names: Sequence[Hashable], categorical: Sequence[str], data: Any,
+                 indicators: Sequence[str]) -> tuple[Hashable, ...]:
+    """Design columns in [0, 1] by construction (public): a category's dummies (``factor[level]`` or
+    ``factor[T.level]`` of a categorical factor, not interactions), boolean columns and missing-value
+    indicators."""
+    booleans = {str(c) for c, dtype in data.dtypes.items() if pd.api.types.is_bool_dtype(dtype)}
+    out = []
+    for name in names:
+        text = str(name)
+        dummy = any(text.startswith(f"{factor}[") and text.endswith("]") and ":" not in text[len(factor):]
+                    for factor in categorical)
+        if dummy or text in booleans or text in indicators:
+            out.append(name)
+    return tuple(out)
+
+
 def design_leaks(design: Any) -> list[str]:
     """The boundary's leaks that a design carries into a fit (messages for :class:`PrivacyLeakWarning`)."""
     leaks = []
     how = getattr(design, "missing", "drop")
-    missing = design.n_dropped if getattr(design, "n_missing", None) is None else design.n_missing
-    lost = max(design.n_dropped - missing, 0)  # rows whose value the formula made missing (e.g. log of 0)
+    # rows dropped although none of their values was missing: the formula made one missing (e.g. log of 0);
+    # under "fill" every dropped row is one (no value is missing after filling)
+    lost = design.n_dropped if how == "fill" else int(getattr(design, "n_lost", 0) or 0)
     total = design.nobs + design.n_dropped
     if how == "drop" and design.n_dropped > 0:
         leaks.append(
@@ -202,6 +262,12 @@ def design_leaks(design: Any) -> list[str]:
             f"into a missing one (e.g. np.log of a value <= 0), so nobs = {design.nobs} depends on the values and "
             "is published exactly. Transform the column so that every value in its bounds stays defined (e.g. "
             "np.log1p, or clip before the log), or drop those rows by a public rule first.")
+    stateful = getattr(design, "stateful", ())
+    if stateful:
+        leaks.append(
+            f"the transform(s) {', '.join(stateful)} learned their parameters (means, scales, knots) from the rows. "
+            "Compute the transformed column from public values first (e.g. df['x_c'] = df['x'] - public_mean) "
+            "and use it in the formula.")
     levels = getattr(design, "data_levels", ())
     if levels:
         leaks.append(

@@ -40,7 +40,7 @@ from pandas.api.types import is_bool_dtype, is_complex_dtype, is_numeric_dtype
 
 from .backends import add_parts, map_row_blocks
 from .boundary import (DATA_CHECK_NOTE, MissingPolicy, data_derived_levels, declared_zero_columns, fill_frame,
-                       indicator_name, missing_policy)
+                       indicator_name, missing_policy, unit_columns)
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors
 
 __all__ = [
@@ -204,9 +204,16 @@ class IVDesign(_DesignNames):
     zero_allowed : tuple
         Columns that may be all zero (declared levels, missing-value indicators): exempt from the
         constant, duplicate and rank checks, NaN in the benchmark when all zero.
-    n_missing : int, optional
-        Rows with a missing value in the data's columns that the design reads (None: ``n_dropped``);
-        rows dropped beyond them lost a value to the formula (e.g. ``np.log`` of 0).
+    n_lost : int
+        Dropped rows none of whose values (in the data's columns the formula reads) was missing: the
+        formula made a value missing (e.g. ``np.log`` of 0), a leak under every policy.
+    data_columns : tuple
+        The columns of the data the formula was applied to (public; a codebook of bounds may name any).
+    unit_columns : tuple
+        Design columns in [0, 1] by construction (dummies, booleans, indicators): bounded (0, 1) by default.
+    stateful : tuple of str
+        The formula's stateful transforms (``center(x)``, ``bs(x)``, ...), whose parameters come from the
+        rows (a leak).
 
     Raises
     ------
@@ -235,7 +242,10 @@ class IVDesign(_DesignNames):
     missing: str = "drop"
     data_levels: tuple[str, ...] = ()
     zero_allowed: tuple[Hashable, ...] = ()
-    n_missing: int | None = None
+    n_lost: int = 0
+    data_columns: tuple[Hashable, ...] = ()
+    unit_columns: tuple[Hashable, ...] = ()
+    stateful: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in _BLOCKS:
@@ -1023,13 +1033,21 @@ def _as_float_blocks(blocks: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
         for column, dtype in frame.dtypes.items():
             if is_complex_dtype(dtype):
                 raise TypeError(f"{block} " + _complex_message(column, dtype))
-        # one copy: the design never aliases the caller's data; pd.NA of nullable dtypes becomes NaN (missing)
-        if any(isinstance(dtype, pd.api.extensions.ExtensionDtype) or dtype == object for dtype in frame.dtypes):
-            values = frame.astype(object).where(frame.notna(), np.nan).astype(np.float64).to_numpy()
-        else:
-            values = frame.to_numpy(dtype=np.float64, copy=True)
-        out[block] = pd.DataFrame(values, index=frame.index, columns=list(frame.columns))
+        out[block] = pd.DataFrame(float_values(frame, block), index=frame.index, columns=list(frame.columns))
     return out
+
+
+def float_values(frame: pd.DataFrame, block: str) -> np.ndarray:
+    """A block's values as a new float64 array (the design never aliases the caller's data); ``pd.NA`` of
+    nullable and object columns becomes NaN (missing). TypeError naming the block for values that are not
+    numbers."""
+    try:
+        if any(isinstance(dtype, pd.api.extensions.ExtensionDtype) or dtype == object for dtype in frame.dtypes):
+            return frame.astype(object).where(frame.notna(), np.nan).astype(np.float64).to_numpy()
+        return frame.to_numpy(dtype=np.float64, copy=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"the {_BLOCK_LABELS[block]} block {list(frame.columns)} holds values that are not numbers "
+                        f"({exc}). Convert the columns to numbers, or to a pandas Categorical for categories.") from exc
 
 
 def _check_counts(blocks: dict[str, pd.DataFrame]) -> None:
@@ -1257,6 +1275,7 @@ def _build(
     formula_engine: str | None,
     constant: Any = None,
     boundary: dict | None = None,
+    count_lost: Any = None,
 ) -> tuple[IVDesign, np.ndarray]:
     """
     Drop missing rows, validate and assemble the design.
@@ -1274,7 +1293,9 @@ def _build(
     constant : Hashable, None or False
         The intercept's declaration (:func:`declared_constant`).
     boundary : dict, optional
-        The design's ``missing``, ``data_levels`` and ``zero_allowed`` (:mod:`dpivreg.boundary`).
+        The design's ``missing``, ``data_levels``, ``zero_allowed``, ... (:mod:`dpivreg.boundary`).
+    count_lost : callable, optional
+        ``count_lost(kept)``: the design's ``n_lost`` given the kept rows' positions (formulas only).
 
     Returns
     -------
@@ -1299,6 +1320,7 @@ def _build(
         formula_engine=formula_engine,
         n_dropped=int(nrows - kept.size),
         constant=name,
+        n_lost=count_lost(kept) if count_lost is not None and kept.size < nrows else 0,
         **boundary,
     )
     check_design_rank(design)
@@ -1486,8 +1508,8 @@ def design_from_formula(
         nrows=nrows,
         formula=formula,
         formula_engine=formula_engine,
-        boundary={**formula_boundary(data, parts, policy, added, blocks, data.head(256), context),
-                  "n_missing": missing_rows(data, parts)},
+        boundary=formula_boundary(data, parts, policy, added, blocks, data.head(256), context, formula_engine),
+        count_lost=lambda kept: lost_rows(data, parts, kept),
     )
     _warn_dropped(design, "design_from_formula", stacklevel=2)
     _warn_encoded_missing(data, parts, kept, stacklevel=2)
@@ -1508,42 +1530,65 @@ def apply_missing_policy(formula: str, data: Any, parts: _FormulaParts, policy: 
 
 
 def formula_boundary(data: Any, parts: _FormulaParts, policy: MissingPolicy, added: list[str],
-                     blocks: Mapping[str, Any], sample: pd.DataFrame, context: Mapping[str, Any]) -> dict:
+                     blocks: Mapping[str, Any], sample: pd.DataFrame, context: Mapping[str, Any],
+                     engine: str = "formulaic") -> dict:
     """The design's boundary fields (:mod:`dpivreg.boundary`) from names, dtypes, the factors' kinds (read by
-    formulaic on ``sample``, a few rows or a synthetic frame with the data's types) and the policy."""
+    the formula engine on ``sample``, a few rows or a synthetic frame with the data's types) and the policy."""
     factors = _formula_factors(parts)
     names = [name for block in _BLOCKS for name in blocks[block].columns]
-    return {"missing": policy.how,
-            "data_levels": data_derived_levels(data, _categorical_factors(parts, sample, context)),
-            "zero_allowed": declared_zero_columns(names, factors, data, added)}
+    categorical, stateful = _factor_kinds(parts, sample, context, engine)
+    return {"missing": policy.how, "data_levels": data_derived_levels(data, categorical), "stateful": stateful,
+            "zero_allowed": declared_zero_columns(names, factors, data, added),
+            "data_columns": tuple(data.columns), "unit_columns": unit_columns(names, categorical, data, added)}
 
 
-def missing_rows(data: pd.DataFrame, parts: _FormulaParts) -> int:
-    """Rows of ``data`` with a missing value in a column that the formula reads."""
+def lost_rows(data: pd.DataFrame, parts: _FormulaParts, kept: np.ndarray) -> int:
+    """Rows of ``data`` not in ``kept`` (positions) none of whose values in the formula's columns is missing."""
     used = _formula_variables(parts, data)
-    return int(data[used].isna().any(axis=1).sum()) if used else 0
+    dropped = np.ones(data.shape[0], dtype=bool)
+    dropped[kept] = False
+    complete = ~data[used].isna().any(axis=1).to_numpy() if used else np.ones(data.shape[0], dtype=bool)
+    return int(np.count_nonzero(dropped & complete))
 
 
-def _categorical_factors(parts: _FormulaParts, sample: pd.DataFrame, context: Mapping[str, Any]) -> list[str]:
-    """The expressions of the factors that formulaic encodes as categories (best effort: a block that fails
-    on the sample is skipped; the engine has built it already)."""
-    from formulaic import Formula  # noqa: PLC0415
-    from formulaic.parser.types import Factor  # noqa: PLC0415
-
-    found: list[str] = []
-    for text in _block_formulas(parts).values():
+def _factor_kinds(parts: _FormulaParts, sample: pd.DataFrame, context: Mapping[str, Any],
+                  engine: str) -> tuple[list[str], tuple[str, ...]]:
+    """The expressions of the factors that the engine encodes as categories, and of the stateful transforms
+    (``center``, ``scale``, ``bs``, ...: parameters learned from the rows), read on ``sample``. A block the
+    engine cannot build on the sample counts as categorical (fail closed: its levels are announced)."""
+    categorical: list[str] = []
+    stateful: list[str] = []
+    for block, text in _block_formulas(parts).items():
         if text is None:
             continue
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                spec = Formula(text).get_model_matrix(sample, context=_formulaic_context(context),
-                                                      na_action="ignore").model_spec
-        except Exception:  # noqa: BLE001 - kinds are read best effort
-            continue
-        found += [str(factor) for factor, (kind, _) in spec.encoder_state.items()
-                  if kind is Factor.Kind.CATEGORICAL and str(factor) not in found]
-    return found
+                kinds = (_formulaic_kinds if engine == "formulaic" else _patsy_kinds)(text, sample, context)
+        except Exception:  # noqa: BLE001 - the engine built the block on the data; announce it unread
+            kinds = ([f"the {_BLOCK_LABELS[block]} block {text!r}"], [])
+        categorical += [e for e in kinds[0] if e not in categorical]
+        stateful += [e for e in kinds[1] if e not in stateful]
+    return categorical, tuple(stateful)
+
+
+def _formulaic_kinds(text: str, sample: pd.DataFrame, context: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    from formulaic import Formula  # noqa: PLC0415
+    from formulaic.parser.types import Factor  # noqa: PLC0415
+
+    spec = Formula(text).get_model_matrix(sample, context=_formulaic_context(context), na_action="ignore").model_spec
+    return ([str(f) for f, (kind, _) in spec.encoder_state.items() if kind is Factor.Kind.CATEGORICAL],
+            [str(name) for name, state in spec.transform_state.items() if state])
+
+
+def _patsy_kinds(text: str, sample: pd.DataFrame, context: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    import patsy  # noqa: PLC0415
+
+    env = patsy.EvalEnvironment([context, {"np": np}])
+    info = patsy.dmatrix(text, sample.reset_index(drop=True), eval_env=env, NA_action="drop",
+                         return_type="dataframe").design_info
+    return ([f.name() for f, fi in info.factor_infos.items() if fi.type == "categorical"],
+            [f.name() for f, fi in info.factor_infos.items() if fi.state.get("transforms")])
 
 
 def _warn_encoded_missing(
@@ -1649,7 +1694,7 @@ def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, 
         formula=None,
         formula_engine=None,
         constant=constant,
-        boundary={"missing": policy.how, "zero_allowed": tuple(added)},
+        boundary={"missing": policy.how, "zero_allowed": tuple(added), "unit_columns": tuple(added)},
     )
     _warn_dropped(design, "design_from_arrays", stacklevel=2)
     return design

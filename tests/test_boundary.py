@@ -17,6 +17,7 @@ import pytest
 from dpivreg import DPIV2SLS, InferenceUnavailableError, PrivacyLeakWarning
 from dpivreg.boundary import DATA_CHECK_NOTE, design_leaks
 from dpivreg.design import DroppedRowsWarning, design_from_formula
+from dpivreg.results import _fmt
 
 N = 600
 F = "y ~ 1 + [x ~ z]"
@@ -176,7 +177,7 @@ def test_fill_makes_replace_one_neighbours_with_the_same_public_facts(frame, laz
             data = pytest.importorskip("dask.dataframe").from_pandas(data, npartitions=2)
         d = DPIV2SLS.from_formula("y ~ 1 + C(gc) + [x ~ z]", data, missing="fill", fill_values=fill,
                                   indicators=["x"]).design
-        facts.append((d.nobs, d.n_dropped, d.n_missing, d.column_names, d.zero_allowed, d.data_levels, d.missing,
+        facts.append((d.nobs, d.n_dropped, d.n_lost, d.column_names, d.zero_allowed, d.data_levels, d.missing,
                       design_leaks(d)))
     assert facts[0] == facts[1]
     assert facts[0][0] == N and facts[0][-1] == []
@@ -287,3 +288,68 @@ def test_the_accountant_records_the_inference_release_when_the_covariance_overfl
             res.conf_int()
         assert any(r.stage == "rho_inf" for r in res.privacy.releases), (method, cov_type)
         assert res.privacy.rho == pytest.approx(2.6, rel=1e-12), (method, cov_type)
+
+
+# ---------------------------------------------------------------------------------------- publishing
+def test_the_publishable_summary_holds_no_non_private_number(frame):
+    res = DPIV2SLS.from_formula(F, frame).fit(**{**FIT, "bounds": {**BOUNDS, "x": (-2.0, 2.0)}})  # clips some x
+    assert int(res.scale.clipped_values.sum()) > 0
+    full, public = res.summary(), res.summary(benchmark=False)
+    assert "IV2SLS" in full.as_text() and "non-private count" in full.as_text()
+    benchmark_numbers = [_fmt(v) for v in (*res.benchmark.params, *res.benchmark.std_errors)]  # as the table prints
+    for text in (public.as_text(), public.as_latex(), public.as_html()):
+        assert "IV2SLS" not in text and "NON-PRIVATE" not in text and "non-private count" not in text
+        assert not any(number in text for number in benchmark_numbers)
+        assert _fmt(res.params["x"]) in text  # the private estimate is there
+    with pytest.raises(TypeError, match=r"benchmark must be True or False"):
+        res.summary(benchmark="no")
+
+
+# ---------------------------------------------------------------------------------------- second review
+@pytest.mark.parametrize("value", [np.nan, None, pd.NA, "0", True])
+def test_a_fill_value_must_be_a_value_of_the_column(holed, value):
+    with pytest.raises(ValueError, match=r"fill value of numeric column 'x' must be a finite number"):
+        DPIV2SLS.from_formula(F, holed, missing="fill", fill_values={"y": 0.0, "x": value, "z": 0.0})
+
+
+def test_a_fill_value_that_does_not_fit_the_dtype_names_the_column(holed):
+    data = holed.assign(k=pd.array([1, None] * (N // 2), dtype="Int64"))
+    with pytest.raises(ValueError, match=r"does not fit column 'k' of dtype Int64"):
+        DPIV2SLS.from_formula("y ~ 1 + k + [x ~ z]", data, missing="fill", fill_values={"y": 0, "x": 0, "z": 0, "k": 1.5})
+
+
+def test_drop_public_still_announces_rows_the_formula_dropped_beside_missing_ones(frame):
+    data = frame.assign(w=1.0 + np.abs(frame["z"]), v=frame["z"])
+    data.loc[data.index[0], "v"] = np.nan  # missing, but kept (nan_to_num)
+    data.loc[data.index[1], "w"] = -1.0  # present, but dropped (log of -1)
+    with pytest.warns(DroppedRowsWarning):
+        model = DPIV2SLS.from_formula("y ~ 1 + np.log(w) + np.nan_to_num(v) + [x ~ z]", data, missing="drop-public")
+    assert model.design.n_dropped == 1 and model.design.n_lost == 1
+    assert any("1 of 600 rows were dropped because the formula" in leak for leak in design_leaks(model.design))
+
+
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_stateful_transforms_are_a_leak(frame, engine):
+    data = frame.assign(w=frame["z"] ** 2)
+    model = DPIV2SLS.from_formula("y ~ 1 + center(w) + [x ~ z]", data, formula_engine=engine)
+    assert model.design.stateful == ("center(w)",)
+    assert any("learned their parameters" in leak for leak in design_leaks(model.design))
+
+
+@pytest.mark.parametrize(("formula", "engine"), [
+    ("y ~ 1 + np.where(z > 0, 'hi', 'lo') + [x ~ z]", "patsy"),
+    ("y ~ 1 + C(g, levels=sorted(g.unique())) + [x ~ z]", "formulaic"),
+    ("y ~ 1 + C(nlevels) + [x ~ z]", "formulaic"),
+])
+def test_levels_computed_from_the_data_are_flagged(frame, formula, engine):
+    data = frame.assign(nlevels=frame["g"])
+    model = DPIV2SLS.from_formula(formula, data, formula_engine=engine)
+    assert len(model.design.data_levels) == 1
+
+
+def test_a_nullable_boolean_with_na_is_a_missing_value_on_dask(frame):
+    dd = pytest.importorskip("dask.dataframe")
+    data = frame.drop(columns="g").assign(b=pd.array([True, False, None] * (N // 3), dtype="boolean"))
+    with pytest.warns(DroppedRowsWarning):
+        model = DPIV2SLS.from_formula("y ~ 1 + b + [x ~ z]", dd.from_pandas(data, npartitions=2))
+    assert model.design.nobs == N - N // 3

@@ -132,8 +132,9 @@ def test_the_audit_catches_dropping_the_filled_row():
     with mock.patch.object(design_module, "apply_missing_policy", untouched):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            broken = design_from_formula(FORMULA, D_, missing="fill", fill_values=FILL)
-    nobs = {"D": [N_ROWS] * RUNS, "D'": [broken.nobs] * RUNS}
+            broken = {w: design_from_formula(FORMULA, data, missing="fill", fill_values=FILL)
+                      for w, data in (("D", D), ("D'", D_))}
+    nobs = {w: [design.nobs] * RUNS for w, design in broken.items()}  # what the broken variant publishes
     mu_lb, _ = audit(nobs, {"D": None, "D'": None}, 1.0)
-    assert broken.nobs == N_ROWS - 1
+    assert broken["D"].nobs == N_ROWS and broken["D'"].nobs == N_ROWS - 1
     assert mu_lb > math.sqrt(2 * RHO)

@@ -113,6 +113,15 @@ def test_a_tiny_moment_budget_gives_a_result_or_says_inference_is_unavailable():
         res.conf_int()
 
 
+def test_a_singular_released_first_stage_with_unadjusted_errors_says_inference_is_unavailable():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = _fit(rho0=1e-90, cov_type="unadjusted")
+    assert np.isfinite(res.params).all()
+    with pytest.raises(InferenceUnavailableError, match=r"not finite"):
+        res.conf_int()
+
+
 def test_budgets_below_the_smallest_are_refused_by_name():
     with pytest.raises(ValueError, match=r"rho0 = 1e-300 is below the smallest budget 1e-100"):
         _fit(rho0=1e-300)
