@@ -426,7 +426,7 @@ class DPIV2SLS:
         contraction = tuning.contraction(kappa, min(eta, alpha))
         shares = _schedule_shares(schedule, T_checked, contraction)
         if preprocess != "bounds":
-            _warn_slow_progress(eta, alpha, np.count_nonzero(shares > 0, axis=1), method=method)
+            _warn_slow_progress(eta, alpha, np.count_nonzero(shares > 0, axis=1))
         rows = scale.rows()
         try:
             clip_choice = None
@@ -797,7 +797,7 @@ def _single_estimate_path(theta: np.ndarray, beta: np.ndarray, n_exog: int, rele
 MAX_REMAINING_START_ERROR = 0.5
 
 
-def _warn_slow_progress(eta: float, alpha: float, steps: np.ndarray, *, method: str) -> None:
+def _warn_slow_progress(eta: float, alpha: float, steps: np.ndarray) -> None:
     """Warn (:class:`~dpivreg.ConvergenceWarning`) when the step sizes are too small for the iteration to move
     far from its start in T steps (public quantities only).
 

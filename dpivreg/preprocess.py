@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
+import warnings
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -57,6 +57,7 @@ from .design import IVDesign
 from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_sum
 from .privacy import Release
 from .boundary import DATA_CHECK_NOTE
+from .bounds import resolve_bounds
 from .validation import check_rho
 
 __all__ = ["WorkingScale", "ReleasedMoments", "PREPROCESS_ROUTES", "validate_bounds", "working_scale",
@@ -175,6 +176,7 @@ class WorkingScale:
     bound_centres: pd.Series | None = None
     moments: ReleasedMoments | None = None
     built_checked: bool = field(default=False, repr=False)  # in-memory arrays checked while they were built
+    bound_notes: tuple[str, ...] = ()  # where bounds came from besides the user's design columns (public)
 
     def rows(self) -> RowSource:
         """The working arrays as a :class:`~dpivreg.backends.RowSource` for the fit's passes (call ``close()``).
@@ -245,43 +247,17 @@ class WorkingScale:
 # bounds
 # ----------------------------------------------------------------------------------------
 def validate_bounds(bounds: Bounds | None, design: IVDesign) -> dict[str, tuple[float, float]]:
-    """Check ``bounds`` against the design's columns and return them as float pairs.
+    """The (lower, upper) pair of every bounded design column (:func:`dpivreg.bounds.resolve_bounds`: design
+    columns, a codebook over the data's columns, carried and automatic bounds).
 
     Raises
     ------
     TypeError
         ``bounds`` is not a mapping, or a value is not a pair of numbers.
     ValueError
-        An unknown column, a non-finite bound, or lo >= hi.
+        A name that is neither a design nor a data column, a non-finite bound, or lo >= hi.
     """
-    if bounds is None:
-        return {}
-    if not isinstance(bounds, Mapping):
-        raise TypeError(
-            'bounds must be a dict mapping design column names to (lower, upper) pairs, e.g. '
-            f'{{"weeks": (0, 52)}}; got {type(bounds).__name__}.'
-        )
-    known = design.column_names
-    checked: dict[str, tuple[float, float]] = {}
-    for name, pair in bounds.items():
-        if name not in known:
-            raise ValueError(
-                f"bounds were given for {name!r}, which is not a column of the design. "
-                f"Design columns: {known}."
-            )
-        if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
-            raise TypeError(f"bounds[{name!r}] must be a (lower, upper) pair of numbers, got {pair!r}.")
-        lo, hi = pair
-        for value in (lo, hi):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"bounds[{name!r}] must be a (lower, upper) pair of numbers, got {pair!r}.")
-        lo, hi = float(lo), float(hi)
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            raise ValueError(f"bounds[{name!r}] must be finite, got {pair!r}.")
-        if not lo < hi:
-            raise ValueError(f"bounds[{name!r}] must satisfy lower < upper, got {pair!r}.")
-        checked[name] = (lo, hi)
-    return checked
+    return resolve_bounds(bounds, design).bounds
 
 
 def box_columns(names: list, bounds: dict[str, tuple[float, float]], constant: str | None, *, centred: bool,
@@ -416,7 +392,8 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     """
     if route not in PREPROCESS_ROUTES:
         raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {route!r}.")
-    bounds = validate_bounds(bounds, design)
+    resolved = resolve_bounds(bounds, design)
+    bounds = resolved.bounds
     if route == "private":
         rho0 = check_rho(rho0, "rho0")
     rng = rng if rng is not None else np.random.default_rng()
@@ -445,6 +422,7 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         with_constant = release_constant(constant is not None, centres[free])
         moment_scales = _with_units(scale_s, [names[j] for j in free], unit)
     counts, outer = design.blockwise_sum(preprocess_block, lo, hi, centres, scales, free, unit, with_constant)
+    _warn_heavy_clipping(names, counts, design.nobs)
     moments = None
     if route != "bounds":
         moments = moments_from_sum(outer, design.nobs, with_constant=with_constant, route=route, rho=rho,
@@ -453,11 +431,27 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     maps = affine_maps(design, constant=constant, constant_value=constant_value, centres=centre_s,
                        scales=moment_scales, moments=moments)
     Z, X, Y = _working_arrays(design, lo, hi, maps)
-    return WorkingScale(built_checked=not getattr(design, "is_dask", False),
+    return WorkingScale(built_checked=not getattr(design, "is_dask", False), bound_notes=tuple(resolved.notes()),
         route=route, bound_scales=scale_s, bound_centres=centre_s, source=source,
         clipped_values=pd.Series(dict(zip(names, counts)), name="clipped values (non-private)", dtype=np.int64),
         Z=Z, X=X, Y=Y, n_exog=len(design.exog_names), **maps,
     )
+
+
+#: Share of a column's values outside its bounds above which :func:`working_scale` warns.
+MAX_CLIPPED_SHARE = 0.01
+
+
+def _warn_heavy_clipping(names: list, counts: np.ndarray, nobs: int) -> None:
+    """Warn when the bounds clip more than :data:`MAX_CLIPPED_SHARE` of a column's values (a NON-PRIVATE count,
+    seen only by the data holder): bounds that tight change the estimand, bounds in the wrong units too."""
+    heavy = [(name, int(count)) for name, count in zip(names, counts) if count > MAX_CLIPPED_SHARE * nobs]
+    if heavy:
+        listed = ", ".join(f"{name!r}: {count:,} of {nobs:,} ({count / nobs:.1%})" for name, count in heavy)
+        warnings.warn(f"the bounds clip more than {MAX_CLIPPED_SHARE:.0%} of the values of {listed}. Clipping that "
+                      "many changes what is estimated; check the bounds (their units?) against the codebook. "
+                      "(These counts read the data: they are seen only by the data holder and are not a private "
+                      "release.)", UserWarning, stacklevel=4)
 
 
 def _check_bounds_meet_data(names: list, minimum: np.ndarray, maximum: np.ndarray, lo: np.ndarray,

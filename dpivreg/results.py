@@ -39,6 +39,7 @@ from .engine import DP2SGDPath
 from .preprocess import WorkingScale
 from .inference import PrivateInference
 from .privacy import PrivacyBudget
+from .validation import check_flag
 from . import theory, tuning
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -696,11 +697,8 @@ class DPIVResults:
         table.extend_right(SimpleTable([[v] for _, v in right], stubs=["  " + k for k, _ in right]))
         return table
 
-    def _parameter_table(self) -> SimpleTable:
-        bench = self.benchmark
+    def _parameter_table(self, benchmark: bool = True) -> SimpleTable:
         names = self.design.regressor_names
-        ref, se = bench.params[names], bench.std_errors[names]
-        diff = self.params - ref
         if self._inference is not None:
             bse, z, pv, ci = self.bse, self.tvalues, self.pvalues, self.conf_int()
             private = {c: [_fmt(self.params[c]), _fmt(bse[c]), _fmt(z[c], 3), f"{pv[c]:.4f}",
@@ -709,6 +707,12 @@ class DPIVResults:
         else:
             private = {c: [_fmt(self.params[c])] for c in names}
             private_headers = [self._column_label]
+        if not benchmark:
+            return SimpleTable([private[c] for c in names], headers=private_headers, stubs=names,
+                               txt_fmt=copy.deepcopy(fmt_params), title=f"Parameter Estimates (private: {self.estimator})")
+        bench = self.benchmark
+        ref, se = bench.params[names], bench.std_errors[names]
+        diff = self.params - ref
         rows = [private[c] + [_fmt(ref[c]), _fmt(se[c]), _fmt(diff[c]), _fmt(diff[c] / se[c], 3)] for c in names]
         headers = private_headers + ["IV2SLS*", "Std. Err.*", "Diff.*", "Diff./SE*"]
         return SimpleTable(
@@ -749,10 +753,10 @@ class DPIVResults:
             title="Error bound components (Theorem, up to constants)",
         )
 
-    def _inference_text(self) -> str:
+    def _inference_text(self, benchmark: bool = True) -> str:
         if self._inference is None:
-            return (f"Private std. errors: {self._inference_note}. The IV2SLS std. errors ignore the privacy "
-                    "noise and are not private.")
+            return f"Private std. errors: {self._inference_note}." + (
+                " The IV2SLS std. errors ignore the privacy noise and are not private." if benchmark else "")
         inf = self._inference
         share = np.diag(inf.cov_noise) / np.diag(inf.cov)
         caution = "" if inf.reliable else (
@@ -826,17 +830,19 @@ class DPIVResults:
                 f"{source}): {ar} ({ar.kind}).")
         return notes
 
-    def _notes(self) -> list[str]:
+    def _notes(self, benchmark: bool = True) -> list[str]:
         d, sc = self.design, self._scale
         label = self._column_label
-        notes = [
-            f"Private release: the {label} columns (the estimate and its inference); their cost is the total rho "
-            "above.",
-            f"* NON-PRIVATE: the IV2SLS estimate, its robust std. err., the difference {label} - IV2SLS and that",
-            "  difference in IV2SLS std. errs. are computed from the raw data without noise. Use them to validate;",
-            "  never publish them.",
-            self._inference_text(),
-        ]
+        notes = [f"Private release: the {label} columns (the estimate and its inference); their cost is the total "
+                 "rho above."]
+        if benchmark:
+            notes += [
+                f"* NON-PRIVATE: the IV2SLS estimate, its robust std. err., the difference {label} - IV2SLS and that",
+                "  difference in IV2SLS std. errs. are computed from the raw data without noise. Use them to "
+                "validate;",
+                "  never publish them.",
+            ]
+        notes.append(self._inference_text(benchmark))
         if self._scale.moments is not None:
             notes += self._first_stage_notes()
         if self._settings.method != "moments":
@@ -866,11 +872,12 @@ class DPIVResults:
         ]
         by_source = {src: list(sc.source.index[sc.source == src]) for src in ("bounds", "data", "constant")}
         if by_source["bounds"]:
-            notes.append(f"Scaled by public bounds: {', '.join(by_source['bounds'])}.")
+            notes.append(f"Scaled by public bounds: {', '.join(map(str, by_source['bounds']))}.")
+        notes += list(getattr(sc, "bound_notes", ()))
         if by_source["data"]:
             notes.append(f"Scaled from the data (PRIVACY LEAK): {', '.join(by_source['data'])}.")
         n_clipped = int(sc.clipped_values.sum())
-        if n_clipped:
+        if n_clipped and benchmark:  # a NON-PRIVATE count: left out of the publishable summary
             notes.append(f"{n_clipped} value(s) lay outside the bounds and were clipped to them (non-private count).")
         if self._leaks:
             notes.append("PRIVACY LEAKS during the fit (PrivacyLeakWarning):")
@@ -879,22 +886,30 @@ class DPIVResults:
             notes.append("No privacy leak: every data-dependent input was public or paid for in the budget.")
         return notes
 
-    def summary(self) -> DPIVSummary:
+    def summary(self, *, benchmark: bool = True) -> DPIVSummary:
         """Summary of the fit as a statsmodels ``Summary`` (``as_text``, ``as_latex``, ``as_html``, ``as_csv``).
 
         Top block: the estimator's settings and the privacy spent. Parameter table: the private
         estimate beside the NON-PRIVATE IV2SLS benchmark. Error-bound block: the Theorem's terms
         (free post-processing). Notes: what is private, the design, the scaling source and every
         privacy leak raised during the fit.
+
+        Parameters
+        ----------
+        benchmark : bool, default True
+            ``False`` gives the publishable summary: only private releases, their post-processing
+            and public settings (no benchmark columns, no NON-PRIVATE counts such as the number of
+            clipped values). A fit with a privacy leak still lists its leaks: do not publish it.
         """
+        benchmark = check_flag(benchmark, "benchmark")
         smry = DPIVSummary()
         smry.tables.append(self._top_table())
-        smry.tables.append(self._parameter_table())
+        smry.tables.append(self._parameter_table(benchmark))
         if self._scale.moments is not None:
             smry.tables.append(self._first_stage_table())
         if self._settings.method != "moments":
             smry.tables.append(self._bound_table())
-        smry.add_extra_txt(self._notes())
+        smry.add_extra_txt(self._notes(benchmark))
         return smry
 
     def __str__(self) -> str:

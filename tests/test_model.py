@@ -184,7 +184,7 @@ def test_bounds_clip_data_and_scale(frame):
 @pytest.mark.parametrize(
     "bounds, exc, match",
     [
-        ({"nope": (0, 1)}, ValueError, "not a column of the design"),
+        ({"nope": (0, 1)}, ValueError, "neither a column of the design nor of the data"),
         ({"y": (1, 1)}, ValueError, "lower < upper"),
         ({"y": (2, 1)}, ValueError, "lower < upper"),
         ({"y": (0, np.inf)}, ValueError, "finite"),
