@@ -43,7 +43,7 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from .backends import _count_pass, add_parts, is_dask_collection as _is_dask_collection
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors, r_factor
-from .boundary import missing_policy
+from .boundary import BoundaryFacts, missing_policy
 from .design import (
     _BLOCKS,
     apply_missing_policy,
@@ -124,7 +124,7 @@ class DesignStats:
 
 
 @dataclass(frozen=True, eq=False)
-class DaskIVDesign(_DesignNames):
+class DaskIVDesign(BoundaryFacts, _DesignNames):
     """A validated IV design held lazily in a Dask array (the counterpart of :class:`~dpivreg.design.IVDesign`).
 
     Parameters
@@ -144,8 +144,8 @@ class DaskIVDesign(_DesignNames):
         Rows dropped because of a missing value.
     constant : Hashable, optional
         The exogenous column declared as the intercept (:func:`dpivreg.design.declared_constant`).
-    missing, data_levels, zero_allowed, n_lost, data_columns, unit_columns
-        The privacy boundary's facts, as for :class:`~dpivreg.design.IVDesign`.
+    missing, data_levels, zero_allowed, n_lost, data_columns, unit_columns, stateful
+        Keyword-only: the privacy boundary's facts (:class:`dpivreg.boundary.BoundaryFacts`).
     """
 
     values: Any
@@ -156,13 +156,6 @@ class DaskIVDesign(_DesignNames):
     formula_engine: str | None = None
     n_dropped: int = 0
     constant: Hashable | None = None
-    missing: str = "drop"
-    data_levels: tuple[str, ...] = ()
-    zero_allowed: tuple[Hashable, ...] = ()
-    n_lost: int = 0
-    data_columns: tuple[Hashable, ...] = ()
-    unit_columns: tuple[Hashable, ...] = ()
-    stateful: tuple[str, ...] = ()
 
     is_dask: ClassVar[bool] = True
 

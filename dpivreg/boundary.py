@@ -41,7 +41,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-__all__ = ["MISSING_POLICIES", "DATA_CHECK_NOTE", "MissingPolicy", "missing_policy", "design_leaks"]
+__all__ = ["MISSING_POLICIES", "DATA_CHECK_NOTE", "BoundaryFacts", "MissingPolicy", "missing_policy", "design_leaks"]
 
 #: Values of ``missing=``: drop rows with a missing value (a leak when any is dropped), drop them with the
 #: missingness declared public, or fill them with public values (every row kept).
@@ -52,6 +52,41 @@ DATA_CHECK_NOTE = ("(This check reads the data: its verdict is seen only by the 
                    "private release; see the docs' 'What may be published'.)")
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoundaryFacts:
+    """What a design knows about the privacy boundary (public: names, dtypes, the declared policy), shared by
+    the in-memory and the Dask design (which inherit these keyword-only fields).
+
+    Attributes
+    ----------
+    missing : {"drop", "drop-public", "fill"}
+        The missing-value policy the design was built with.
+    data_levels : tuple of str
+        The formula's categorical expressions whose levels were read from the data (a leak).
+    zero_allowed : tuple
+        Columns that may be all zero (declared levels, missing-value indicators): exempt from the
+        constant, duplicate and rank checks, NaN in the benchmark when all zero.
+    n_lost : int
+        Dropped rows none of whose values (in the data's columns the formula reads) was missing: the
+        formula made a value missing (e.g. ``np.log`` of 0), a leak under every policy.
+    data_columns : tuple
+        The columns of the data the formula was applied to (a codebook of bounds may name any).
+    unit_columns : tuple
+        Design columns in [0, 1] by construction (dummies, booleans, indicators): bounded (0, 1) by default.
+    stateful : tuple of str
+        The formula's stateful transforms (``center(x)``, ``bs(x)``, ...), whose parameters come from the
+        rows (a leak).
+    """
+
+    missing: str = "drop"
+    data_levels: tuple[str, ...] = ()
+    zero_allowed: tuple[Hashable, ...] = ()
+    n_lost: int = 0
+    data_columns: tuple[Hashable, ...] = ()
+    unit_columns: tuple[Hashable, ...] = ()
+    stateful: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ import pandas as pd
 from pandas.api.types import is_bool_dtype, is_complex_dtype, is_numeric_dtype
 
 from .backends import add_parts, map_row_blocks
-from .boundary import (DATA_CHECK_NOTE, MissingPolicy, data_derived_levels, declared_zero_columns, fill_frame,
+from .boundary import (DATA_CHECK_NOTE, BoundaryFacts, MissingPolicy, data_derived_levels, declared_zero_columns, fill_frame,
                        indicator_name, missing_policy, unit_columns)
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors
 
@@ -173,7 +173,7 @@ def block_positions(widths: tuple[int, ...]) -> dict[str, list[int]]:
 
 
 @dataclass(frozen=True, eq=False)
-class IVDesign(_DesignNames):
+class IVDesign(BoundaryFacts, _DesignNames):
     """
     The four blocks of a validated instrumental-variable design.
 
@@ -197,23 +197,8 @@ class IVDesign(_DesignNames):
         Number of rows dropped because a block had a missing value.
     constant : Hashable, optional
         The exogenous column declared as the intercept.
-    missing : {"drop", "drop-public", "fill"}
-        The missing-value policy the design was built with (:mod:`dpivreg.boundary`).
-    data_levels : tuple of str
-        The formula's categorical expressions whose levels were read from the data (a leak).
-    zero_allowed : tuple
-        Columns that may be all zero (declared levels, missing-value indicators): exempt from the
-        constant, duplicate and rank checks, NaN in the benchmark when all zero.
-    n_lost : int
-        Dropped rows none of whose values (in the data's columns the formula reads) was missing: the
-        formula made a value missing (e.g. ``np.log`` of 0), a leak under every policy.
-    data_columns : tuple
-        The columns of the data the formula was applied to (public; a codebook of bounds may name any).
-    unit_columns : tuple
-        Design columns in [0, 1] by construction (dummies, booleans, indicators): bounded (0, 1) by default.
-    stateful : tuple of str
-        The formula's stateful transforms (``center(x)``, ``bs(x)``, ...), whose parameters come from the
-        rows (a leak).
+    missing, data_levels, zero_allowed, n_lost, data_columns, unit_columns, stateful
+        Keyword-only: the privacy boundary's facts (:class:`dpivreg.boundary.BoundaryFacts`).
 
     Raises
     ------
@@ -239,13 +224,6 @@ class IVDesign(_DesignNames):
     formula_engine: str | None = None
     n_dropped: int = 0
     constant: Hashable | None = None
-    missing: str = "drop"
-    data_levels: tuple[str, ...] = ()
-    zero_allowed: tuple[Hashable, ...] = ()
-    n_lost: int = 0
-    data_columns: tuple[Hashable, ...] = ()
-    unit_columns: tuple[Hashable, ...] = ()
-    stateful: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in _BLOCKS:
