@@ -22,6 +22,7 @@ import copy
 import datetime as _dt
 import math
 import numbers
+import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,15 @@ _LATEX_ESCAPES = str.maketrans({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%
                                 "^": r"\textasciicircum{}"})
 
 
+#: Non-ASCII symbols of the summary as LaTeX (math mode); ``\lesssim`` needs the ``amssymb`` package.
+_LATEX_SYMBOLS = str.maketrans({"κ": r"$\kappa$", "Θ": r"$\Theta$", "β": r"$\beta$", "ρ": r"$\rho$",
+                                "τ": r"$\tau$", "γ": r"$\gamma$", "η": r"$\eta$", "α": r"$\alpha$",
+                                "σ": r"$\sigma$", "ε": r"$\varepsilon$", "δ": r"$\delta$", "μ": r"$\mu$",
+                                "²": r"$^{2}$", "⁶": r"$^{6}$", "√": r"$\surd$", "≤": r"$\leq$", "≥": r"$\geq$",
+                                "≲": r"$\lesssim$", "×": r"$\times$", "−": "-", "…": r"\ldots{}", "–": "--",
+                                "≈": r"$\approx$", "·": r"$\cdot$"})
+
+
 class DPIVSummary(Summary):
     """A statsmodels ``Summary`` whose ``as_latex`` typesets each table on its own.
 
@@ -68,11 +78,16 @@ class DPIVSummary(Summary):
     """
 
     def as_latex(self) -> str:
-        """The tables as LaTeX ``tabular`` environments, then the notes (special characters escaped)."""
-        latex = "\n".join(table.as_latex_tabular() for table in self.tables)
+        """The tables as LaTeX ``tabular`` environments, then the notes, in ASCII: special characters
+        escaped and the summary's Greek letters and symbols as LaTeX math. Compiles with the packages
+        ``booktabs`` (the tables' rules) and ``amssymb`` (``\lesssim``)."""
+        tables = "\n".join(table.as_latex_tabular() for table in self.tables).replace("^", r"\textasciicircum{}")
+        latex = tables
         if self.extra_txt is not None:
             latex += "\n\n" + self.extra_txt.translate(_LATEX_ESCAPES).replace("\n", " \\newline\n ")
-        return latex
+        latex = latex.translate(_LATEX_SYMBOLS)
+        # a character without a LaTeX spelling above (a user's column name, say): its Unicode name, in ASCII
+        return "".join(c if ord(c) < 128 else f"[{unicodedata.name(c, hex(ord(c)))}]" for c in latex)
 
 
 @dataclass(frozen=True)

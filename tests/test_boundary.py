@@ -353,3 +353,16 @@ def test_a_nullable_boolean_with_na_is_a_missing_value_on_dask(frame):
     with pytest.warns(DroppedRowsWarning):
         model = DPIV2SLS.from_formula("y ~ 1 + b + [x ~ z]", dd.from_pandas(data, npartitions=2))
     assert model.design.nobs == N - N // 3
+
+
+def test_the_latex_summary_is_ascii_with_its_symbols_in_math_mode(frame):
+    """Compiles with plain LaTeX plus booktabs and amssymb: no raw Unicode, no ^ outside math mode."""
+    model = DPIV2SLS.from_formula("y ~ 1 + [x ~ zé]", frame.rename(columns={"z": "zé"}))  # a non-ASCII name
+    res = model.fit(**{**FIT, "bounds": {"y": BOUNDS["y"], "x": BOUNDS["x"], "zé": BOUNDS["z"]}})
+    for benchmark in (True, False):
+        tex = res.summary(benchmark=benchmark).as_latex()
+        assert tex.isascii()
+        outside_math = "".join(part for k, part in enumerate(tex.split("$")) if k % 2 == 0)
+        assert "^" not in outside_math and tex.count("$") % 2 == 0
+        assert r"$\kappa$" in tex and r"$\lesssim$" in tex and r"\toprule" in tex
+        assert "z[LATIN SMALL LETTER E WITH ACUTE]" in tex
