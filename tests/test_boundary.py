@@ -366,3 +366,26 @@ def test_the_latex_summary_is_ascii_with_its_symbols_in_math_mode(frame):
         assert "^" not in outside_math and tex.count("$") % 2 == 0
         assert r"$\kappa$" in tex and r"$\lesssim$" in tex and r"\toprule" in tex
         assert "z[LATIN SMALL LETTER E WITH ACUTE]" in tex
+
+
+def test_the_publishable_latex_compiles(frame, tmp_path):
+    """pdflatex on the summary in a minimal article with booktabs and amssymb (.ci/run installs TeX and sets
+    DPIVREG_REQUIRE_LATEX=1, so that CI cannot skip this)."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("pdflatex") is None:
+        if os.environ.get("DPIVREG_REQUIRE_LATEX") == "1":
+            pytest.fail("pdflatex is required (DPIVREG_REQUIRE_LATEX=1) but not installed")
+        pytest.skip("pdflatex is not installed")
+    res = DPIV2SLS.from_formula(F, frame).fit(**FIT)
+    for benchmark in (False, True):
+        tex = tmp_path / f"summary_{benchmark}.tex"
+        tex.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage{amssymb}\n"
+                       "\\usepackage[margin=1cm,landscape]{geometry}\n\\begin{document}\n\\tiny\n"
+                       + res.summary(benchmark=benchmark).as_latex() + "\n\\end{document}\n")
+        run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", tex.name], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stdout[-2000:]
+        assert (tmp_path / f"summary_{benchmark}.pdf").exists()
