@@ -48,7 +48,7 @@ from .design import (
     _BLOCKS,
     apply_missing_policy,
     formula_boundary,
-    FULL_RANK_BLOCKS,
+    formulaic_block_matrix,
     block_positions,
     check_declared_constant,
     declared_constant,
@@ -552,7 +552,6 @@ def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame) -> None:
 
 def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapping[str, Any]) -> _FormulaicBuilder:
     """Build the blocks' model specs once on ``sample`` (a frame with the data's column types)."""
-    from formulaic import Formula  # noqa: PLC0415
     from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
 
     from .design import _formulaic_context  # noqa: PLC0415
@@ -563,13 +562,9 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
         if text is None:
             specs.append(None)
             continue
-        try:
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                warnings.simplefilter("ignore", DataMismatchWarning)
-                matrix = Formula(text).get_model_matrix(
-                    sample, context=ctx, ensure_full_rank=FULL_RANK_BLOCKS[block], na_action="ignore")
-        except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
-            raise _block_error(block, text, "formulaic", exc) from exc
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", DataMismatchWarning)
+            matrix = formulaic_block_matrix(block, text, sample, ctx)
         _check_spec(matrix.model_spec, block, text, sample)
         specs.append(matrix.model_spec if matrix.shape[1] or block != "exog" else None)
     specs_t = tuple(specs)

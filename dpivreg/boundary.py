@@ -109,11 +109,6 @@ class MissingPolicy:
     fill_values: Any = None
     indicators: tuple[Hashable, ...] = field(default=())
 
-    @property
-    def drops(self) -> bool:
-        """Whether rows with a missing value are dropped (``"drop"`` or ``"drop-public"``)."""
-        return self.how != "fill"
-
 
 def missing_policy(missing: Any = "drop", fill_values: Any = None, indicators: Any = ()) -> MissingPolicy:
     """Check the public arguments ``missing``, ``fill_values`` and ``indicators`` (no data read)."""
@@ -239,7 +234,6 @@ def data_derived_levels(data: Any, expressions: Sequence[str]) -> tuple[str, ...
 
 
 _BARE_OR_C = re.compile(r"^(?:C\(\s*)?`?([A-Za-z_][A-Za-z0-9_.]*)`?\s*(?:[,)].*)?$")
-_LEVELS_ARGUMENT = re.compile(r"\blevels\s*=")
 
 
 def _literal_levels(expression: str) -> bool:
@@ -280,10 +274,10 @@ def unit_columns(names: Sequence[Hashable], categorical: Sequence[str], data: An
 def design_leaks(design: Any) -> list[str]:
     """The boundary's leaks that a design carries into a fit (messages for :class:`PrivacyLeakWarning`)."""
     leaks = []
-    how = getattr(design, "missing", "drop")
+    how = design.missing
     # rows dropped although none of their values was missing: the formula made one missing (e.g. log of 0);
     # under "fill" every dropped row is one (no value is missing after filling)
-    lost = design.n_dropped if how == "fill" else int(getattr(design, "n_lost", 0) or 0)
+    lost = design.n_dropped if how == "fill" else design.n_lost
     total = design.nobs + design.n_dropped
     if how == "drop" and design.n_dropped > 0:
         leaks.append(
@@ -297,13 +291,13 @@ def design_leaks(design: Any) -> list[str]:
             f"into a missing one (e.g. np.log of a value <= 0), so nobs = {design.nobs} depends on the values and "
             "is published exactly. Transform the column so that every value in its bounds stays defined (e.g. "
             "np.log1p, or clip before the log), or drop those rows by a public rule first.")
-    stateful = getattr(design, "stateful", ())
+    stateful = design.stateful
     if stateful:
         leaks.append(
             f"the transform(s) {', '.join(stateful)} learned their parameters (means, scales, knots) from the rows. "
             "Compute the transformed column from public values first (e.g. df['x_c'] = df['x'] - public_mean) "
             "and use it in the formula.")
-    levels = getattr(design, "data_levels", ())
+    levels = design.data_levels
     if levels:
         leaks.append(
             f"the levels of {', '.join(levels)} were read from the data: which levels occur decides the "
@@ -312,19 +306,10 @@ def design_leaks(design: Any) -> list[str]:
     return leaks
 
 
-def declared_zero_columns(names: Sequence[Hashable], factors: Mapping[str, list[str]], data: Any,
+def declared_zero_columns(names: Sequence[Hashable], declared: Sequence[str],
                           indicators: Sequence[str]) -> tuple[Hashable, ...]:
-    """Design columns that may be all zero without being an error: the dummies of declared category levels
-    and the missing-value indicators (names only: public)."""
-    prefixes = []
-    for column, dtype in data.dtypes.items():
-        for expression in factors.get(str(column), []):
-            if isinstance(dtype, pd.CategoricalDtype) or (expression.startswith("C(")
-                                                          and _LEVELS_ARGUMENT.search(expression)):
-                prefixes.append(expression)
-    exempt = []
-    for name in names:
-        text = str(name)
-        if text in indicators or any(f"{prefix}[" in text for prefix in prefixes):
-            exempt.append(name)
-    return tuple(exempt)
+    """Design columns that may be all zero without being an error: the dummies (and their interactions) of the
+    ``declared`` categorical factors (those :func:`data_derived_levels` does not flag) and the missing-value
+    indicators (names only: public)."""
+    return tuple(name for name in names
+                 if str(name) in indicators or any(f"{factor}[" in str(name) for factor in declared))

@@ -119,7 +119,7 @@ def resolve_bounds(bounds: Mapping | None, design) -> ResolvedBounds:
                         f'{{"weeks": (0, 52)}}; got {type(bounds).__name__}.')
     known = list(design.column_names)
     by_squeezed = {_squeeze(name): name for name in known}
-    data_columns = list(getattr(design, "data_columns", ()))
+    data_columns = list(design.data_columns)
     matched: dict[Hashable, Pair] = {}
     raw: dict[str, Pair] = {}
     unused = []
@@ -150,6 +150,6 @@ def resolve_bounds(bounds: Mapping | None, design) -> ResolvedBounds:
                     if found.group(1) in unused:
                         unused.remove(found.group(1))
                 break
-    automatic = tuple(name for name in getattr(design, "unit_columns", ()) if name not in matched)
+    automatic = tuple(name for name in design.unit_columns if name not in matched)
     matched.update({name: (0.0, 1.0) for name in automatic})
     return ResolvedBounds(matched, tuple(unused), carried, automatic)

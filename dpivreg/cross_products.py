@@ -223,7 +223,7 @@ def iv2sls_benchmark(design) -> CrossProductIV2SLS:
     Columns allowed to be all zero that are (``design.zero_columns``: a declared level absent from the data,
     the indicator of a complete column) are left out of the fit; their coefficients and covariances are NaN
     (not identified by these rows)."""
-    zero = set(getattr(design, "zero_columns", []))
+    zero = set(design.zero_columns)
     positions = {key: [c for c in cols if c not in zero] for key, cols in design.positions.items()}
     names = design.column_names
     kept = [names[c] for c in positions["x"]]

@@ -519,17 +519,26 @@ def _block_error(block: str, text: str, engine: str, exc: Exception) -> ValueErr
 
 def _formulaic_context(context: Mapping[str, Any]) -> Mapping[str, Any]:
     """
-    A non-empty context for linearmodels' parser.
-
-    ``IVFormulaParser`` captures its own (wrong) stack frame when the context
-    is empty, so an empty mapping is replaced by ``{"np": numpy}``, which
-    formulaic provides anyway.
+    A non-empty context for formulaic: an empty mapping becomes ``{"np": numpy}``,
+    so that ``np.log(x)`` resolves whatever namespace the caller passed.
     """
     return context if len(context) > 0 else {"np": np}
 
 
 #: Per block: does linearmodels' parser ask formulaic for a full-rank block (``IVFormulaParser``)?
 FULL_RANK_BLOCKS: dict[str, bool] = {"dependent": False, "exog": True, "endog": False, "instruments": False}
+
+
+def formulaic_block_matrix(block: str, text: str, data: pd.DataFrame, context: Mapping[str, Any]):
+    """One block's formulaic model matrix with linearmodels' settings (:data:`FULL_RANK_BLOCKS`, missing
+    values kept); an error names the block (:func:`_block_error`)."""
+    from formulaic import Formula  # noqa: PLC0415
+
+    try:
+        return Formula(text).get_model_matrix(data, context=_formulaic_context(context),
+                                              ensure_full_rank=FULL_RANK_BLOCKS[block], na_action="ignore")
+    except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
+        raise _block_error(block, text, "formulaic", exc) from exc
 
 
 def _formulaic_blocks(
@@ -559,21 +568,14 @@ def _formulaic_blocks(
     dict of str to DataFrame
         Every block with all rows of ``data`` (missing values kept).
     """
-    from formulaic import Formula  # noqa: PLC0415
-
-    ctx = _formulaic_context(context)
     blocks: dict[str, pd.DataFrame] = {}
     for block, text in _block_formulas(parts).items():
         if text is None:
             blocks[block] = _empty_block(data.index)
             continue
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                matrix = Formula(text).get_model_matrix(data, context=ctx, ensure_full_rank=FULL_RANK_BLOCKS[block],
-                                                        na_action="ignore")
-        except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
-            raise _block_error(block, text, "formulaic", exc) from exc
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            matrix = formulaic_block_matrix(block, text, data, context)
         _check_undeclared_levels(caught, block, text)
         blocks[block] = pd.DataFrame(matrix)
     return blocks
@@ -1512,11 +1514,12 @@ def formula_boundary(data: Any, parts: _FormulaParts, policy: MissingPolicy, add
                      engine: str = "formulaic") -> dict:
     """The design's boundary fields (:mod:`dpivreg.boundary`) from names, dtypes, the factors' kinds (read by
     the formula engine on ``sample``, a few rows or a synthetic frame with the data's types) and the policy."""
-    factors = _formula_factors(parts)
     names = [name for block in _BLOCKS for name in blocks[block].columns]
     categorical, stateful = _factor_kinds(parts, sample, context, engine)
-    return {"missing": policy.how, "data_levels": data_derived_levels(data, categorical), "stateful": stateful,
-            "zero_allowed": declared_zero_columns(names, factors, data, added),
+    data_levels = data_derived_levels(data, categorical)
+    declared = [factor for factor in categorical if factor not in data_levels]
+    return {"missing": policy.how, "data_levels": data_levels, "stateful": stateful,
+            "zero_allowed": declared_zero_columns(names, declared, added),
             "data_columns": tuple(data.columns), "unit_columns": unit_columns(names, categorical, data, added)}
 
 
@@ -1542,7 +1545,7 @@ def _factor_kinds(parts: _FormulaParts, sample: pd.DataFrame, context: Mapping[s
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                kinds = (_formulaic_kinds if engine == "formulaic" else _patsy_kinds)(text, sample, context)
+                kinds = (_formulaic_kinds if engine == "formulaic" else _patsy_kinds)(block, text, sample, context)
         except Exception:  # noqa: BLE001 - the engine built the block on the data; announce it unread
             kinds = ([f"the {_BLOCK_LABELS[block]} block {text!r}"], [])
         categorical += [e for e in kinds[0] if e not in categorical]
@@ -1550,16 +1553,17 @@ def _factor_kinds(parts: _FormulaParts, sample: pd.DataFrame, context: Mapping[s
     return categorical, tuple(stateful)
 
 
-def _formulaic_kinds(text: str, sample: pd.DataFrame, context: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    from formulaic import Formula  # noqa: PLC0415
+def _formulaic_kinds(block: str, text: str, sample: pd.DataFrame,
+                     context: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     from formulaic.parser.types import Factor  # noqa: PLC0415
 
-    spec = Formula(text).get_model_matrix(sample, context=_formulaic_context(context), na_action="ignore").model_spec
+    spec = formulaic_block_matrix(block, text, sample, context).model_spec
     return ([str(f) for f, (kind, _) in spec.encoder_state.items() if kind is Factor.Kind.CATEGORICAL],
             [str(name) for name, state in spec.transform_state.items() if state])
 
 
-def _patsy_kinds(text: str, sample: pd.DataFrame, context: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def _patsy_kinds(block: str, text: str, sample: pd.DataFrame,
+                 context: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     import patsy  # noqa: PLC0415
 
     env = patsy.EvalEnvironment([context, {"np": np}])

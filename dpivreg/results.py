@@ -888,7 +888,7 @@ class DPIVResults:
         by_source = {src: list(sc.source.index[sc.source == src]) for src in ("bounds", "data", "constant")}
         if by_source["bounds"]:
             notes.append(f"Scaled by public bounds: {', '.join(map(str, by_source['bounds']))}.")
-        notes += list(getattr(sc, "bound_notes", ()))
+        notes += list(sc.bound_notes)
         if by_source["data"]:
             notes.append(f"Scaled from the data (PRIVACY LEAK): {', '.join(by_source['data'])}.")
         n_clipped = int(sc.clipped_values.sum())
