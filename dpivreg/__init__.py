@@ -7,7 +7,9 @@ The estimator is the noisy two-stage gradient descent (DP-2S-GD) of Liang, Balas
 from .engine import ConvergenceWarning, DivergenceError, DP2SGDPath, LongRunWarning, dp_2s_gd
 from .model import DPIV2SLS
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, delta_from_rho, epsilon_from_rho
+from .release import FitRelease, load_release
 from .results import DPIVResults, InferenceUnavailableError
+from .comparison import compare
 from .theory import plan, smallest_n, smallest_rho
 
 __version__ = "0.1.0"
@@ -26,6 +28,9 @@ __all__ = [
     "epsilon_from_rho",
     "delta_from_rho",
     "InferenceUnavailableError",
+    "FitRelease",
+    "load_release",
+    "compare",
     "plan",
     "smallest_n",
     "smallest_rho",

@@ -19,10 +19,12 @@ working arrays ``scale.Z``, ``scale.X``, ``scale.Y``. The summary labels every s
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as _dt
 import math
 import numbers
 import unicodedata
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -39,7 +41,8 @@ from .design import IVDesign
 from .engine import DP2SGDPath
 from .preprocess import WorkingScale
 from .inference import PrivateInference
-from .privacy import PrivacyBudget
+from .privacy import PrivacyBudget, PrivacyLeakWarning
+from .release import FitRelease, record_time
 from .validation import check_flag
 from . import theory, tuning
 
@@ -78,7 +81,7 @@ class DPIVSummary(Summary):
     """
 
     def as_latex(self) -> str:
-        """The tables as LaTeX ``tabular`` environments, then the notes, in ASCII: special characters
+        r"""The tables as LaTeX ``tabular`` environments, then the notes, in ASCII: special characters
         escaped and the summary's Greek letters and symbols as LaTeX math. Compiles with the packages
         ``booktabs`` (the tables' rules) and ``amssymb`` (``\lesssim``)."""
         tables = "\n".join(table.as_latex_tabular() for table in self.tables).replace("^", r"\textasciicircum{}")
@@ -183,6 +186,15 @@ def _check_level(level) -> float:
     if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), e.g. 0.95 for 95% intervals; got {level!r}.")
     return float(level)
+
+
+def _plain(clip):
+    """A clipping threshold as JSON-ready Python: None, a float or a list of group thresholds."""
+    if clip is None:
+        return None
+    if isinstance(clip, (tuple, list, np.ndarray)):
+        return [float(c) for c in clip]
+    return float(clip)
 
 
 def _fmt(value: float, digits: int = 4) -> str:
@@ -926,6 +938,134 @@ class DPIVResults:
             smry.tables.append(self._bound_table())
         smry.add_extra_txt(self._notes(benchmark))
         return smry
+
+    # ------------------------------------------------------------------ export (publishable by default)
+    def _warn_unpublishable(self, what: str, benchmark: bool) -> None:
+        """A PrivacyLeakWarning when an export carries NON-PRIVATE numbers or the fit leaked."""
+        if benchmark:
+            warnings.warn(f"{what} holds the NON-PRIVATE IV2SLS benchmark columns (marked *): computed from the raw "
+                          "data without noise; do not publish them (benchmark=False leaves them out).",
+                          PrivacyLeakWarning, stacklevel=3)
+        if self._leaks:
+            warnings.warn(f"{what} is of a fit with privacy leaks: " + "; ".join(self._leaks),
+                          PrivacyLeakWarning, stacklevel=3)
+
+    def to_frame(self, *, benchmark: bool = False, level: float = 0.95) -> pd.DataFrame:
+        """The parameter table as a DataFrame: by default only the private release, ready to publish.
+
+        Columns ``parameter``, ``std_error``, ``zstat``, ``pvalue``, ``lower``, ``upper`` (the private estimate,
+        its private standard error, z statistic, normal p-value and ``level`` interval; only ``parameter`` when
+        the fit made no inference), one row per regressor.
+
+        Parameters
+        ----------
+        benchmark : bool, default False
+            Also the NON-PRIVATE IV2SLS benchmark: columns ``IV2SLS*``, ``std_error*`` (its robust standard
+            error) and ``diff/se*``. A :class:`~dpivreg.PrivacyLeakWarning` says they must not be published.
+        level : float, default 0.95
+            Level of the intervals.
+        """
+        benchmark = check_flag(benchmark, "benchmark")
+        level = _check_level(level)
+        self._warn_unpublishable("the table", benchmark)
+        table = pd.DataFrame({"parameter": self.params})
+        if self._inference is not None:
+            ci = self.conf_int(level=level)
+            table = table.assign(std_error=self.bse, zstat=self.tvalues, pvalue=self.pvalues,
+                                 lower=ci["lower"], upper=ci["upper"])
+        if benchmark:
+            names = self.design.regressor_names
+            ref, se = self.benchmark.params[names], self.benchmark.std_errors[names]
+            table = table.assign(**{"IV2SLS*": ref, "std_error*": se, "diff/se*": (self.params - ref) / se})
+        table.index.name = "regressor"
+        return table
+
+    def _export_notes(self, benchmark: bool, level: float) -> list[str]:
+        priv = self.privacy
+        notes = [(f"Private estimates ({self.estimator}) of {self.design.dependent_name}; n = {self.nobs}; "
+                  f"total privacy spent rho = {_fmt(priv.rho)} (zCDP), epsilon = {_fmt(priv.epsilon(self._delta))} "
+                  f"at delta = {self._delta:g}.")]
+        if self._inference is not None:
+            notes.append(f"Private standard errors ({self.cov_type}) and {level:.0%} normal intervals, including the "
+                         "privacy noise.")
+        if benchmark:
+            notes.append("* NON-PRIVATE IV2SLS benchmark, computed from the raw data without noise: do not publish.")
+        if self._leaks:
+            notes.append("PRIVACY LEAKS: " + "; ".join(self._leaks))
+        return notes
+
+    def to_markdown(self, *, benchmark: bool = False, level: float = 0.95, floatfmt: str = ".4g") -> str:
+        """The parameter table (:meth:`to_frame`) as a Markdown table, with a note of the budget spent.
+
+        Parameters
+        ----------
+        benchmark, level
+            As in :meth:`to_frame`.
+        floatfmt : str, default ".4g"
+            Number format (passed to ``tabulate`` by :meth:`pandas.DataFrame.to_markdown`).
+        """
+        table = self.to_frame(benchmark=benchmark, level=level)
+        benchmark = bool(benchmark)
+        notes = self._export_notes(benchmark, level)
+        return table.to_markdown(floatfmt=floatfmt) + "\n\n" + "\n".join(notes) + "\n"
+
+    def to_csv(self, path_or_buf=None, *, benchmark: bool = False, level: float = 0.95) -> str | None:
+        """The parameter table (:meth:`to_frame`) as CSV, full precision; written to ``path_or_buf`` when given.
+
+        Parameters
+        ----------
+        path_or_buf : str, path-like or file-like, optional
+            Where to write (as :meth:`pandas.DataFrame.to_csv`); the text is returned when omitted.
+        benchmark, level
+            As in :meth:`to_frame`.
+        """
+        return self.to_frame(benchmark=benchmark, level=level).to_csv(path_or_buf)
+
+    def release(self) -> FitRelease:
+        """The fit's private output as a :class:`~dpivreg.release.FitRelease`: no row of data, no benchmark.
+
+        It holds the estimate, its standard errors, covariance and 95% intervals, the released paths, the
+        accountant's releases (budget, ε at any δ), the public settings and scaling, the names, n and any
+        leaks; ``.save(path)`` writes it as JSON and :func:`dpivreg.load_release` reads it back.
+        """
+        if self._leaks:
+            warnings.warn("the release record is of a fit with privacy leaks (kept in its `leaks`): "
+                          + "; ".join(self._leaks), PrivacyLeakWarning, stacklevel=2)
+        d, s = self.design, self._settings
+        cov = None if self._inference is None else self.cov_params()
+        settings = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)
+                    if f.name not in ("adaptive_clip", "selection")}
+        settings["clip1"], settings["clip2"] = _plain(s.clip1), _plain(s.clip2)
+        if s.adaptive_clip is not None:
+            settings["clip_rows_allowed"] = [float(k) for k in s.adaptive_clip.targets]
+        if s.selection is not None:
+            settings["selection"] = {"estimator": s.selection.estimator,
+                                     "error_ratio": float(s.selection.error_ratio)}
+        from . import __version__  # noqa: PLC0415 - the package's version, read when a record is made
+
+        return FitRelease(
+            dependent=d.dependent_name, formula=self._model.formula, endog_names=tuple(d.endog_names),
+            instrument_names=tuple(d.instrument_names), exog_names=tuple(d.exog_names), nobs=int(self.nobs),
+            estimator=self.estimator, params=self.params.copy(), cov=cov, cov_type=s.cov_type,
+            path=self.path.copy(), first_stage_path=np.array(self.first_stage_path),
+            privacy=PrivacyBudget(self.privacy.releases, self.privacy.target), delta=self._delta,
+            settings=settings, scaling=self._public_scaling(), leaks=self._leaks,
+            inference_note=self._inference_note, version=__version__, created=record_time(),
+        )
+
+    def _public_scaling(self) -> dict:
+        """The working scale's public part per column (bounds and the constant); data-derived scales are left out."""
+        sc = self._scale
+        centres = sc.bound_centres if sc.bound_centres is not None else pd.Series(0.0, index=sc.bound_scales.index)
+        out = {}
+        for name in sc.bound_scales.index:
+            source = sc.source[name]
+            if source == "data":
+                out[str(name)] = {"source": "data (not recorded)"}
+            else:
+                out[str(name)] = {"centre": float(centres[name]), "scale": float(sc.bound_scales[name]),
+                                  "source": str(source)}
+        return out
 
     def __str__(self) -> str:
         return self.summary().as_text()

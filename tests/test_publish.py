@@ -1,0 +1,251 @@
+"""From fit to paper: the publishable exports, the release record and side-by-side comparisons.
+
+A publishable output holds private releases, their post-processing and public settings only: none of the
+NON-PRIVATE benchmark's numbers, no non-private count and no row of data. The release record is standard JSON
+that round-trips exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from latex import compile_latex
+
+from dpivreg import DPIV2SLS, FitRelease, PrivacyLeakWarning, compare, load_release
+from dpivreg.comparison import DPIVComparison
+from dpivreg.results import _fmt
+
+N = 1500
+F = "y ~ 1 + w + [x ~ z]"
+BOUNDS = {"y": (-15.0, 15.0), "x": (-6.0, 6.0), "z": (-4.0, 4.0), "w": (-4.0, 4.0)}
+FIT = dict(rho1=1.0, rho2=1.0, seed=3, bounds=BOUNDS)
+
+
+def _frame(n: int = N, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    z, w, u = rng.standard_normal((3, n))
+    x = np.clip(z + 0.5 * u + rng.standard_normal(n), -5.9, 5.9)
+    y = np.clip(1 + 2 * x - w + u, -14.9, 14.9)
+    # values with many digits, so that a row copied into an export would be found by its text
+    return pd.DataFrame({"y": y, "x": x, "z": np.clip(z, -3.9, 3.9), "w": np.clip(w, -3.9, 3.9)})
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    return _frame()
+
+
+@pytest.fixture(scope="module")
+def res(frame):
+    return DPIV2SLS.from_formula(F, frame).fit(**FIT)
+
+
+def _nonprivate_numbers(res) -> list[str]:
+    """The benchmark's estimates and standard errors as the summary formats them, and the clipped count."""
+    bench = res.benchmark
+    return [_fmt(v) for v in (*bench.params, *bench.std_errors)]
+
+
+# ---------------------------------------------------------------------------------------- exports
+def test_the_frame_holds_the_private_table_and_no_benchmark_by_default(res):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        table = res.to_frame()
+    assert list(table.columns) == ["parameter", "std_error", "zstat", "pvalue", "lower", "upper"]
+    assert list(table.index) == ["Intercept", "w", "x"]
+    pd.testing.assert_series_equal(table["parameter"], res.params, check_names=False)
+    pd.testing.assert_series_equal(table["std_error"], res.bse, check_names=False)
+    pd.testing.assert_frame_equal(table[["lower", "upper"]], res.conf_int(), check_names=False)
+    ninety = res.to_frame(level=0.9)
+    assert (ninety["upper"] - ninety["lower"] < table["upper"] - table["lower"]).all()
+
+
+def test_benchmark_columns_in_an_export_raise_a_privacy_leak_warning(res):
+    with pytest.warns(PrivacyLeakWarning, match="NON-PRIVATE IV2SLS benchmark"):
+        table = res.to_frame(benchmark=True)
+    np.testing.assert_array_equal(table["IV2SLS*"], res.benchmark.params[table.index])
+    np.testing.assert_array_equal(table["std_error*"], res.benchmark.std_errors[table.index])
+
+
+def test_markdown_and_csv_carry_the_budget_and_round_trip(res, tmp_path):
+    md = res.to_markdown()
+    assert md.splitlines()[0].startswith("| regressor")
+    assert f"rho = {_fmt(res.privacy.rho)} (zCDP)" in md and f"n = {res.nobs}" in md
+    assert "NON-PRIVATE" not in md and "IV2SLS" not in md
+    back = pd.read_csv(io.StringIO(res.to_csv()), index_col=0)
+    pd.testing.assert_frame_equal(back, res.to_frame(), check_exact=True)
+    res.to_csv(tmp_path / "table.csv")
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "table.csv", index_col=0), res.to_frame())
+
+
+def test_publishable_outputs_hold_no_nonprivate_number(res):
+    """The benchmark's numbers appear in the validation summary and in none of the publishable outputs."""
+    full = res.summary().as_text()
+    hidden = _nonprivate_numbers(res)
+    assert all(s in full for s in hidden)  # the check can fail: the numbers are there when asked for
+    smry = res.summary(benchmark=False)
+    for text in (smry.as_text(), smry.as_latex(), smry.as_html(), res.to_markdown()):
+        assert not [s for s in hidden if s in text]
+        assert "non-private count" not in text
+
+
+def test_the_publishable_latex_compiles_and_holds_no_nonprivate_number(res, tmp_path):
+    tex = res.summary(benchmark=False).as_latex()
+    assert not [s for s in _nonprivate_numbers(res) if s in tex]
+    compile_latex(tex, tmp_path, "publishable")
+
+
+def test_export_arguments_are_checked(res):
+    with pytest.raises(TypeError, match="benchmark"):
+        res.to_frame(benchmark="no")
+    with pytest.raises(ValueError, match="level"):
+        res.to_markdown(level=95)
+
+
+def test_a_fit_without_inference_exports_its_estimate(frame):
+    res = DPIV2SLS.from_formula(F, frame).fit(**FIT, inference=False)
+    assert list(res.to_frame().columns) == ["parameter"]
+    record = FitRelease.from_json(res.release().to_json())
+    assert record.cov is None and record.bse.isna().all()
+    assert record.equals(res.release())
+
+
+# ---------------------------------------------------------------------------------------- the release record
+def test_the_release_round_trips_exactly(res, tmp_path):
+    record = res.release()
+    back = FitRelease.from_json(record.to_json())
+    assert back.equals(record)
+    pd.testing.assert_series_equal(back.params, res.params, check_exact=True, check_names=False)
+    pd.testing.assert_frame_equal(back.cov, res.cov_params(), check_exact=True)
+    pd.testing.assert_frame_equal(back.path, res.path, check_exact=True)
+    np.testing.assert_array_equal(back.first_stage_path, res.first_stage_path)
+    assert back.privacy.rho == res.privacy.rho and back.epsilon == res.epsilon
+    assert back.privacy.epsilon(1e-8) == res.privacy.epsilon(1e-8)  # the accountant's releases, not a number
+    assert back.settings["T"] == res.settings.T and back.settings["cov_type"] == "robust"
+    pd.testing.assert_frame_equal(back.conf_int(), res.conf_int(), check_exact=True)
+    record.save(tmp_path / "fit.json")
+    assert load_release(tmp_path / "fit.json").equals(record)
+
+
+def test_the_release_is_standard_json_with_named_fields(res):
+    text = res.release().to_json()
+
+    def refuse(token):
+        raise AssertionError(f"non-standard JSON token {token}")
+
+    data = json.loads(text, parse_constant=refuse)
+    assert set(data) == {
+        "format", "dependent", "formula", "endog_names", "instrument_names", "exog_names", "regressor_names", "nobs",
+        "estimator", "params", "std_errors", "conf_int_95", "cov", "cov_type", "path", "first_stage_path", "releases",
+        "budget_asked", "rho", "delta", "epsilon", "settings", "scaling", "leaks", "inference_note", "version",
+        "created"}
+    assert data["scaling"]["x"] == {"centre": 0.0, "scale": 6.0, "source": "bounds"}
+
+
+def test_the_release_holds_no_row_of_data(frame):
+    """Its size does not grow with n, and no value of the data appears in it."""
+    small = DPIV2SLS.from_formula(F, frame).fit(**FIT, T=4).release().to_json()
+    large_frame = _frame(10 * N, seed=1)
+    large = DPIV2SLS.from_formula(F, large_frame).fit(**FIT, T=4).release().to_json()
+    assert abs(len(large) - len(small)) < 200  # a digit or two more in n and in the numbers, not rows
+    for value in large_frame.to_numpy().ravel()[:2000]:
+        assert repr(float(value))[:12] not in large
+
+
+def test_a_non_private_fit_records_infinity_as_text(frame):
+    with pytest.warns(PrivacyLeakWarning):
+        res = DPIV2SLS.from_formula(F, frame).fit(**{**FIT, "rho1": math.inf})
+    with pytest.warns(PrivacyLeakWarning, match="privacy leaks"):
+        record = res.release()
+    data = json.loads(record.to_json())
+    assert data["rho"] == "inf" and data["leaks"]
+    back = FitRelease.from_json(record.to_json())
+    assert back.privacy.rho == math.inf and not back.is_private and back.equals(record)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("not json", "invalid JSON"),
+    ('{"format": "something else"}', "format"),
+    ("[1, 2]", "format"),
+])
+def test_a_file_that_is_not_a_record_is_refused(text, match):
+    with pytest.raises(ValueError, match=match):
+        FitRelease.from_json(text)
+
+
+def test_load_release_names_a_missing_file(tmp_path):
+    with pytest.raises(ValueError, match="no release record"):
+        load_release(tmp_path / "absent.json")
+
+
+# ---------------------------------------------------------------------------------------- compare
+@pytest.fixture(scope="module")
+def three(frame, res):
+    model = DPIV2SLS.from_formula(F, frame)
+    other = DPIV2SLS.from_formula("y ~ 1 + [x ~ z]", frame)
+    return {"rho = 2.6": res, "rho = 0.5": model.fit(rho=0.5, bounds=BOUNDS, seed=4),
+            "no w": other.fit(rho=2.6, bounds=BOUNDS, seed=5)}
+
+
+def test_compare_prints_three_fits_and_the_benchmark(three):
+    cmp = compare(three)
+    assert isinstance(cmp, DPIVComparison)
+    text = str(cmp.summary)
+    header = text.splitlines()[2]
+    for name in three:
+        assert name in header
+    assert "NON-PRIVATE IV2SLS (rho = 2.6)" in header and "NON-PRIVATE IV2SLS (no w)" in header
+    assert list(cmp.params.columns) == list(three)
+    assert list(cmp.params.index) == ["Intercept", "w", "x"]
+    assert np.isnan(cmp.params.loc["w", "no w"])
+    np.testing.assert_array_equal(cmp.std_errors["rho = 0.5"], three["rho = 0.5"].bse)
+    np.testing.assert_array_equal(cmp.rho, [r.privacy.rho for r in three.values()])
+    bench = cmp.benchmark_params
+    np.testing.assert_array_equal(bench["NON-PRIVATE IV2SLS (rho = 2.6)"], three["rho = 2.6"].benchmark.params)
+    for name, fit in three.items():
+        assert _fmt(fit.params["x"]) in text and f"({_fmt(fit.bse['x'])})" in text
+
+
+def test_compare_without_benchmark_is_publishable(three, tmp_path):
+    cmp = compare(three, benchmark=False, stars=True)
+    text = cmp.summary.as_text()
+    assert "IV2SLS" not in text and "NON-PRIVATE" not in text
+    hidden = [s for fit in three.values() for s in _nonprivate_numbers(fit)]
+    assert not [s for s in hidden if s in text]
+    assert "***" in text  # x is strongly significant in every fit
+    compile_latex(cmp.summary.as_latex(), tmp_path, "compare")
+    assert "<table" in cmp._repr_html_()
+
+
+def test_compare_takes_a_list_and_saved_releases(three, frame, tmp_path):
+    three["rho = 2.6"].release().save(tmp_path / "a.json")
+    loaded = load_release(tmp_path / "a.json")
+    no_inference = DPIV2SLS.from_formula(F, frame).fit(**FIT, inference=False)
+    cmp = compare([loaded, three["rho = 0.5"], no_inference], precision="tstats")
+    assert list(cmp.params.columns) == ["Model 0", "Model 1", "Model 2"]
+    np.testing.assert_array_equal(cmp.params["Model 0"], three["rho = 2.6"].params)
+    assert cmp.std_errors["Model 2"].isna().all()
+    assert "NON-PRIVATE IV2SLS" in str(cmp)  # one benchmark: the two DPIVResults share the design
+
+
+@pytest.mark.parametrize("args, kwargs, error, match", [
+    (({},), {}, ValueError, "empty"),
+    (("fit",), {}, TypeError, "dict"),
+    (([1.0],), {}, TypeError, "not a dpivreg fit"),
+])
+def test_compare_refuses_what_is_not_a_fit(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        compare(*args, **kwargs)
+
+
+def test_compare_checks_its_options(three):
+    with pytest.raises(ValueError, match="precision"):
+        compare(three, precision="se")
+    with pytest.raises(TypeError, match="stars"):
+        compare(three, stars="yes")
