@@ -56,12 +56,11 @@ def _as_named(results) -> dict[str, DPIVResults | FitRelease]:
     return named
 
 
-def _design_key(res: DPIVResults):
-    """Fits of the same design share one benchmark column (the same formula on the same rows, or one model)."""
-    d = res.design
-    if res.model.formula is None:
-        return id(d)
-    return (res.model.formula, d.nobs, tuple(d.regressor_names))
+def _benchmark_key(res: DPIVResults) -> tuple:
+    """Fits whose benchmarks are the same numbers share one benchmark column (the same design on the same rows,
+    in memory or on Dask); a formula and n alone do not identify the data."""
+    bench = res.benchmark
+    return (res.design.dependent_name, tuple(bench.params.index), tuple(bench.params), tuple(bench.std_errors))
 
 
 def _statistic(res: DPIVResults | FitRelease, attr: str) -> pd.Series:
@@ -140,7 +139,7 @@ class DPIVComparison:
         fits = {name: res for name, res in self._results.items() if isinstance(res, DPIVResults)}
         first: dict = {}
         for name, res in fits.items():
-            first.setdefault(_design_key(res), name)
+            first.setdefault(_benchmark_key(res), name)
         if len(first) == 1:
             return {"NON-PRIVATE IV2SLS": fits[next(iter(first.values()))]}
         return {f"NON-PRIVATE IV2SLS ({name})": fits[name] for name in first.values()}

@@ -249,3 +249,22 @@ def test_compare_checks_its_options(three):
         compare(three, precision="se")
     with pytest.raises(TypeError, match="stars"):
         compare(three, stars="yes")
+
+
+def test_fits_of_other_data_with_the_same_formula_and_n_get_their_own_benchmark(res):
+    """A formula and n do not identify the data: another frame of the same shape gets its own column."""
+    other = DPIV2SLS.from_formula(F, _frame(seed=7)).fit(**FIT)
+    cmp = compare({"a": res, "b": other})
+    assert list(cmp.benchmark_params.columns) == ["NON-PRIVATE IV2SLS (a)", "NON-PRIVATE IV2SLS (b)"]
+    assert not np.allclose(cmp.benchmark_params.iloc[:, 0], cmp.benchmark_params.iloc[:, 1])
+
+
+def test_a_dask_fit_exports_and_shares_the_in_memory_benchmark(frame, res):
+    dd = pytest.importorskip("dask.dataframe")
+    fit = DPIV2SLS.from_formula(F, dd.from_pandas(frame, npartitions=3)).fit(**FIT)
+    record = fit.release()
+    assert FitRelease.from_json(record.to_json()).equals(record)
+    cmp = compare({"memory": res, "dask": fit})
+    # the benchmark from cross-products agrees to the last bits or nearly so; one or two columns, never wrong ones
+    for column in cmp.benchmark_params:
+        np.testing.assert_allclose(cmp.benchmark_params[column], res.benchmark.params, rtol=1e-10)
