@@ -37,8 +37,9 @@ skipped with the reason printed.
 
 Targets (issue 9) at n = 10⁶, p = q = 5: iter/floor ≤ 3 and fit/IV2SLS ≤ 0.5; peak/data O(1).
 
-    python benchmarks/engine_speed.py                  # full grid, writes docs/_static/engine_speed.csv
-    python benchmarks/engine_speed.py --quick          # n ≤ 10⁵, p = q ≤ 5: a few seconds, writes no CSV
+    python benchmarks/engine_speed.py                  # full grid, printed (no file written)
+    python benchmarks/engine_speed.py --csv docs/_static/engine_speed.csv   # ... and the docs' table
+    python benchmarks/engine_speed.py --quick          # n ≤ 10⁵, p = q ≤ 5: a few seconds
     python benchmarks/engine_speed.py --max-n 1000000  # the grid up to n = 10⁶
     python benchmarks/engine_speed.py --kernel numpy --threads 1 --csv /tmp/numpy1.csv
 
@@ -70,7 +71,7 @@ import numpy as np
 from bandwidth import copy_bandwidth  # benchmarks/bandwidth.py, beside this script
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_CSV = REPO / "docs" / "_static" / "engine_speed.csv"
+DOCS_CSV = REPO / "docs" / "_static" / "engine_speed.csv"  # committed: written only when --csv names it
 T_FIT = 20
 DATA_SEED = 20260
 FULL_N = (10**4, 10**5, 10**6, 10**7)
@@ -417,7 +418,7 @@ def parent_main(args: argparse.Namespace) -> None:
     report_targets(rows)
     print(f"load average {os.getloadavg()[0]:.2f} at the end on {os.cpu_count()} CPUs (other processes share the "
           "cores: timings are best-of-repeats but still noisy)")
-    csv_path = args.csv if args.csv else (None if args.quick else DEFAULT_CSV)
+    csv_path = args.csv
     if csv_path is not None:
         write_csv(rows, Path(csv_path))
         print(f"wrote {csv_path}")
@@ -436,8 +437,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="engine threads: NUMBA_NUM_THREADS and dp_2s_gd(n_threads=) (default: all cores)")
     parser.add_argument("--blas-threads", type=int, default=None,
                         help="OMP/OPENBLAS/MKL_NUM_THREADS in the cells (default: as --threads)")
-    parser.add_argument("--csv", default=None, help=f"CSV output (default {DEFAULT_CSV.relative_to(REPO)}; "
-                                                    "none with --quick)")
+    parser.add_argument("--csv", default=None, help="write the rows to this CSV (default: none, the table is only "
+                                                    f"printed; the docs' table is {DOCS_CSV.relative_to(REPO)})")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds per timed quantity and cell spent on repeats (best of up to 10; "
                              "default 4, 1 with --quick)")

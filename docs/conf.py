@@ -23,7 +23,7 @@ version = release
 
 extensions = [
     "sphinx.ext.autodoc",
-    "sphinx.ext.mathjax",
+    "sphinx.ext.imgmath",
     "numpydoc",
 ]
 
@@ -45,6 +45,24 @@ numpydoc_show_inherited_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 numpydoc_validation_checks: set[str] = set()
+
+# -- math: typeset at build time, so the pages need no network and no JavaScript ------------
+# The readers are statistical agencies in secure rooms without internet (and often without
+# JavaScript). sphinx.ext.mathjax loads MathJax from a CDN, so there the method page showed raw
+# ``\[\begin{split}...``. Of the two offline routes we render with sphinx.ext.imgmath (part of
+# Sphinx) through LaTeX and dvisvgm, not with a bundled MathJax: real LaTeX typesets amsmath's
+# split/aligned exactly and fails this -W build on any formula it cannot typeset; the SVGs are
+# embedded in each page, so a page shows its math with nothing to load at view time (also when
+# copied on its own, also with JavaScript off); and it adds no pip dependency. The PyPI bundle
+# ``sphinx-mathjax-offline`` (0.0.2, December 2022, MathJax 3.2.2, 24 MB) has had no release since
+# and would still need JavaScript in the reader's browser. The build needs ``latex`` with
+# anyfontsize and preview (Debian: texlive-latex-base, -recommended, -extra) and ``dvisvgm``;
+# .ci/run installs them, and tests/test_docs_offline.py renders the built method page in a
+# browser with the network off and checks that every formula is typeset.
+imgmath_image_format = "svg"
+imgmath_use_preview = True  # the depth of each inline formula: its baseline sits on the text's
+imgmath_embed = True  # data: URIs in the HTML, no separate image files
+imgmath_font_size = 14  # LaTeX points; Computer Modern at 14pt matches alabaster's 17px text
 
 import re  # noqa: E402
 
@@ -133,9 +151,27 @@ def _generated_content(app, docname, source):
     source[0] = "\n".join(out)
 
 
+# -- wide tables scroll ------------------------------------------------------------------
+# The body column is about 1100px wide and the reproduction and benchmark tables are wider: each
+# table goes into a <div class="dpivreg-table-scroll">, which _static/dpivreg.css lets scroll
+# sideways (overflow-x: auto) instead of cutting the table off at the page's edge.
+def _wrap_tables(app, doctree, docname):
+    from docutils import nodes
+
+    for table in list(doctree.findall(nodes.table)):
+        parent = table.parent
+        if isinstance(parent, nodes.container) and "dpivreg-table-scroll" in parent["classes"]:
+            continue
+        wrapper = nodes.container(classes=["dpivreg-table-scroll"])
+        parent.replace(table, wrapper)
+        wrapper += table
+
+
 def setup(app):
     # Before numpydoc (priority 500) sees the text.
     app.connect("source-read", _generated_content)
+    app.connect("doctree-resolved", _wrap_tables)
+    app.add_css_file("dpivreg.css")
 
 
 # -- HTML ---------------------------------------------------------------------

@@ -26,7 +26,11 @@ import numpy as np  # noqa: E402
 
 from dpivreg import PrivacyLeakWarning  # noqa: E402
 
-DEFAULT_OUTDIR = Path("docs/_static/reproduction")
+#: Where a script writes when ``--outdir`` is not given: ``dpivreg-output/<script>`` under the current
+#: directory (created if needed, git-ignored in a checkout). Never the committed figures and tables in
+#: ``DOCS_OUTDIR``: regenerating those takes an explicit ``--outdir docs/_static/reproduction``.
+OUTPUT_ROOT = Path("dpivreg-output")
+DOCS_OUTDIR = Path("docs/_static/reproduction")
 
 #: The paper's practice (section 5): exact data moments for centring/scaling/whitening, the plain
 #: gradient iteration with step sizes read from the data's eigenvalues, the Proposition's noise
@@ -46,13 +50,16 @@ def default_budget(rho1: float, rho2: float) -> dict:
                 rho_clip=DEFAULT_SHARES["rho_clip"] * stages)
 
 
-def parser(description: str, *, runs: int, quick_runs: int) -> argparse.ArgumentParser:
-    """The common command line: --quick, --outdir, --runs, --seed."""
+def parser(description: str, *, name: str, runs: int, quick_runs: int) -> argparse.ArgumentParser:
+    """The common command line: --quick, --outdir (default ``dpivreg-output/<name>``), --runs, --seed."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
                     help=f"a few-second smoke run ({quick_runs} runs per point on a small grid), as used by the tests")
-    ap.add_argument("--outdir", type=Path, default=DEFAULT_OUTDIR,
-                    help=f"where the PNG and CSV files go (default {DEFAULT_OUTDIR})")
+    default = OUTPUT_ROOT / name
+    ap.add_argument("--outdir", type=Path, default=default,
+                    help=f"where the PNG and CSV files go (default: {default}/ under the current directory, "
+                         "created if needed; the documentation's committed figures are regenerated only "
+                         f"with an explicit --outdir {DOCS_OUTDIR})")
     ap.add_argument("--runs", type=int, default=None,
                     help=f"runs per point (default {runs}, the paper's count; {quick_runs} with --quick)")
     ap.add_argument("--seed", type=int, default=20260101, help="master seed (all data and noise derive from it)")

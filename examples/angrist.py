@@ -25,15 +25,16 @@ data without one). Two settings, 1000 runs each (T = 20):
 
 Full run (1000 runs per setting; about 1-2 min on one core)::
 
-    nice python examples/angrist.py
+    nice python examples/angrist.py --outdir docs/_static/reproduction   # the docs' figure and tables
 
 Smoke run (a few seconds)::
 
-    python examples/angrist.py --quick --outdir /tmp/repro
+    python examples/angrist.py --quick
 
 Writes ``angrist.png`` (box plots and parameter paths), ``angrist_summary.csv`` (one row per
 setting), ``angrist_runs.csv`` (β⁽ᵀ⁾ and Θ⁽ᵀ⁾ of every run) and ``angrist_paths.csv`` (mean ± SE
-of β⁽ᵗ⁾ and Θ⁽ᵗ⁾ per iteration) to ``--outdir``.
+of β⁽ᵗ⁾ and Θ⁽ᵗ⁾ per iteration) to ``--outdir`` (default ``dpivreg-output/angrist`` under the
+current directory; the committed ``docs/_static/reproduction`` only when named).
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ def plot(out: dict, summary: pd.DataFrame, paths: pd.DataFrame, runs: int, path)
 
 
 def main(argv=None) -> int:
-    ap = _repro.parser(__doc__.split("\n")[0], runs=1000, quick_runs=5)
+    ap = _repro.parser(__doc__.split("\n")[0], name="angrist", runs=1000, quick_runs=5)
     args = ap.parse_args(argv)
     runs = _repro.resolve_runs(args)
     args.outdir.mkdir(parents=True, exist_ok=True)

@@ -19,14 +19,15 @@ T condition limit.
 
 Full run (100 runs; about 3 min on one core of a busy 2-core machine)::
 
-    nice python examples/error_vs_T.py
+    nice python examples/error_vs_T.py --outdir docs/_static/reproduction   # the docs' figure and tables
 
 Smoke run (a few seconds)::
 
-    python examples/error_vs_T.py --quick --outdir /tmp/repro
+    python examples/error_vs_T.py --quick
 
 Writes ``error_vs_T.png``, ``error_vs_T.csv`` (one row per curve and T) and
-``error_vs_T_minima.csv`` (one row per curve) to ``--outdir``.
+``error_vs_T_minima.csv`` (one row per curve) to ``--outdir`` (default ``dpivreg-output/error_vs_T``
+under the current directory; the committed ``docs/_static/reproduction`` only when named).
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ PAPER_SAYS = {
 
 
 def main(argv=None) -> int:
-    ap = _repro.parser(__doc__.split("\n")[0], runs=100, quick_runs=2)
+    ap = _repro.parser(__doc__.split("\n")[0], name="error_vs_T", runs=100, quick_runs=2)
     args = ap.parse_args(argv)
     runs = _repro.resolve_runs(args)
     T_grid = T_QUICK if args.quick else T_FULL

@@ -28,7 +28,7 @@ from dpivreg.theory import plan
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="accepted for uniformity; the script is already quick")
-    ap.add_argument("--outdir", type=Path, default=Path("docs/_static/reproduction"), help="unused (no files)")
+    ap.add_argument("--outdir", type=Path, default=None, help="unused (this script writes no files)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the privacy noise")
     args = ap.parse_args(argv)
 

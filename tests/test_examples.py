@@ -1,7 +1,9 @@
 """Smoke tests of the example scripts: each runs with ``--quick`` in a subprocess and writes its files.
 
 The four scripts run concurrently (started together, then awaited) so the whole file stays
-well under a minute even on a busy machine.
+well under a minute even on a busy machine. ``error_vs_n.py`` (the README's command) runs without
+``--outdir``, from an empty directory: its files must land in ``dpivreg-output/error_vs_n/`` there,
+and no script may touch the committed figures and tables in ``docs/_static/reproduction/``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 TIMEOUT = 120
+COMMITTED = ROOT / "docs" / "_static" / "reproduction"
+DEFAULT_OUTDIR_SCRIPT = "error_vs_n.py"  # run without --outdir
 
 # script -> {output file: expected CSV columns (None for a figure)}
 EXPECTED = {
@@ -46,16 +50,31 @@ EXPECTED = {
 }
 
 
+def committed_files() -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(COMMITTED.iterdir()) if path.is_file()}
+
+
 @pytest.fixture(scope="module")
-def quick_runs(tmp_path_factory):
+def committed_before():
+    return committed_files()
+
+
+@pytest.fixture(scope="module")
+def quick_runs(tmp_path_factory, committed_before):
     """Start every script with --quick at once; return {script: (CompletedProcess-like, outdir)}."""
     env = {**os.environ, "MPLBACKEND": "Agg", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     started = {}
     for script in EXPECTED:
-        outdir = tmp_path_factory.mktemp(script.removesuffix(".py"))
+        if script == DEFAULT_OUTDIR_SCRIPT:
+            cwd = tmp_path_factory.mktemp("cwd")
+            outdir, outdir_args = cwd / "dpivreg-output" / script.removesuffix(".py"), []
+        else:
+            cwd = ROOT
+            outdir = tmp_path_factory.mktemp(script.removesuffix(".py"))
+            outdir_args = ["--outdir", str(outdir)]
         proc = subprocess.Popen(
-            [sys.executable, str(EXAMPLES / script), "--quick", "--outdir", str(outdir)],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, str(EXAMPLES / script), "--quick", *outdir_args],
+            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         started[script] = (proc, outdir)
     results = {}
@@ -94,3 +113,23 @@ def test_reproduction_scripts_print_paper_vs_measured(quick_runs):
         code, out, _, _ = quick_runs[script]
         assert code == 0
         assert "paper says" in out, f"{script} does not print its paper-says / we-measured table"
+
+
+def test_default_outdir_is_under_the_current_directory_not_the_docs(quick_runs, committed_before):
+    """Without --outdir a script writes into ./dpivreg-output/<script>/ and says so; the committed
+    figures and tables are left alone (they are regenerated only with an explicit --outdir)."""
+    code, out, err, outdir = quick_runs[DEFAULT_OUTDIR_SCRIPT]
+    assert code == 0, err[-3000:]
+    assert outdir.parts[-2:] == ("dpivreg-output", "error_vs_n") and any(outdir.iterdir())
+    assert "dpivreg-output" in out
+    assert committed_files() == committed_before, "a --quick run changed docs/_static/reproduction/"
+
+
+@pytest.mark.parametrize("script", ["error_vs_n.py", "error_vs_T.py", "angrist.py"])
+def test_help_names_the_default_outdir(script):
+    run = subprocess.run([sys.executable, str(EXAMPLES / script), "--help"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+    help_text = "".join(run.stdout.split())  # argparse wraps lines, also at hyphens
+    assert f"dpivreg-output/{script.removesuffix('.py')}/" in help_text
+    assert "--outdirdocs/_static/reproduction" in help_text

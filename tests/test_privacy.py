@@ -2,11 +2,14 @@
 
 Reference values
 ----------------
-* Bun–Steinke column: the paper's footnote (ρ = 0.1, 1, 10 at δ = 1e-5 give 2.25, 7.79, 31.47 rounded;
-  the notes in shared/notes/privacy-facts.md give 2.2460, 7.7861, 31.4597 unrounded).
-* CKS20 and exact Gaussian columns: shared/notes/privacy-facts.md, themselves checked against dp-accounting
-  0.6 (RDP and PLD accountants) and OpenDP 0.16; the cross-checks below redo that against the installed
-  packages, independently of the hard-coded numbers.
+* Bun–Steinke column: ρ + 2√(ρ log 1/δ), the conversion of the paper (Liang, Balasubramanian & Lai,
+  arXiv 2509.22794), whose footnote gives 2.25, 7.79, 31.47 for ρ = 0.1, 1, 10 at δ = 1e-5 (rounded; the
+  formula gives 2.2460, 7.7861, 31.4597).
+* CKS20 column: Canonne, Kamath & Steinke (2020), as computed by dp-accounting 0.6 (its RDP accountant, or a
+  zCDP event) and OpenDP 0.16 (``make_zCDP_to_approxDP``). Exact Gaussian column: the μ-GDP privacy profile
+  with μ = √(2ρ) (Balle & Wang 2018), as computed by dp-accounting 0.6 (its PLD accountant and
+  ``get_epsilon_gaussian``). The cross-checks below redo both against the installed packages,
+  independently of the hard-coded numbers.
 """
 
 import math
@@ -164,8 +167,8 @@ def test_against_opendp(rho, delta):
     assert epsilon_from_rho(rho, delta, "cks") == pytest.approx(curve.epsilon(delta), rel=1e-6)
 
 
-def test_opendp_reference_from_notes():
-    # shared/notes/privacy-facts.md: OpenDP 0.16 gives eps = 5.22153 at rho = 0.5, delta = 1e-6
+def test_opendp_reference_value():
+    # OpenDP 0.16: make_zCDP_to_approxDP of a 0.5-zCDP Gaussian measurement gives eps = 5.22153 at delta = 1e-6
     assert epsilon_from_rho(0.5, 1e-6, "cks") == pytest.approx(5.22153, abs=5e-5)
 
 

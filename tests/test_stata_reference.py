@@ -1,11 +1,12 @@
 """With every budget infinite the fit is 2SLS: its estimate and covariance must reproduce Stata's ``ivregress``.
 
-Reference: ``../shared/reference/stata-ivregress/`` beside the checkout (Stata 13 output of
-``ivregress 2sls y [x3 x4 x5] (x1 [x2] = z1 [z2]), vce(unadjusted | robust) [noconstant]`` on linearmodels'
-simulated test data, 600 rows, ``y_unadjusted`` or ``y_robust`` by the vce; see its README). Without ``small``
-Stata's covariance uses n, no degrees-of-freedom correction, as dpivreg's does (``cov_type="unadjusted"`` and
-``"robust"``). The tests skip when the folder is absent (``DPIVREG_STATA_REFERENCE`` names
-another place).
+Reference: Stata 13 output of ``ivregress 2sls y [x3 x4 x5] (x1 [x2] = z1 [z2]), vce(unadjusted | robust)
+[noconstant]`` on linearmodels' simulated test data (600 rows, ``y_unadjusted`` or ``y_robust`` by the vce),
+``stata-iv-simulated-results.txt`` and ``simulated-data.dta`` of linearmodels' own test suite. They are read
+where the installed linearmodels ships them (``linearmodels/tests/iv/results/``; linearmodels is a dependency,
+so CI has them) and are not copied into this repository. ``DPIVREG_STATA_REFERENCE`` names another folder with
+the same files. Without ``small`` Stata's covariance uses n, no degrees-of-freedom correction, as dpivreg's does
+(``cov_type="unadjusted"`` and ``"robust"``). The tests fail, rather than skip, when the files are missing.
 """
 
 from __future__ import annotations
@@ -16,19 +17,19 @@ import re
 import warnings
 from pathlib import Path
 
+import linearmodels
 import numpy as np
 import pytest
 
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
 
 REFERENCE = Path(os.environ.get("DPIVREG_STATA_REFERENCE",
-                                Path(__file__).resolve().parents[2] / "shared" / "reference" / "stata-ivregress"))
+                                Path(linearmodels.__file__).resolve().parent / "tests" / "iv" / "results"))
 RESULTS = REFERENCE / "stata-iv-simulated-results.txt"
 HEADER = re.compile(r"^#{10} !(?P<config>.*)! #{10}$", re.MULTILINE)
 CONFIG = re.compile(r"2sls-num_endog_(?P<endog>\d)-num_exog_(?P<exog>\d)-num_instr_(?P<instr>\d)-weighted_False-"
                     r"vce\((?P<vce>unadjusted|robust)\)-(?P<option>|noconstant)$")
 
-pytestmark = pytest.mark.skipif(not RESULTS.exists(), reason=f"Stata reference results not found at {REFERENCE}")
 
 
 def stata_blocks() -> dict[str, tuple[dict[str, float], list[str], np.ndarray]]:
@@ -55,7 +56,7 @@ def stata_blocks() -> dict[str, tuple[dict[str, float], list[str], np.ndarray]]:
     return blocks
 
 
-BLOCKS = stata_blocks() if RESULTS.exists() else {}
+BLOCKS = stata_blocks()
 
 
 def formula(config: str) -> str:
