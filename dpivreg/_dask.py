@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
-from .backends import _count_pass, add_parts, is_dask_collection as _is_dask_collection
+from .backends import add_parts, is_dask_collection as _is_dask_collection, one_pass
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors, r_factor
 from .boundary import BoundaryFacts, missing_policy
 from .design import (
@@ -380,8 +380,8 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
 
     if not stats_parts:
         raise ValueError("the data have no partitions; the design needs observations.")
-    _count_pass()
-    stats = _combine(list(dask.compute(*stats_parts)))
+    with one_pass():
+        stats = _combine(list(dask.compute(*stats_parts)))
     boundary = boundary or {}
     _validate(stats, names, boundary.get("zero_allowed", ()))
     declared = declared_constant(list(names[1]), constant)
@@ -942,9 +942,9 @@ def blockwise_sum(values: Any, func: Any, *args: Any) -> Any:
     pass (one ``dask.compute``); the partial results are summed at the driver."""
     import dask  # noqa: PLC0415
 
-    _count_pass()
-    blocks = values.to_delayed().ravel()
-    return add_parts(list(dask.compute(*[dask.delayed(func)(block, *args) for block in blocks])))
+    with one_pass():
+        blocks = values.to_delayed().ravel()
+        return add_parts(list(dask.compute(*[dask.delayed(func)(block, *args) for block in blocks])))
 
 
 def dask_r_factor(values: Any) -> np.ndarray:
@@ -952,7 +952,7 @@ def dask_r_factor(values: Any) -> np.ndarray:
     R is computed where the block lives and the stacked factors are factored again at the driver."""
     import dask  # noqa: PLC0415
 
-    _count_pass()
-    blocks = values.to_delayed().ravel()
-    factors = dask.compute(*[dask.delayed(r_factor)(block) for block in blocks])
+    with one_pass():
+        blocks = values.to_delayed().ravel()
+        factors = dask.compute(*[dask.delayed(r_factor)(block) for block in blocks])
     return r_factor(np.vstack(factors))

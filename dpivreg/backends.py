@@ -96,6 +96,31 @@ def _count_pass() -> None:
         counter.count += 1
 
 
+#: Callables called after each pass over the rows (a fit's progress bar over its Dask passes).
+_PASS_LISTENERS: list = []
+
+
+@contextlib.contextmanager
+def one_pass():
+    """One pass over the rows: counted (:func:`count_passes`) when it starts, reported to the listeners of
+    :func:`on_passes` when it has ended (not when it fails)."""
+    _count_pass()
+    yield
+    for listener in tuple(_PASS_LISTENERS):
+        listener()
+
+
+@contextlib.contextmanager
+def on_passes(listener):
+    """Call ``listener()`` after every pass over the rows made inside the ``with`` block (for progress bars;
+    it reads nothing)."""
+    _PASS_LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        _PASS_LISTENERS.remove(listener)
+
+
 def map_row_blocks(func, n: int, *, block_rows: int = DESIGN_BLOCK_ROWS, n_threads: int | None = None) -> list:
     """``[func(rows) for rows in (contiguous slices of range(n), block_rows each)]``, on threads, in order.
 
@@ -103,18 +128,18 @@ def map_row_blocks(func, n: int, *, block_rows: int = DESIGN_BLOCK_ROWS, n_threa
     (:func:`add_parts`) are the same whatever the number of threads. BLAS is held to one thread while
     the threads run (see :func:`_limit_blas_to_one_thread`).
     """
-    _count_pass()
-    blocks = _row_blocks(n, block_rows) or [slice(0, 0)]
-    threads = min(default_threads() if n_threads is None else n_threads, len(blocks),
-                  max(1, n // _MIN_ROWS_PER_THREAD))
-    if threads <= 1:
-        return [func(rows) for rows in blocks]
-    limit = _limit_blas_to_one_thread()
-    try:
-        with ThreadPoolExecutor(threads) as pool:
-            return list(pool.map(func, blocks))
-    finally:
-        limit.restore_original_limits()
+    with one_pass():
+        blocks = _row_blocks(n, block_rows) or [slice(0, 0)]
+        threads = min(default_threads() if n_threads is None else n_threads, len(blocks),
+                      max(1, n // _MIN_ROWS_PER_THREAD))
+        if threads <= 1:
+            return [func(rows) for rows in blocks]
+        limit = _limit_blas_to_one_thread()
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                return list(pool.map(func, blocks))
+        finally:
+            limit.restore_original_limits()
 
 
 def add_parts(parts: list):
@@ -194,14 +219,13 @@ class InMemoryRows(_MappedRows):
             self._blas_limit = _limit_blas_to_one_thread()
 
     def _map(self, func, *args):
-        _count_pass()
-
         def run(rows: slice):
             return func(self.Z[rows], self.X_endog[rows], self.Y[rows], *args)
 
-        if self._pool is None:
-            return [run(rows) for rows in self._ranges]
-        return list(self._pool.map(run, self._ranges))
+        with one_pass():
+            if self._pool is None:
+                return [run(rows) for rows in self._ranges]
+            return list(self._pool.map(run, self._ranges))
 
     def close(self) -> None:
         if self._pool is not None:
@@ -231,14 +255,14 @@ class DaskRows(_MappedRows):
     def _map(self, func, *args):
         import dask
 
-        _count_pass()
-        task = dask.delayed(_on_block, pure=True)
-        parts = [
-            task(func, z, x, y, *args)
-            for z, x, y in zip(self.Z.to_delayed().ravel(), self.X_endog.to_delayed().ravel(),
-                               self.Y.to_delayed().ravel())
-        ]
-        return list(dask.compute(*parts))
+        with one_pass():
+            task = dask.delayed(_on_block, pure=True)
+            parts = [
+                task(func, z, x, y, *args)
+                for z, x, y in zip(self.Z.to_delayed().ravel(), self.X_endog.to_delayed().ravel(),
+                                   self.Y.to_delayed().ravel())
+            ]
+            return list(dask.compute(*parts))
 
 
 def _on_block(func, Z, X_endog, Y, *args):

@@ -8,21 +8,24 @@ memory) and returns the released paths. The pass over the rows that each iterati
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import DaskRows, InMemoryRows, RowSource, _count_pass, is_dask_collection
+from .backends import DaskRows, InMemoryRows, RowSource, is_dask_collection, one_pass
 from .kernels import KERNELS, pass_matrix
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, noise_std, CALIBRATIONS
 from .validation import check_positive, check_rho, check_T
 
 __all__ = ["dp_2s_gd", "run_on_rows", "row_source", "DP2SGDPath", "DivergenceError", "METHODS",
-           "preconditioner_root", "check_schedule", "IterationPlan", "iteration_plan"]
+           "preconditioner_root", "check_schedule", "IterationPlan", "iteration_plan", "check_progress",
+           "ProgressBar", "TConditionWarning"]
 
 METHODS = ("gd", "preconditioned")
 
@@ -39,26 +42,152 @@ class LongRunWarning(UserWarning):
     """A loop of the fit (the iteration, or its simulation for the private inference) will run for minutes."""
 
 
+class TConditionWarning(UserWarning):
+    """T exceeds the T condition of the paper's Theorem 1, T ≲ ρ1·n²/(p(√q+√τ)⁶), on a fit that runs the
+    Theorem's Algorithm (``init="zero"`` or ``method="gd"``): the Theorem's error bound does not cover the fit.
+
+    The condition reads only public inputs (n, p, q, ρ1, τ, T), so the warning costs no privacy.
+    """
+
+
 #: A loop whose remaining time, projected from its first steps, exceeds this many seconds is announced.
 LONG_RUN_SECONDS = 60.0
 
+#: With ``progress=None`` (automatic), a loop whose total time, projected from its steps so far, exceeds this many
+#: seconds shows a progress bar (on an interactive terminal or in a notebook only).
+PROGRESS_SECONDS = 5.0
+
+
+def check_progress(progress) -> bool | None:
+    """``progress`` checked: True (always show a progress bar), False (never) or None (automatic)."""
+    if progress is None:
+        return None
+    if isinstance(progress, (bool, np.bool_)):
+        return bool(progress)
+    raise TypeError(
+        f"progress must be True (always show a progress bar), False (never) or None (automatic: a bar for loops "
+        f"projected to take more than {PROGRESS_SECONDS:g} s, on an interactive terminal or in a notebook), got "
+        f"{progress!r}."
+    )
+
+
+def _interactive() -> bool:
+    """Whether a progress bar would be seen: stderr is a terminal, or we run in a Jupyter notebook (where
+    ``tqdm.auto`` draws a widget)."""
+    try:
+        if sys.stderr is not None and sys.stderr.isatty():
+            return True
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        pass
+    if "ipykernel" not in sys.modules:  # tqdm.auto's notebook mode needs a Jupyter kernel
+        return False
+    from tqdm.auto import tqdm as auto_tqdm
+
+    return any(cls.__module__ == "tqdm.notebook" for cls in auto_tqdm.__mro__)
+
+
+class ProgressBar:
+    """A tqdm progress bar (``tqdm.auto``: text on stderr, a widget in a notebook) over a loop of ``total``
+    steps, shown as ``progress`` says: True from the start, False never, None (automatic) once the loop's
+    total time, projected from its steps so far, exceeds :data:`PROGRESS_SECONDS` and someone can see it
+    (:func:`_interactive`).
+
+    ``update(done)`` reports the number of steps done; ``close()`` closes the bar (a context manager does it,
+    on errors too). It reads only the clock: it changes no number of the fit.
+    """
+
+    def __init__(self, desc: str, total: int | None, *, unit: str = "step", progress: bool | None = None) -> None:
+        self.desc, self.total, self.unit, self.mode = desc, total, unit, progress
+        self.bar = None
+        self.done = 0
+        self.started = time.perf_counter()
+        self.after_first: float | None = None
+        self._seen: bool | None = None
+        if progress:
+            self._open()
+
+    def _open(self) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=self.total, desc=self.desc, unit=self.unit, initial=self.done, file=sys.stderr,
+                        dynamic_ncols=True)
+
+    def update(self, done: int) -> None:
+        """Call with the number of steps done so far."""
+        self.done = done
+        if self.bar is not None:
+            if done > self.bar.n:
+                self.bar.update(done - self.bar.n)
+            return
+        if self.mode is not None:  # False: never (True opened the bar at the start)
+            return
+        now = time.perf_counter()
+        if done == 1:
+            self.after_first = now  # the first step carries one-time costs (kernels compiling): not a rate
+        left = None if self.total is None else self.total - done
+        if left is not None and left <= 0:
+            return
+        rate = 0.0 if self.after_first is None or done < 2 else (now - self.after_first) / (done - 1)
+        projected = now - self.started + rate * (left or 0)
+        if projected > PROGRESS_SECONDS:
+            if self._seen is None:
+                self._seen = _interactive()
+            if self._seen:
+                self._open()
+
+    def clear_for_text(self):
+        """A context in which text written to stderr (a warning) does not garble an open bar: tqdm clears the
+        bars and redraws them after it."""
+        if self.bar is None:
+            return contextlib.nullcontext()
+        return type(self.bar).external_write_mode(file=sys.stderr)
+
+    def set_total(self, total: int) -> None:
+        """The loop's number of steps, once known (a Dask fit knows its passes once T is chosen)."""
+        self.total = total
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.refresh()
+
+    def close(self, *, complete: bool = False) -> None:
+        """Close the bar; ``complete``: the loop finished, so the bar ends at its last step (and at 100%)."""
+        if self.bar is None:
+            return
+        if complete:
+            if self.total is None or self.done > self.total:
+                self.bar.total = self.done
+            self.update(max(self.done, self.total or 0))
+        self.bar.close()
+        self.bar = None
+
+    def __enter__(self):  # returns self (typing.Self needs Python 3.11)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(complete=exc_type is None)
+
 
 class RunTimeForecast:
-    """Announce, once, a loop of ``total`` steps that will run longer than :data:`LONG_RUN_SECONDS`.
+    """Announce, once, a loop of ``total`` steps that will run longer than :data:`LONG_RUN_SECONDS`, and show its
+    progress bar (:class:`ProgressBar`, as ``progress`` says, labelled ``desc``).
 
     After each step, ``step(done)`` projects the remaining time from the mean time of the steps after the
     first (from the fourth step on) and warns with :class:`LongRunWarning`, naming the expected time and
-    ``advice``. It reads only the clock.
+    ``advice``. It reads only the clock. Use it as a context manager, which closes the bar (on errors too)
+    and completes it when the loop ends.
     """
 
-    def __init__(self, what: str, total: int, advice: str) -> None:
+    def __init__(self, what: str, total: int, advice: str, *, progress: bool | None = False,
+                 desc: str | None = None, unit: str = "step") -> None:
         self.what, self.total, self.advice = what, total, advice
         self.started = time.perf_counter()
         self.after_first: float | None = None
         self.announced = False
+        self.bar = ProgressBar(desc or what, total, unit=unit, progress=progress)
 
     def step(self, done: int) -> None:
         """Call with the number of steps done so far."""
+        self.bar.update(done)
         if self.announced:
             return
         now = time.perf_counter()
@@ -70,10 +199,19 @@ class RunTimeForecast:
         remaining = rate * (self.total - done)
         if remaining > LONG_RUN_SECONDS:
             self.announced = True
-            warnings.warn(
-                f"{self.what}: {self.total} steps at {rate:.3g} s each will take about "
-                f"{_duration(now - self.started + remaining)} in all ({_duration(remaining)} to go). {self.advice}",
-                LongRunWarning, stacklevel=3)
+            with self.bar.clear_for_text():
+                warnings.warn(
+                    f"{self.what}: {self.total} steps at {rate:.3g} s each will take about "
+                    f"{_duration(now - self.started + remaining)} in all ({_duration(remaining)} to go). "
+                    f"{self.advice}", LongRunWarning, stacklevel=3)
+
+    def __enter__(self):  # returns self (typing.Self needs Python 3.11)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.bar.update(self.total)
+        self.bar.close(complete=exc_type is None)
 
 
 def _duration(seconds: float) -> str:
@@ -359,8 +497,8 @@ def _validate_dask_data(Z, X, Y, n_exog, *, kernel: str) -> tuple[RowSource, int
     checks = [da.isfinite(Z).all(), da.isfinite(X).all(), da.isfinite(Y).all()]
     if n_exog:
         checks.append((X[:, :n_exog] == Z[:, :n_exog]).all())
-    _count_pass()
-    results = dask.compute(*checks)
+    with one_pass():
+        results = dask.compute(*checks)
     for ok, name in zip(results[:3], "ZXY"):
         if not ok:
             raise ValueError(f"{name} contains NaN or infinite values: drop or impute those rows first.")
@@ -488,6 +626,7 @@ def dp_2s_gd(
     beta0=None,
     schedule=None,
     group_share: float = 0.2,
+    progress: bool | None = None,
 ) -> DP2SGDPath:
     """Noisy two-stage gradient descent (Algorithm DP-2S-GD), releasing the whole path.
 
@@ -584,6 +723,12 @@ def dp_2s_gd(
         same path bit for bit. Ignored for Dask arrays, whose blocks run on Dask's scheduler.
         While a fit runs on several threads (ours or Dask's local ones), BLAS is held to one
         thread (threadpoolctl, process-wide) so that the cores are not oversubscribed.
+    progress : bool or None, default None
+        A progress bar over the iterations (tqdm; on stderr, or a widget in a notebook), labelled
+        "DP-2S-GD iterations". ``None``: only when the run, projected from its steps so far, will take more
+        than :data:`PROGRESS_SECONDS` (5 s) and stderr is a terminal or the code runs in a notebook;
+        ``True``: always; ``False``: never. The bar reads only the clock: the path is the same bit for bit
+        with and without it. It is closed when the run ends or fails.
 
     Returns
     -------
@@ -610,21 +755,24 @@ def dp_2s_gd(
     summation. The arrays are not persisted: call ``.persist()`` first if they fit in the
     cluster's memory, otherwise every iteration reads them again from their source.
     """
+    progress = check_progress(progress)
     rows, p, n_exog = _validate_data(Z, X, Y, n_exog, kernel=kernel, n_threads=n_threads)
     try:
         return run_on_rows(rows, p, n_exog, T=T, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1,
                            clip2=clip2, calibration=calibration, seed=seed, method=method,
                            second_moment=second_moment, ridge=ridge, theta0=theta0, beta0=beta0, schedule=schedule,
-                           group_share=group_share)
+                           group_share=group_share, progress=progress)
     finally:
         rows.close()
 
 
 def run_on_rows(rows: RowSource, p: int, n_exog: int, *, T, rho1, rho2, eta, alpha, clip1, clip2,
                 calibration: str = "exact", seed=None, method: str = "gd", second_moment=None, ridge=None,
-                theta0=None, beta0=None, schedule=None, group_share: float = 0.2) -> DP2SGDPath:
+                theta0=None, beta0=None, schedule=None, group_share: float = 0.2,
+                progress: bool | None = None) -> DP2SGDPath:
     """:func:`dp_2s_gd` on a checked :class:`~dpivreg.backends.RowSource` (:func:`row_source`), so that a fit
     can make other passes (e.g. the clipping release) over the same rows; the caller closes ``rows``."""
+    progress = check_progress(progress)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
     T = check_T(T)
@@ -646,7 +794,7 @@ def run_on_rows(rows: RowSource, p: int, n_exog: int, *, T, rho1, rho2, eta, alp
     return _run(rows, p, n_exog, T=T, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1, clip2=clip2,
                 calibration=calibration, rng=rng, method=method, second_moment=second_moment, ridge=ridge,
                 start=start, schedule=schedule, split=n_exog if grouped else None,
-                group_share=float(group_share) if grouped else 0.0)
+                group_share=float(group_share) if grouped else 0.0, progress=progress)
 
 
 def _check_clips(clip1, clip2):
@@ -695,7 +843,7 @@ def _check_start(theta0, beta0, q: int, p: int, n_exog: int) -> tuple[np.ndarray
 def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: float, eta: float, alpha: float,
          clip1, clip2, calibration: str, rng: np.random.Generator, method: str, second_moment, ridge: float | None,
          start: tuple[np.ndarray, np.ndarray], schedule: np.ndarray, split: int | None,
-         group_share: float) -> DP2SGDPath:
+         group_share: float, progress: bool | None = None) -> DP2SGDPath:
     """The iteration of :func:`dp_2s_gd` on checked arguments."""
 
     n, q = rows.n, rows.q
@@ -728,8 +876,8 @@ def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: flo
             return preconditioner_root(theta_t, S, n_exog, ridge, root_kind)
 
     forecast = RunTimeForecast("DP-2S-GD", T, "Interrupt and choose a smaller T (the default picks T from "
-                               "the releases), or let it run.")
-    with np.errstate(over="ignore", invalid="ignore"):
+                               "the releases), or let it run.", progress=progress, desc="DP-2S-GD iterations")
+    with forecast, np.errstate(over="ignore", invalid="ignore"):
         for t in range(T):
             forecast.step(t)
             # Draw both stages' noise up front so the random stream does not depend on the data.

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import _count_pass
+from .backends import one_pass
 from .covariance import resolve_cov_type, robust_covariance, score_edges, score_meat_release, unadjusted_covariance
 from .engine import DP2SGDPath, IterationPlan, RunTimeForecast, preconditioner_matrix, preconditioner_root
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
@@ -143,12 +143,12 @@ def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, 
     working arrays (a Dask design) the clipped mean is one reduction over the partitions and only
     the scalar reaches the driver, where the noise is drawn.
     """
-    _count_pass()
     n = scale.Y.shape[0]
-    residual = scale.Y - scale.X @ beta_working
     clip = 2.0 * (tau + math.log(n)) * (1.0 + float(np.sum(np.abs(beta_working)))) ** 2
-    mean = np.mean(np.minimum(residual**2, clip))
-    mean = float(mean.compute() if hasattr(mean, "compute") else mean)
+    with one_pass():
+        residual = scale.Y - scale.X @ beta_working
+        mean = np.mean(np.minimum(residual**2, clip))
+        mean = float(mean.compute() if hasattr(mean, "compute") else mean)
     if math.isinf(rho):
         return mean, None
     sensitivity = clip / n
@@ -227,8 +227,8 @@ def _stacked_root(theta: np.ndarray, q: int, k: int, ridge: float, kind: str) ->
 
 
 def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, scale: WorkingScale, *,
-                 replications: int, rng: np.random.Generator,
-                 warm_start: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 replications: int, rng: np.random.Generator, warm_start: bool,
+                 progress: bool | None = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Draws of (Θ⁽ᵀ⁾, β̃⁽ᵀ⁾) under the privacy noise, by re-running the fit in moment form.
 
     Replication r draws the moment release's noise E_r (``scale.moments``; none without a release). Its
@@ -240,6 +240,9 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
     root and ridge, clipping groups and per-step noise scales, fresh noise.
 
     Returns the simulated Θ⁽ᵀ⁾ (R, q, p_endog) and β̃⁽ᵀ⁾ (R, p), and the worlds' Z̃ᵀZ̃/n (R, q, q).
+
+    ``progress``: a progress bar over the T steps (:class:`dpivreg.engine.ProgressBar`; None automatic, True
+    always, False never, the default). It reads only the clock: the draws are the same with and without it.
     """
     k = plan.n_exog
     q, p_endog = theta_T.shape
@@ -262,8 +265,9 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
     else:
         theta, beta = np.zeros((R, q, p_endog)), np.zeros((R, p))
     forecast = RunTimeForecast(f"the privacy-noise simulation ({R} replications of the iteration)", plan.T,
-                               "fit(inference=False) skips it; a smaller T shortens it.")
-    with np.errstate(over="ignore", invalid="ignore"):
+                               "fit(inference=False) skips it; a smaller T shortens it.", progress=progress,
+                               desc=f"privacy-noise simulation ({R} paths)")
+    with forecast, np.errstate(over="ignore", invalid="ignore"):
         for t in range(plan.T):
             forecast.step(t)
             xi = rng.standard_normal(theta.shape) * _per_row(plan.noise1[t], plan.split, q)[:, None]
@@ -284,8 +288,8 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
 
 
 def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, scale: WorkingScale, *,
-                     replications: int, rng: np.random.Generator,
-                     warm_start: bool) -> tuple[np.ndarray, np.ndarray, float, float]:
+                     replications: int, rng: np.random.Generator, warm_start: bool,
+                     progress: bool | None = False) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Covariance and mean shift of β̃⁽ᵀ⁾ due to the privacy noise (:func:`simulate_fit`).
 
     Returns the covariance of the simulated β̃⁽ᵀ⁾, their mean minus β_T (the simulated bias), the median
@@ -293,7 +297,7 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
     and the median whitening error ‖S_r − I‖₂.
     """
     theta, beta, S = simulate_fit(plan, theta_T, beta_T, scale, replications=replications, rng=rng,
-                                  warm_start=warm_start)
+                                  warm_start=warm_start, progress=progress)
     q, p = theta_T.shape[0], beta_T.shape[0]
     theta_noise = float(np.median(np.linalg.norm(theta - theta.mean(axis=0), ord=2, axis=(1, 2))))
     whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
@@ -302,7 +306,7 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
 
 def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau: float,
                       rng: np.random.Generator, replications: int = 2000, start=None,
-                      cov_type: str = "unadjusted") -> PrivateInference:
+                      cov_type: str = "unadjusted", progress: bool | None = False) -> PrivateInference:
     """Covariance of the DP-2S-GD estimate in original units (see the module docstring).
 
     Parameters
@@ -324,13 +328,16 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
         The warm start the run used (None: zero).
     cov_type : {"unadjusted", "robust"}
         The sampling covariance (:mod:`dpivreg.covariance`).
+    progress : bool or None, default False
+        A progress bar over the simulation's T steps (None: automatic, as for ``fit``; True: always;
+        False: never). It reads only the clock.
     """
     sampling = sampling_release(scale, path.theta_final, path.beta_final, cov_type=cov_type, rho=rho, tau=tau,
                                 rng=rng)
     with _simulation_guard(sampling):
         v_noise, shift, theta_noise, whitening = noise_covariance(path.plan, path.theta_final, path.beta_final,
                                                                   scale, replications=replications, rng=rng,
-                                                                  warm_start=start is not None)
+                                                                  warm_start=start is not None, progress=progress)
     return _assemble(scale, path.theta_final, path.n_exog, sampling, v_noise, shift, replications, theta_noise,
                      whitening)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import warnings
@@ -15,15 +16,16 @@ from .boundary import design_leaks
 from .clipping import adaptive_clip, resolve_public_clip, standardized_clip, theorem_clip
 from .covariance import ReleasedMeat, first_stage_meat_release, resolve_cov_type
 from .design import IVDesign, design_from_arrays, design_from_formula
-from .engine import (ConvergenceWarning, DP2SGDPath, DivergenceError, iteration_plan, make_rng,
-                     preconditioner_root, run_on_rows)
+from .backends import on_passes
+from .engine import (ConvergenceWarning, DP2SGDPath, DivergenceError, ProgressBar, TConditionWarning, check_progress,
+                     iteration_plan, make_rng, preconditioner_root, run_on_rows)
 from .inference import InferenceOverflowError, private_inference
 from .moments import solve_2sls
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, repeat_moment_release, working_scale
 from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, Release
 from .results import DPIVResults, FitSettings
 from .selection import MAX_KAPPA, choose_estimator, choose_iterations
-from .theory import delta_tau
+from .theory import delta_tau, t_condition
 from .validation import MAX_RHO, check_delta, check_flag, check_positive, check_rho, check_T, check_tau
 from . import tuning
 
@@ -236,6 +238,7 @@ class DPIV2SLS:
         tau: float = 5.0,
         inference: bool = True,
         cov_type: str = "robust",
+        progress: bool | None = None,
     ) -> DPIVResults:
         """Fit privately and return the estimate, its private inference and the NON-PRIVATE 2SLS benchmark.
 
@@ -263,6 +266,12 @@ class DPIV2SLS:
             (:mod:`dpivreg.tuning`); 20 (the paper's experiments) from a zero start.
             A fit whose iteration or inference simulation will run for more than a minute (projected from
             its first steps) says so with a :class:`~dpivreg.LongRunWarning` naming the expected time.
+            A fit that runs the paper's Algorithm (``init="zero"`` or ``method="gd"``) with a T beyond the T
+            condition of its Theorem 1, T ≲ ρ1·n²/(p(√q+√τ)⁶) (constants 1, ρ1 as spent; the summary's bound
+            block), warns with a :class:`~dpivreg.TConditionWarning`: the Theorem's bound does not cover it.
+            The warm-started default is not checked against it: the Theorem is not its guarantee (its T is
+            chosen by simulating its own noise, and the private inference flags a first stage swamped by noise).
+            The condition reads only public inputs, so the warning costs no privacy.
         rho : float, optional
             The total zCDP budget instead of ``rho1``, ``rho2``: split as rho1 = rho2 and the default shares
             below of the releases that the fit makes (e.g. rho1 = rho2 = rho/2.6 on the default path).
@@ -360,11 +369,21 @@ class DPIV2SLS:
             homoskedastic errors, σ̂²(X̂ᵀX̂/n)⁻¹/n with a private residual variance (free for noisy moments,
             which read it from their release). linearmodels' synonyms
             ``"homoskedastic"`` and ``"heteroskedastic"`` are accepted.
+        progress : bool or None, default None
+            Progress bars (tqdm, on stderr; a widget in a notebook) for the long loops of the fit: the
+            iterations ("DP-2S-GD iterations"), the private inference's simulation ("privacy-noise
+            simulation"), and on Dask data one bar over all the fit's passes over the data ("passes over the
+            Dask data", the iterations among them). ``None`` (default): a loop gets a bar only when its time,
+            projected from its steps so far, exceeds 5 s (:data:`dpivreg.engine.PROGRESS_SECONDS`) and stderr
+            is a terminal or the code runs in a notebook, so short fits and logs stay quiet. ``True``: always
+            (also when stderr is redirected). ``False``: never. The bars read only the clock: the results are
+            the same, bit for bit, with and without them.
 
         Returns
         -------
         DPIVResults
         """
+        progress = check_progress(progress)
         if method not in FIT_METHODS:
             raise ValueError(f"method must be one of {FIT_METHODS}, got {method!r}.")
         if preprocess not in PREPROCESS_ROUTES:
@@ -391,17 +410,19 @@ class DPIV2SLS:
                           rho_diag=rho_diag, preprocess=preprocess, method=method,
                           adaptive=isinstance(clip, str) and clip == "adaptive", inference=inference)
         rng = make_rng(seed)
-        if method == "moments":
-            return self._fit_moments(budget, bounds=bounds, preprocess=preprocess, inference=inference,
-                                     delta=delta, tau=tau, rng=rng, cov_type=cov_type)
-        return self._fit_dp2sgd(budget, T=T, preprocess=preprocess, method=method, init=init, schedule=schedule,
-                                eta=eta, alpha=alpha, clip=clip, exog_share=exog_share, calibration=calibration,
-                                bounds=bounds, tau=tau, inference=inference, delta=delta, rng=rng, select=select,
-                                cov_type=cov_type)
+        with _pass_progress(self._design, progress) as passes:
+            if method == "moments":
+                return self._fit_moments(budget, bounds=bounds, preprocess=preprocess, inference=inference,
+                                         delta=delta, tau=tau, rng=rng, cov_type=cov_type)
+            return self._fit_dp2sgd(budget, T=T, preprocess=preprocess, method=method, init=init, schedule=schedule,
+                                    eta=eta, alpha=alpha, clip=clip, exog_share=exog_share, calibration=calibration,
+                                    bounds=bounds, tau=tau, inference=inference, delta=delta, rng=rng, select=select,
+                                    cov_type=cov_type, progress=progress, passes=passes)
 
     def _fit_dp2sgd(self, budget: dict, *, T, preprocess, method, init, schedule, eta, alpha, clip, exog_share,
                     calibration, bounds, tau, inference, delta, rng, select: bool = False,
-                    cov_type: str = "unadjusted") -> DPIVResults:
+                    cov_type: str = "unadjusted", progress: bool | None = False,
+                    passes: ProgressBar | None = None) -> DPIVResults:
         rho1, rho2, rho0 = budget["rho1"], budget["rho2"], budget["rho0"]
         leaks: list[str] = []
         scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng)
@@ -467,6 +488,12 @@ class DPIV2SLS:
                     return self._moments_results(scale, [clip_choice.release], leaks, budget, preprocess=preprocess,
                                                  inference=inference, delta=delta, tau=tau, rng=rng,
                                                  selection=selection, total=rho0 + rest, cov_type=cov_type)
+            if method == "gd" or init == "zero":
+                _warn_t_condition(T_checked, n=n, p=p, q=q, rho1=rho1 if calibration == "exact" else rho1 / 2.0,
+                                  tau=tau)
+            if passes is not None:  # on Dask: the iteration's passes, then the inference's (an estimate)
+                passes.set_total(passes.done + T_checked + _passes_after_iteration(inference, preprocess, cov_type,
+                                                                                   budget["rho_diag"]))
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", PrivacyLeakWarning)
                 path = run_on_rows(
@@ -474,6 +501,7 @@ class DPIV2SLS:
                     calibration=calibration, seed=rng, method=method,
                     theta0=None if start is None else start[0], beta0=None if start is None else start[1],
                     schedule=shares, group_share=exog_share,
+                    progress=False if passes is not None else progress,  # on Dask the bar over the passes counts them
                 )
         finally:
             rows.close()
@@ -482,7 +510,8 @@ class DPIV2SLS:
                 leaks.append(str(w.message))
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        exact_inference = inference and preprocess != "data" and math.isinf(budget["rho_inf"])
+        # without noise on the data route too (its moments were exact): recorded, so the accountant lists it
+        exact_inference = inference and (preprocess == "data" or math.isinf(budget["rho_inf"]))
         if exact_inference:
             leaks.append(_unnoised_sampling(cov_type)[0])
         leaks += _first_stage_meat_leaks(budget, preprocess)
@@ -491,7 +520,7 @@ class DPIV2SLS:
         inference_result, inference_note, drawn = _run_inference(
             inference, preprocess, lambda: private_inference(
                 path, scale, rho=math.inf if preprocess == "data" else budget["rho_inf"], tau=tau, rng=rng,
-                start=start, cov_type=cov_type))
+                start=start, cov_type=cov_type, progress=progress))
         releases = [*scale.releases, *([clip_choice.release] if clip_choice else []), *path.privacy.releases]
         if drawn is not None:
             releases += drawn
@@ -545,7 +574,7 @@ class DPIV2SLS:
         path = _single_estimate_path(theta, beta, k, scale.releases)
         robust = inference and cov_type == "robust"
         rho_meat = math.inf if preprocess == "data" else budget["rho_inf"]
-        exact_meat = robust and preprocess != "data" and math.isinf(rho_meat)
+        exact_meat = robust and math.isinf(rho_meat)
         if exact_meat:
             leaks.append(_unnoised_sampling(cov_type)[0])
         leaks += _first_stage_meat_leaks(budget, preprocess)
@@ -578,6 +607,49 @@ class DPIV2SLS:
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
                            inference_note=inference_note, first_stage_meat=first_stage_meat)
+
+
+@contextlib.contextmanager
+def _pass_progress(design, progress: bool | None):
+    """On a Dask design, one progress bar over the fit's passes over the data (:class:`~dpivreg.engine.ProgressBar`,
+    as ``progress`` says), advanced after each pass (:func:`dpivreg.backends.on_passes`); None in memory, where the
+    loops have their own bars."""
+    if not getattr(design, "is_dask", False) or progress is False:
+        yield None
+        return
+    with ProgressBar("passes over the Dask data", None, unit="pass", progress=progress) as bar, \
+            on_passes(lambda: bar.update(bar.done + 1)):
+        yield bar
+
+
+#: Passes over the rows after the iteration (the bar's estimate, corrected when the fit ends): the robust meat's
+#: row source, histogram and meat, or the residual variance; the first stage's meat (``rho_diag``).
+_INFERENCE_PASSES = {"robust": 3, "unadjusted": 1}
+_FIRST_STAGE_MEAT_PASSES = 3
+
+
+def _passes_after_iteration(inference: bool, preprocess: str, cov_type: str, rho_diag) -> int:
+    passes = _INFERENCE_PASSES[cov_type] if inference and preprocess != "bounds" else 0
+    return passes + (_FIRST_STAGE_MEAT_PASSES if rho_diag is not None else 0)
+
+
+def _warn_t_condition(T: int, *, n: int, p: int, q: int, rho1: float, tau: float) -> None:
+    """Warn (:class:`~dpivreg.TConditionWarning`) when T exceeds the T condition of the paper's Theorem 1 (as the
+    summary's bound block evaluates it: constants 1, ρ1 as spent). Public inputs only: costs no privacy."""
+    condition = t_condition(T, n, p, q, rho1, tau)
+    if condition.holds:
+        return
+    limit = condition.limit
+    change = (f"Use T <= {math.floor(limit)}, raise rho1 (or n)" if limit >= 1 else
+              "No T >= 1 meets it at this n and rho1: raise rho1 (or n)")
+    warnings.warn(
+        f"T = {T} exceeds the T condition of the paper's Theorem 1, T <~ rho1·n²/(p(√q+√τ)⁶) = {limit:.4g} here "
+        f"(n = {n}, p = {p}, q = {q}, rho1 = {rho1:g} spent by the first stage, tau = {tau:g}; constants set to 1), "
+        f"by a factor {condition.factor:.3g}. The Theorem's error bound (res.bound, the summary's bound block) does "
+        "not cover this fit: past the limit the first stage's accumulated privacy noise can swamp Θ and the error "
+        f"grows with T. {change}, or use the default warm start (leave init and method out), whose T is chosen "
+        "by simulating the fit's own noise. The condition reads only public inputs (n, p, q, rho1, tau, T): this "
+        "warning costs no privacy.", TConditionWarning, stacklevel=4)
 
 
 def _first_stage_meat_leaks(budget: dict, preprocess: str) -> list[str]:
