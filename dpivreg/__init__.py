@@ -4,35 +4,52 @@ The estimator is the noisy two-stage gradient descent (DP-2S-GD) of Liang, Balas
 & Lai; see :func:`dp_2s_gd` for the engine and :class:`PrivacyBudget` for the accounting.
 """
 
-from .engine import ConvergenceWarning, DivergenceError, DP2SGDPath, LongRunWarning, dp_2s_gd
+from .comparison import compare
+from .engine import (
+    ConvergenceWarning,
+    DivergenceError,
+    DP2SGDPath,
+    LongRunWarning,
+    TConditionWarning,
+    dp_2s_gd,
+)
 from .model import DPIV2SLS
-from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, delta_from_rho, epsilon_from_rho
+from .planning import SEPlan, plan_se
+from .privacy import (
+    PrivacyBudget,
+    PrivacyLeakWarning,
+    Release,
+    delta_from_rho,
+    epsilon_from_rho,
+)
 from .release import FitRelease, load_release
 from .results import DPIVResults, InferenceUnavailableError
-from .comparison import compare
 from .theory import plan, smallest_n, smallest_rho
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DPIV2SLS",
-    "DPIVResults",
-    "dp_2s_gd",
-    "DP2SGDPath",
-    "DivergenceError",
-    "LongRunWarning",
     "ConvergenceWarning",
+    "DP2SGDPath",
+    "DPIVResults",
+    "DivergenceError",
+    "FitRelease",
+    "InferenceUnavailableError",
+    "LongRunWarning",
+    "TConditionWarning",
     "PrivacyBudget",
     "PrivacyLeakWarning",
     "Release",
-    "epsilon_from_rho",
-    "delta_from_rho",
-    "InferenceUnavailableError",
-    "FitRelease",
-    "load_release",
+    "SEPlan",
+    "__version__",
     "compare",
+    "delta_from_rho",
+    "dp_2s_gd",
+    "epsilon_from_rho",
+    "load_release",
     "plan",
+    "plan_se",
     "smallest_n",
     "smallest_rho",
-    "__version__",
 ]
