@@ -19,6 +19,7 @@ other layout.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Literal
@@ -28,8 +29,10 @@ import pandas as pd
 from statsmodels.iolib.table import SimpleTable
 from statsmodels.iolib.tableformatting import fmt_params
 
+from .privacy import PrivacyLeakWarning
 from .release import FitRelease
-from .results import DPIVResults, DPIVSummary, InferenceUnavailableError, _fmt
+from .results import DPIVResults, DPIVSummary, InferenceUnavailableError
+from .tables import format_number as _fmt
 from .validation import check_flag
 
 __all__ = ["PRECISIONS", "DPIVComparison", "compare"]
@@ -42,6 +45,9 @@ _STAR_LEVELS = ((0.01, "***"), (0.05, "**"), (0.10, "*"))
 def _as_named(results) -> dict[str, DPIVResults | FitRelease]:
     if isinstance(results, Mapping):
         named = {str(k): v for k, v in results.items()}
+        if len(named) < len(results):
+            raise ValueError("two of the names in results are the same once written as text (e.g. 1 and '1'): "
+                             "give each fit its own name.")
     elif isinstance(results, Sequence) and not isinstance(results, (str, bytes)):
         named = {f"Model {i}": v for i, v in enumerate(results)}
     else:
@@ -59,8 +65,9 @@ def _as_named(results) -> dict[str, DPIVResults | FitRelease]:
 def _benchmark_key(res: DPIVResults) -> tuple:
     """Fits whose benchmarks are the same numbers share one benchmark column (the same design on the same rows,
     in memory or on Dask); a formula and n alone do not identify the data."""
-    bench = res.benchmark
-    return (res.design.dependent_name, tuple(bench.params.index), tuple(bench.params), tuple(bench.std_errors))
+    bench = res.benchmark  # the bytes, so that a NaN coefficient (a declared level never seen) equals itself
+    return (res.design.dependent_name, tuple(bench.params.index), bench.params.to_numpy().tobytes(),
+            bench.std_errors.to_numpy().tobytes())
 
 
 def _statistic(res: DPIVResults | FitRelease, attr: str) -> pd.Series:
@@ -179,6 +186,8 @@ class DPIVComparison:
             ("Dep. Variable", [res.design.dependent_name if isinstance(res, DPIVResults) else res.dependent
                                for res in fits]),
             ("Estimator", [res.estimator for res in fits]),
+            ("Instruments", [", ".join(res.design.instrument_names if isinstance(res, DPIVResults)
+                                       else res.instrument_names) for res in fits]),
             ("No. Observations", [str(res.nobs) for res in fits]),
             ("Cov. Est.", [res.cov_type if not _statistic(res, "bse").isna().all() else "none" for res in fits]),
             ("Iterations T", [str(setting(res, "T")) if res.estimator == "DP-2S-GD" else "" for res in fits]),
@@ -188,7 +197,8 @@ class DPIVComparison:
         ]
         for res in self._benchmarks.values():
             d = res.design
-            values = [d.dependent_name, "IV2SLS", str(d.nobs), "robust", "", "NON-PRIVATE", "", "NO"]
+            values = [d.dependent_name, "IV2SLS", ", ".join(d.instrument_names), str(d.nobs), "robust", "",
+                      "NON-PRIVATE", "", "NO"]
             rows = [(key, cells + [value]) for (key, cells), value in zip(rows, values)]
         return rows
 
@@ -214,8 +224,7 @@ class DPIVComparison:
                 bottom.append(b)
             data += [top, bottom]
             stubs += [name, ""]
-        title = "Model Comparison (private fits" + ("; NON-PRIVATE benchmark beside them)" if self._benchmarks
-                                                    else ")")
+        title = "Model Comparison" + (" (NON-PRIVATE benchmark beside the fits)" if self._benchmarks else "")
         return SimpleTable(data, headers=headers, stubs=stubs, title=title, txt_fmt=copy.deepcopy(fmt_params))
 
     def _notes(self) -> list[str]:
@@ -230,7 +239,7 @@ class DPIVComparison:
                          "std. errors below); use them to validate, never publish them (benchmark=False).")
         for name, res in self._results.items():
             if res.leaks:
-                notes.append(f"PRIVACY LEAKS in {name}: " + "; ".join(res.leaks))
+                notes.append(f"PRIVACY LEAKS in {name}: " + " ".join(res.leaks))
         return notes
 
     @property
@@ -266,7 +275,7 @@ def compare(results, *, benchmark: bool = True, precision: Precision = "std_erro
     precision : {"std_errors", "tstats", "pvalues"}, default "std_errors"
         What is shown in parentheses below each estimate.
     stars : bool, default False
-        Mark estimates by their private p-values (*** 1%, ** 5%, * 10%).
+        Mark estimates by their private p-values (``***`` 1%, ``**`` 5%, ``*`` 10%).
 
     Returns
     -------
@@ -286,6 +295,13 @@ def compare(results, *, benchmark: bool = True, precision: Precision = "std_erro
     named = _as_named(results)
     benchmark = check_flag(benchmark, "benchmark")
     stars = check_flag(stars, "stars")
-    if precision not in PRECISIONS:
+    # linearmodels' spellings too: any case, "t-stats", "std-errors"
+    spelled = precision.lower().replace("-", "_").replace("t_stats", "tstats") if isinstance(precision, str) else None
+    if spelled not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}.")
+    leaky = [name for name, res in named.items() if res.leaks]
+    if leaky:
+        warnings.warn(f"the comparison holds fits with privacy leaks ({', '.join(leaky)}): their columns are not "
+                      "private; the notes list the leaks.", PrivacyLeakWarning, stacklevel=2)
+    precision = spelled
     return DPIVComparison(named, benchmark=benchmark, precision=precision, stars=stars)

@@ -297,6 +297,10 @@ def release_constant(has_constant: bool, centres: np.ndarray) -> bool:
     return bool(has_constant or np.any(centres != 0.0))
 
 
+#: The accountant's name for the exact data moments of route "data" (a release without noise, rho = inf).
+EXACT_MOMENTS_RELEASE = "second moments of the columns, exact (preprocess='data'; NOT private)"
+
+
 def moments_from_sum(outer_sum: np.ndarray, n: int, *, with_constant: bool, route: str, rho: float,
                      rng: np.random.Generator) -> tuple[np.ndarray, Release | None, float]:
     """The moment matrix of [1, u] from Σ uuᵀ of the rows [1, u] (or u), released with noise on route
@@ -308,7 +312,10 @@ def moments_from_sum(outer_sum: np.ndarray, n: int, *, with_constant: bool, rout
     d = outer_sum.shape[0] - with_constant
     dim = d + with_constant
     if route == "data":
-        M, release, sigma = outer_sum / n, None, 0.0
+        # the exact moments are a release without noise: recorded as one (rho = inf), so that the accountant, the
+        # summary and any record say the fit is not private, not "rho = 0"
+        M, sigma = outer_sum / n, 0.0
+        release = Release(EXACT_MOMENTS_RELEASE, "rho0", 1, None, math.inf, 0.0, math.inf)
     else:
         M, release, sigma = release_moment_sum(outer_sum, n, rho=rho, rng=rng,
                                                sensitivity=box_moment_sensitivity(dim, n), bound=1.0,

@@ -6,9 +6,15 @@ accountant's list of releases (so the budget and ε at any δ can be re-derived)
 scaling (bounds), the design's names, the public row count and any privacy leaks the fit announced.
 
 What it leaves out, because it is data or computed from data without noise: the design and its arrays,
-the working arrays, the NON-PRIVATE 2SLS benchmark, the clipping counts and the released moment matrix's
-inputs. A scale read from the data (``preprocess="data"`` or a column without bounds, a leak) is not
-copied either: the record says ``"data (not recorded)"`` for it.
+the working arrays, the NON-PRIVATE 2SLS benchmark and the clipping counts. A column scale read from the data
+(a column without bounds) and step sizes from the data's eigenvalues (the paper's rule) are leaks the fit
+announced; the record names them ``"data (not recorded)"`` instead of copying them. ``scaling`` holds the
+bounds' map of each column (centre and half-range); with ``preprocess="data"`` the centring and whitening that
+followed came from the exact data moments, which the record does not hold (and whose release it lists with
+ρ = ∞). A record is a release only when :attr:`FitRelease.is_private` is True.
+
+Loading checks the record: a missing or malformed field, or a stored summary number (ρ, ε, standard errors,
+intervals) that does not follow from the stored releases and covariance — an edited file —, is a ValueError.
 
 The JSON is standard (``json.loads`` of any language reads it): floats are written with Python's ``repr``,
 which round-trips doubles exactly, and the non-finite values a fit can hold (``inf`` for a non-private
@@ -29,9 +35,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release
+from .tables import PrivateTable
 
 __all__ = ["RELEASE_FORMAT", "FitRelease", "load_release"]
 
@@ -65,7 +71,7 @@ def _float(value) -> float:
 
 
 @dataclass(frozen=True, eq=False)
-class FitRelease:
+class FitRelease(PrivateTable):
     """The private output of one fit, with its budget and public settings, and nothing of the data.
 
     Build it with :meth:`DPIVResults.release() <dpivreg.results.DPIVResults.release>`; save with
@@ -151,39 +157,29 @@ class FitRelease:
         return self.privacy.epsilon(self.delta)
 
     @property
+    def _has_inference(self) -> bool:
+        return self.cov is not None
+
+    @property
+    def _dependent_label(self) -> str:
+        return self.dependent
+
+    @property
+    def _delta_reported(self) -> float:
+        return self.delta
+
+    def cov_params(self) -> pd.DataFrame:
+        """The private covariance (a ValueError when the fit made no inference)."""
+        if self.cov is None:
+            raise ValueError(f"this record has no covariance: private standard errors are {self.inference_note}.")
+        return self.cov
+
+    @property
     def bse(self) -> pd.Series:
-        """Private standard errors (NaN without inference)."""
+        """Private standard errors (NaN without inference, so that tables of several fits can hold it)."""
         if self.cov is None:
             return pd.Series(np.nan, index=self.params.index, name="std_error")
         return pd.Series(np.sqrt(np.diag(self.cov.to_numpy())), index=self.params.index, name="std_error")
-
-    @property
-    def std_errors(self) -> pd.Series:
-        """linearmodels' name for :attr:`bse`."""
-        return self.bse
-
-    @property
-    def tvalues(self) -> pd.Series:
-        """z statistics params / bse."""
-        return (self.params / self.bse).rename("zstat")
-
-    @property
-    def tstats(self) -> pd.Series:
-        """linearmodels' name for :attr:`tvalues`."""
-        return self.tvalues
-
-    @property
-    def pvalues(self) -> pd.Series:
-        """Two-sided normal p-values of H0: coefficient = 0."""
-        return pd.Series(2.0 * stats.norm.sf(np.abs(self.tvalues.to_numpy())), index=self.params.index,
-                         name="pvalue")
-
-    def conf_int(self, alpha: float = 0.05) -> pd.DataFrame:
-        """(1 − alpha) normal intervals ``params`` ± z·``bse``, columns ``lower`` and ``upper``."""
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must lie in (0, 1), e.g. 0.05 for 95% intervals; got {alpha!r}.")
-        half = stats.norm.ppf(1.0 - alpha / 2.0) * self.bse
-        return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict:
@@ -242,19 +238,43 @@ class FitRelease:
 
     @classmethod
     def from_json(cls, text: str) -> FitRelease:
-        """Read a record written by :meth:`to_json` (the text, not a path; see :func:`load_release`)."""
+        """Read a record written by :meth:`to_json` (the text, not a path; see :func:`load_release`).
+
+        A record of a fit with privacy leaks is read with a :class:`~dpivreg.PrivacyLeakWarning`.
+        """
+        def refuse(token: str):
+            raise ValueError(f"not a dpivreg release record: the non-standard JSON token {token} (records write "
+                             "non-finite numbers as the strings 'inf', '-inf', 'nan').")
+
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_constant=refuse)
         except json.JSONDecodeError as exc:
             raise ValueError(f"not a dpivreg release record (invalid JSON: {exc}).") from None
         if not isinstance(data, dict) or data.get("format") != RELEASE_FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"not a dpivreg release record of format {RELEASE_FORMAT!r} (found {found!r}).")
-        return cls._from_dict(data)
+        try:
+            record = cls._from_dict(data)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            what = f"field {exc.args[0]!r} is missing" if isinstance(exc, KeyError) else f"{exc}"
+            raise ValueError(f"not a valid dpivreg release record: {what}. Was the file edited?") from None
+        _check_consistent(record, data)
+        if record.leaks:
+            warnings.warn("the release record is of a fit with privacy leaks: " + " ".join(record.leaks),
+                          PrivacyLeakWarning, stacklevel=3)
+        return record
 
     @classmethod
     def _from_dict(cls, data: dict) -> FitRelease:
-        names = list(data["regressor_names"])
+        names = [_text(name, "regressor_names") for name in data["regressor_names"]]
+        leaks = data["leaks"]
+        if not isinstance(leaks, list) or not all(isinstance(leak, str) for leak in leaks):
+            raise ValueError("field 'leaks' must be a list of messages")
+        nobs = data["nobs"]
+        if isinstance(nobs, bool) or not isinstance(nobs, int) or nobs < 1:
+            raise ValueError(f"field 'nobs' must be a positive integer, got {nobs!r}")
+        if not isinstance(data["settings"], dict) or not isinstance(data["scaling"], dict):
+            raise ValueError("fields 'settings' and 'scaling' must be objects")
         params = pd.Series(_floats(data["params"]), index=names, name="parameter")
         cov = None if data["cov"] is None else pd.DataFrame(_floats(data["cov"]), index=names, columns=names)
         path = _floats(data["path"]).reshape(-1, len(names))
@@ -266,28 +286,49 @@ class FitRelease:
         return cls(
             dependent=data["dependent"], formula=data["formula"], endog_names=tuple(data["endog_names"]),
             instrument_names=tuple(data["instrument_names"]), exog_names=tuple(data["exog_names"]),
-            nobs=int(data["nobs"]), estimator=data["estimator"], params=params, cov=cov, cov_type=data["cov_type"],
+            nobs=nobs, estimator=data["estimator"], params=params, cov=cov, cov_type=data["cov_type"],
             path=pd.DataFrame(path, index=pd.RangeIndex(path.shape[0], name="iteration"), columns=names),
             first_stage_path=theta,
             privacy=PrivacyBudget(releases, {k: _float(v) for k, v in data["budget_asked"].items()}),
             delta=_float(data["delta"]), settings=_decoded_settings(data["settings"]),
             scaling={k: {**v, "centre": _float(v["centre"]), "scale": _float(v["scale"])} if "centre" in v else v
                      for k, v in data["scaling"].items()},
-            leaks=tuple(data["leaks"]), inference_note=data["inference_note"], version=data["version"],
+            leaks=tuple(leaks), inference_note=data["inference_note"], version=data["version"],
             created=data["created"],
         )
 
     def equals(self, other: FitRelease) -> bool:
-        """True when ``other`` holds the same record (arrays compared exactly, NaN equal to NaN)."""
+        """True when ``other`` holds the same record (numbers compared exactly, NaN equal to NaN), whenever
+        each was made (``created`` is not compared)."""
         if not isinstance(other, FitRelease):
             return False
-        return self.to_dict() == other.to_dict()
+        mine, theirs = self.to_dict(), other.to_dict()
+        mine.pop("created")
+        theirs.pop("created")
+        return mine == theirs
 
     def __repr__(self) -> str:
         private = "private" if self.is_private else "NOT private"
         return (f"<FitRelease: {self.dependent} on {', '.join(self.regressor_names)}; n={self.nobs}, "
                 f"{self.estimator}, rho={self.privacy.rho:.6g}, epsilon={self.epsilon:.4g} at delta={self.delta:g}; "
                 f"{private}>")
+
+
+def _text(value, field: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"field {field!r} must hold names (text), got {value!r}")
+    return value
+
+
+def _check_consistent(record: FitRelease, data: dict) -> None:
+    """The stored summary numbers must follow from the stored releases and covariance (an edited file does not)."""
+    derived = record.to_dict()
+    for key in ("rho", "epsilon", "std_errors", "conf_int_95"):
+        if data[key] != derived[key]:
+            raise ValueError(f"not a valid dpivreg release record: the stored {key!r} does not follow from the "
+                             "record's releases and covariance. Was the file edited?")
+    if any(not r.rho >= 0 for r in record.privacy.releases):
+        raise ValueError("not a valid dpivreg release record: a release with a negative or NaN rho.")
 
 
 def _decoded_settings(settings: dict) -> dict:
@@ -315,11 +356,7 @@ def load_release(path: str | os.PathLike) -> FitRelease:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no release record at {str(path)!r}: give the path of a file written by FitRelease.save.")
-    record = FitRelease.from_json(path.read_text(encoding="utf-8"))
-    if record.leaks:
-        warnings.warn(f"the release record {str(path)!r} is of a fit with privacy leaks: "
-                      + "; ".join(record.leaks), PrivacyLeakWarning, stacklevel=2)
-    return record
+    return FitRelease.from_json(path.read_text(encoding="utf-8"))
 
 
 def record_time() -> str:

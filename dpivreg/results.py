@@ -41,6 +41,7 @@ from .design import IVDesign
 from .engine import DP2SGDPath
 from .preprocess import WorkingScale
 from .inference import PrivateInference
+from .tables import PrivateTable, check_level, format_number
 from .privacy import PrivacyBudget, PrivacyLeakWarning
 from .release import FitRelease, record_time
 from .validation import check_flag
@@ -182,12 +183,6 @@ def _rows_allowed(targets: tuple[float, ...]) -> str:
     return low if low == high else f"{low}-{high}"
 
 
-def _check_level(level) -> float:
-    if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0.0 < level < 1.0:
-        raise ValueError(f"level must lie in (0, 1), e.g. 0.95 for 95% intervals; got {level!r}.")
-    return float(level)
-
-
 def _plain(clip):
     """A clipping threshold as JSON-ready Python: None, a float or a list of group thresholds."""
     if clip is None:
@@ -197,19 +192,10 @@ def _plain(clip):
     return float(clip)
 
 
-def _fmt(value: float, digits: int = 4) -> str:
-    if value is None:
-        return "none"
-    if isinstance(value, tuple):
-        return "(" + ", ".join(_fmt(v, digits) for v in value) + ")"
-    if isinstance(value, (int, np.integer)):
-        return str(value)
-    if math.isinf(value):
-        return "inf"
-    return f"{value:.{digits}g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.{digits}e}"
+_fmt = format_number
 
 
-class DPIVResults:
+class DPIVResults(PrivateTable):
     """Results of :meth:`DPIV2SLS.fit <dpivreg.DPIV2SLS.fit>`.
 
     Attributes are pandas objects named by the design's columns, in original units.
@@ -380,7 +366,7 @@ class DPIVResults:
         if len(d.endog_names) != 1:
             raise ValueError(f"the Anderson–Rubin set is for one endogenous regressor; this model has "
                              f"{len(d.endog_names)} ({', '.join(d.endog_names)}). Fit a model with one.")
-        level = _check_level(level)
+        level = check_level(level)
         if self._ar_grams is None:
             self._ar_grams = released_grams(self._released_moments("the Anderson–Rubin set"))
         k = len(d.exog_names)
@@ -434,44 +420,10 @@ class DPIVResults:
         return pd.Series(np.sqrt(np.diag(self.inference.cov)), index=self.design.regressor_names, name="std_error")
 
     @property
-    def std_errors(self) -> pd.Series:
-        """linearmodels' name for :attr:`bse`."""
-        return self.bse
-
-    @property
     def bias(self) -> pd.Series:
         """Simulated bias of the estimate (post-processing, a diagnostic: nothing is corrected by it; a
         value above 0.2 standard errors raises a warning at fit time; see :mod:`dpivreg.inference`)."""
         return pd.Series(self.inference.bias, index=self.design.regressor_names, name="bias")
-
-    @property
-    def tvalues(self) -> pd.Series:
-        """z statistics params / bse (normal approximation)."""
-        return (self.params / self.bse).rename("zstat")
-
-    @property
-    def tstats(self) -> pd.Series:
-        """linearmodels' name for :attr:`tvalues`."""
-        return self.tvalues
-
-    @property
-    def pvalues(self) -> pd.Series:
-        """Two-sided p-values of H0: coefficient = 0 under the normal approximation."""
-        return pd.Series(2.0 * stats.norm.sf(np.abs(self.tvalues.to_numpy())), index=self.design.regressor_names,
-                         name="pvalue")
-
-    def conf_int(self, alpha: float = 0.05, *, level: float | None = None) -> pd.DataFrame:
-        """Private (1 − alpha) confidence intervals, columns ``lower`` and ``upper``: ``params`` ±
-        z_(1−alpha/2)·``bse``. ``level`` (linearmodels' spelling, e.g. 0.95) instead of ``alpha``."""
-        if level is not None:
-            level = _check_level(level)
-            if alpha != 0.05:
-                raise TypeError("pass alpha or level, not both.")
-            alpha = 1.0 - level
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must lie in (0, 1), e.g. 0.05 for 95% intervals; got {alpha!r}.")
-        half = stats.norm.ppf(1.0 - alpha / 2.0) * self.bse
-        return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
 
     def wald_test(self, restriction=None, value=None, *, formula=None):
         """Wald test of the linear restrictions Cβ = v on the private estimate (post-processing: no cost).
@@ -929,6 +881,9 @@ class DPIVResults:
             clipped values). A fit with a privacy leak still lists its leaks: do not publish it.
         """
         benchmark = check_flag(benchmark, "benchmark")
+        if not benchmark and self._leaks:  # the publishable summary of a fit that is not private
+            warnings.warn("the summary is of a fit with privacy leaks (listed in its notes): do not publish it. "
+                          + " ".join(self._leaks), PrivacyLeakWarning, stacklevel=2)
         smry = DPIVSummary()
         smry.tables.append(self._top_table())
         smry.tables.append(self._parameter_table(benchmark))
@@ -939,87 +894,24 @@ class DPIVResults:
         smry.add_extra_txt(self._notes(benchmark))
         return smry
 
-    # ------------------------------------------------------------------ export (publishable by default)
-    def _warn_unpublishable(self, what: str, benchmark: bool) -> None:
-        """A PrivacyLeakWarning when an export carries NON-PRIVATE numbers or the fit leaked."""
-        if benchmark:
-            warnings.warn(f"{what} holds the NON-PRIVATE IV2SLS benchmark columns (marked *): computed from the raw "
-                          "data without noise; do not publish them (benchmark=False leaves them out).",
-                          PrivacyLeakWarning, stacklevel=3)
-        if self._leaks:
-            warnings.warn(f"{what} is of a fit with privacy leaks: " + "; ".join(self._leaks),
-                          PrivacyLeakWarning, stacklevel=3)
+    # ------------------------------------------------------------------ exports (tables.PrivateTable) and the record
+    @property
+    def _has_inference(self) -> bool:
+        return self._inference is not None
 
-    def to_frame(self, *, benchmark: bool = False, level: float = 0.95) -> pd.DataFrame:
-        """The parameter table as a DataFrame: by default only the private release, ready to publish.
+    @property
+    def _dependent_label(self) -> str:
+        return self.design.dependent_name
 
-        Columns ``parameter``, ``std_error``, ``zstat``, ``pvalue``, ``lower``, ``upper`` (the private estimate,
-        its private standard error, z statistic, normal p-value and ``level`` interval; only ``parameter`` when
-        the fit made no inference), one row per regressor.
+    @property
+    def _delta_reported(self) -> float:
+        return self._delta
 
-        Parameters
-        ----------
-        benchmark : bool, default False
-            Also the NON-PRIVATE IV2SLS benchmark: columns ``IV2SLS*``, ``std_error*`` (its robust standard
-            error) and ``diff/se*``. A :class:`~dpivreg.PrivacyLeakWarning` says they must not be published.
-        level : float, default 0.95
-            Level of the intervals.
-        """
-        benchmark = check_flag(benchmark, "benchmark")
-        level = _check_level(level)
-        self._warn_unpublishable("the table", benchmark)
-        table = pd.DataFrame({"parameter": self.params})
-        if self._inference is not None:
-            ci = self.conf_int(level=level)
-            table = table.assign(std_error=self.bse, zstat=self.tvalues, pvalue=self.pvalues,
-                                 lower=ci["lower"], upper=ci["upper"])
-        if benchmark:
-            names = self.design.regressor_names
-            ref, se = self.benchmark.params[names], self.benchmark.std_errors[names]
-            table = table.assign(**{"IV2SLS*": ref, "std_error*": se, "diff/se*": (self.params - ref) / se})
-        table.index.name = "regressor"
-        return table
-
-    def _export_notes(self, benchmark: bool, level: float) -> list[str]:
-        priv = self.privacy
-        notes = [(f"Private estimates ({self.estimator}) of {self.design.dependent_name}; n = {self.nobs}; "
-                  f"total privacy spent rho = {_fmt(priv.rho)} (zCDP), epsilon = {_fmt(priv.epsilon(self._delta))} "
-                  f"at delta = {self._delta:g}.")]
-        if self._inference is not None:
-            notes.append(f"Private standard errors ({self.cov_type}) and {level:.0%} normal intervals, including the "
-                         "privacy noise.")
-        if benchmark:
-            notes.append("* NON-PRIVATE IV2SLS benchmark, computed from the raw data without noise: do not publish.")
-        if self._leaks:
-            notes.append("PRIVACY LEAKS: " + "; ".join(self._leaks))
-        return notes
-
-    def to_markdown(self, *, benchmark: bool = False, level: float = 0.95, floatfmt: str = ".4g") -> str:
-        """The parameter table (:meth:`to_frame`) as a Markdown table, with a note of the budget spent.
-
-        Parameters
-        ----------
-        benchmark, level
-            As in :meth:`to_frame`.
-        floatfmt : str, default ".4g"
-            Number format (passed to ``tabulate`` by :meth:`pandas.DataFrame.to_markdown`).
-        """
-        table = self.to_frame(benchmark=benchmark, level=level)
-        benchmark = bool(benchmark)
-        notes = self._export_notes(benchmark, level)
-        return table.to_markdown(floatfmt=floatfmt) + "\n\n" + "\n".join(notes) + "\n"
-
-    def to_csv(self, path_or_buf=None, *, benchmark: bool = False, level: float = 0.95) -> str | None:
-        """The parameter table (:meth:`to_frame`) as CSV, full precision; written to ``path_or_buf`` when given.
-
-        Parameters
-        ----------
-        path_or_buf : str, path-like or file-like, optional
-            Where to write (as :meth:`pandas.DataFrame.to_csv`); the text is returned when omitted.
-        benchmark, level
-            As in :meth:`to_frame`.
-        """
-        return self.to_frame(benchmark=benchmark, level=level).to_csv(path_or_buf)
+    def _benchmark_columns(self) -> pd.DataFrame:
+        names = self.design.regressor_names
+        ref, se = self.benchmark.params[names], self.benchmark.std_errors[names]
+        return pd.DataFrame({"IV2SLS (NON-PRIVATE)": ref, "std_error (NON-PRIVATE)": se,
+                             "diff/se (NON-PRIVATE)": (self.params - ref) / se})
 
     def release(self) -> FitRelease:
         """The fit's private output as a :class:`~dpivreg.release.FitRelease`: no row of data, no benchmark.
@@ -1030,12 +922,15 @@ class DPIVResults:
         """
         if self._leaks:
             warnings.warn("the release record is of a fit with privacy leaks (kept in its `leaks`): "
-                          + "; ".join(self._leaks), PrivacyLeakWarning, stacklevel=2)
+                          + " ".join(self._leaks), PrivacyLeakWarning, stacklevel=2)
         d, s = self.design, self._settings
         cov = None if self._inference is None else self.cov_params()
         settings = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)
                     if f.name not in ("adaptive_clip", "selection")}
         settings["clip1"], settings["clip2"] = _plain(s.clip1), _plain(s.clip2)
+        for step in ("eta", "alpha"):  # the paper's rule from the data's eigenvalues: a leak, not copied
+            if settings[f"{step}_source"] == "data":
+                settings[step] = "data (not recorded)"
         if s.adaptive_clip is not None:
             settings["clip_rows_allowed"] = [float(k) for k in s.adaptive_clip.targets]
         if s.selection is not None:

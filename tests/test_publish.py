@@ -47,7 +47,7 @@ def res(frame):
 
 
 def _nonprivate_numbers(res) -> list[str]:
-    """The benchmark's estimates and standard errors as the summary formats them, and the clipped count."""
+    """The benchmark's estimates and standard errors as the summary formats them."""
     bench = res.benchmark
     return [_fmt(v) for v in (*bench.params, *bench.std_errors)]
 
@@ -69,8 +69,11 @@ def test_the_frame_holds_the_private_table_and_no_benchmark_by_default(res):
 def test_benchmark_columns_in_an_export_raise_a_privacy_leak_warning(res):
     with pytest.warns(PrivacyLeakWarning, match="NON-PRIVATE IV2SLS benchmark"):
         table = res.to_frame(benchmark=True)
-    np.testing.assert_array_equal(table["IV2SLS*"], res.benchmark.params[table.index])
-    np.testing.assert_array_equal(table["std_error*"], res.benchmark.std_errors[table.index])
+    np.testing.assert_array_equal(table["IV2SLS (NON-PRIVATE)"], res.benchmark.params[table.index])
+    np.testing.assert_array_equal(table["std_error (NON-PRIVATE)"], res.benchmark.std_errors[table.index])
+    with pytest.warns(PrivacyLeakWarning) as caught:
+        res.to_csv(benchmark=True)
+    assert caught[0].filename == __file__  # the warning points at the caller's line
 
 
 def test_markdown_and_csv_carry_the_budget_and_round_trip(res, tmp_path):
@@ -268,3 +271,84 @@ def test_a_dask_fit_exports_and_shares_the_in_memory_benchmark(frame, res):
     # the benchmark from cross-products agrees to the last bits or nearly so; one or two columns, never wrong ones
     for column in cmp.benchmark_params:
         np.testing.assert_allclose(cmp.benchmark_params[column], res.benchmark.params, rtol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------- after the review
+def test_a_loaded_record_exports_its_own_table(res):
+    record = FitRelease.from_json(res.release().to_json())
+    pd.testing.assert_frame_equal(record.to_frame(), res.to_frame(), check_exact=True)
+    assert record.to_markdown() == res.to_markdown()
+    pd.testing.assert_frame_equal(record.cov_params(), res.cov_params(), check_exact=True)
+    pd.testing.assert_frame_equal(record.conf_int(level=0.9), res.conf_int(level=0.9), check_exact=True)
+    with pytest.raises(ValueError, match="no benchmark"):
+        record.to_frame(benchmark=True)
+
+
+def test_records_made_at_different_times_are_equal(res):
+    first = res.release()
+    second = FitRelease.from_json(first.to_json().replace(first.created, "2000-01-01T00:00:00+00:00"))
+    assert first.equals(second)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.pop("params"), "'params' is missing"),
+    (lambda d: d.update(scaling=[1]), "must be objects"),
+    (lambda d: d.update(nobs=1500.7), "positive integer"),
+    (lambda d: d.update(leaks="abc"), "list of messages"),
+    (lambda d: d.update(epsilon=0.1), "'epsilon' does not follow"),
+    (lambda d: d.update(rho=0.0001), "'rho' does not follow"),
+    (lambda d: d.update(params=[1.0]), "not a valid"),
+    (lambda d: d["releases"][0].update(rho=-1.0), "'rho' does not follow|negative"),
+])
+def test_an_edited_or_broken_record_is_refused(res, edit, match):
+    data = json.loads(res.release().to_json())
+    edit(data)
+    with pytest.raises(ValueError, match=match):
+        FitRelease.from_json(json.dumps(data))
+
+
+def test_non_standard_json_tokens_are_refused(res):
+    text = res.release().to_json().replace('"cov_type": "robust"', '"cov_type": NaN')
+    with pytest.raises(ValueError, match="non-standard JSON token NaN"):
+        FitRelease.from_json(text)
+
+
+def test_exact_data_moments_are_recorded_as_not_private(frame):
+    """preprocess='data' with noisy moments is IV2SLS under another name: the record must say rho = inf."""
+    with pytest.warns(PrivacyLeakWarning):
+        res = DPIV2SLS.from_formula(F, frame).fit(**FIT, method="moments", preprocess="data")
+    assert math.isinf(res.privacy.rho) and math.isinf(res.epsilon) and not res.is_private
+    with pytest.warns(PrivacyLeakWarning):
+        record = res.release()
+    assert json.loads(record.to_json())["rho"] == "inf"
+    with pytest.warns(PrivacyLeakWarning, match="privacy leaks"):
+        text = res.to_markdown()
+    assert "rho = inf" in text and "PRIVACY LEAKS" in text
+    with pytest.warns(PrivacyLeakWarning, match="do not publish it"):
+        res.summary(benchmark=False)
+
+
+def test_step_sizes_from_the_data_are_not_copied_into_the_record(frame):
+    with pytest.warns(PrivacyLeakWarning):
+        res = DPIV2SLS.from_formula(F, frame).fit(**FIT, method="gd", init="zero", T=5)
+    assert res.settings.eta_source == "data"
+    with pytest.warns(PrivacyLeakWarning):
+        settings = res.release().settings
+    assert settings["eta"] == settings["alpha"] == "data (not recorded)"
+    assert repr(res.settings.eta)[:10] not in res.release().to_json()
+
+
+def test_compare_warns_of_leaky_fits_and_refuses_clashing_names(three, frame):
+    with pytest.warns(PrivacyLeakWarning):
+        leaky = DPIV2SLS.from_formula(F, frame).fit(**{**FIT, "rho1": math.inf})
+    with pytest.warns(PrivacyLeakWarning, match="leaky"):
+        compare({"ok": three["rho = 2.6"], "leaky": leaky}, benchmark=False)
+    with pytest.raises(ValueError, match="same once written as text"):
+        compare({1: three["rho = 2.6"], "1": three["rho = 0.5"]})
+
+
+def test_compare_shows_the_instruments_and_reads_linearmodels_spellings(three):
+    text = str(compare(three, precision="T-Stats").summary)
+    row = next(line for line in text.splitlines() if line.startswith("Instruments"))
+    assert row.split() == ["Instruments"] + ["z"] * 5  # three fits and two benchmark columns
+    assert f"({_fmt(three['rho = 2.6'].tvalues['x'], 4)})" in text
