@@ -295,7 +295,7 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--quick", action="store_true", help="two small cells with R = 20")
     parser.add_argument("--runs", type=int, help="R, fits per cell (default 100; 20 with --quick)")
     parser.add_argument("--jobs", type=int, default=1, help="processes (cells run in parallel)")
-    parser.add_argument("--outdir", help="where plan_accuracy.csv (full) and plan_accuracy_docs.csv go "
+    parser.add_argument("--outdir", help="where plan_accuracy_full.csv (every column) and plan_accuracy.csv (the docs' table) go "
                         "(default: a fresh temporary directory)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")

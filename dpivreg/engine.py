@@ -81,7 +81,10 @@ def _interactive() -> bool:
         pass
     if "ipykernel" not in sys.modules:  # tqdm.auto's notebook mode needs a Jupyter kernel
         return False
-    from tqdm.auto import tqdm as auto_tqdm
+    try:
+        from tqdm.auto import tqdm as auto_tqdm
+    except ImportError:
+        return False
 
     return any(cls.__module__ == "tqdm.notebook" for cls in auto_tqdm.__mro__)
 
@@ -107,8 +110,17 @@ class ProgressBar:
             self._open()
 
     def _open(self) -> None:
-        from tqdm.auto import tqdm
-
+        # a bar must never cost the fit: a broken tqdm install or no stderr (pythonw, some services) means no bar
+        if sys.stderr is None:
+            return
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            if self.mode:
+                warnings.warn("progress=True, but tqdm cannot be imported: no progress bar (pip install tqdm).",
+                              UserWarning, stacklevel=4)
+            self.mode = False
+            return
         self.bar = tqdm(total=self.total, desc=self.desc, unit=self.unit, initial=self.done, file=sys.stderr,
                         dynamic_ncols=True)
 

@@ -513,7 +513,7 @@ class DPIV2SLS:
         # without noise on the data route too (its moments were exact): recorded, so the accountant lists it
         exact_inference = inference and (preprocess == "data" or math.isinf(budget["rho_inf"]))
         if exact_inference:
-            leaks.append(_unnoised_sampling(cov_type)[0])
+            leaks.append(_unnoised_sampling(cov_type, preprocess)[0])
         leaks += _first_stage_meat_leaks(budget, preprocess)
         _announce_leaks(leaks, stacklevel=4)
 
@@ -576,7 +576,7 @@ class DPIV2SLS:
         rho_meat = math.inf if preprocess == "data" else budget["rho_inf"]
         exact_meat = robust and math.isinf(rho_meat)
         if exact_meat:
-            leaks.append(_unnoised_sampling(cov_type)[0])
+            leaks.append(_unnoised_sampling(cov_type, preprocess)[0])
         leaks += _first_stage_meat_leaks(budget, preprocess)
         _announce_leaks(leaks, stacklevel=5)  # the caller of fit(), through _fit_* and this method
         inference_result, inference_note, drawn = _run_inference(
@@ -647,8 +647,9 @@ def _warn_t_condition(T: int, *, n: int, p: int, q: int, rho1: float, tau: float
         f"(n = {n}, p = {p}, q = {q}, rho1 = {rho1:g} spent by the first stage, tau = {tau:g}; constants set to 1), "
         f"by a factor {condition.factor:.3g}. The Theorem's error bound (res.bound, the summary's bound block) does "
         "not cover this fit: past the limit the first stage's accumulated privacy noise can swamp Θ and the error "
-        f"grows with T. {change}, or use the default warm start (leave init and method out), whose T is chosen "
-        "by simulating the fit's own noise. The condition reads only public inputs (n, p, q, rho1, tau, T): this "
+        f"grows with T. {change}, or use the default warm start (preprocess='private', the default, with init "
+        "and method left out; other preprocess routes start from zero), whose T is chosen by simulating the fit's "
+        "own noise. The condition reads only public inputs (n, p, q, rho1, tau, T): this "
         "warning costs no privacy.", TConditionWarning, stacklevel=4)
 
 
@@ -674,10 +675,15 @@ def _first_stage_meat(scale: WorkingScale, theta: np.ndarray, budget: dict, prep
     return meat
 
 
-def _unnoised_sampling(cov_type: str) -> tuple[str, Release]:
-    """The leak message and the (not private) record of the sampling part computed without noise (rho_inf = inf)."""
+def _unnoised_sampling(cov_type: str, preprocess: str = "private") -> tuple[str, Release]:
+    """The leak message and the (not private) record of the sampling part computed without noise (rho_inf = inf,
+    or the data route, whose inference reads the exact data)."""
     statistic = "robust meat" if cov_type == "robust" else "residual variance"
-    return _unnoised(f"{statistic} for inference", "rho_inf")
+    message, record = _unnoised(f"{statistic} for inference", "rho_inf")
+    if preprocess == "data":
+        message = (f"preprocess='data': the {statistic} for inference was computed from the exact data, without "
+                   "noise (not private), whatever rho_inf.")
+    return message, record
 
 
 def _unnoised(statistic: str, stage: str) -> tuple[str, Release]:

@@ -860,9 +860,13 @@ def plan_se(
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed}.")
     options = _mapping(fit_options, "fit_options")
-    reserved = sorted({"rho", "rho1", "rho2", "bounds", "seed"} & set(options))
+    reserved = sorted({"rho", "rho1", "rho2", "rho0", "rho_clip", "rho_inf", "rho_diag", "bounds", "seed",
+                       "inference", "preprocess"} & set(options))
     if reserved:
-        raise ValueError(f"fit_options must not contain {reserved}: plan_se sets the budget, bounds and seed.")
+        raise ValueError(f"fit_options must not contain {reserved}: plan_se plans the default private fit with "
+                         "its inference at a total rho, so it sets the budgets, bounds, seed, inference and "
+                         "preprocessing itself.")
+    options.setdefault("progress", False)  # the planning fits are many and short: no bars
     has_target = target_se is not None or target_width is not None
     if (rho is None) == (not has_target):
         raise ValueError("give exactly one of rho (the SEs at that budget) and target_se / target_width "
@@ -904,6 +908,9 @@ def plan_se(
     if not attainable:
         notes.append("the target SE is below the sampling SE (or not reached within rho <= "
                      f"{RHO_SEARCH[1]:g}): no budget attains it at this n.")
+    elif has_target and rho <= RHO_SEARCH[0] * (1.0 + 1e-9):
+        notes.append(f"the target is met already at the search's smallest budget, rho = {RHO_SEARCH[0]:g}: the "
+                     "smallest rho that meets it may be smaller still.")
     index = pd.Index(names)
     return SEPlan(
         se=pd.Series(np.sqrt(v_samp + v_noise), index=index, name="se"),
