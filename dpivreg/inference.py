@@ -287,21 +287,64 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
     return theta, beta, np.asarray(S)
 
 
+#: The noise simulation of a fit's inference runs in batches, the first of :data:`MIN_REPLICATIONS` paths, until
+#: the Monte Carlo standard error of every total standard error (sampling + noise) is at most
+#: :data:`MC_TOLERANCE` of it, and at most ``replications`` (2000) paths. When the sampling part dominates,
+#: few paths pin the total down; when the noise dominates, all 2000 are drawn (their error in the SE is then
+#: about 1/√(2·2000) ≈ 1.6% of the noise part, as before).
+MIN_REPLICATIONS = 250
+MC_TOLERANCE = 0.01
+
+
+def _total_se_mc_error(beta: np.ndarray, sampling_cov: np.ndarray) -> float:
+    """Largest Monte Carlo standard error of a total SE √(sampling + noise variance), relative to it, from the
+    simulated β̃ draws (the noise variance's error from the draws' own squared deviations: no normality)."""
+    m = beta.shape[0]
+    squared = (beta - beta.mean(axis=0)) ** 2
+    total = np.diag(sampling_cov) + squared.sum(axis=0) / (m - 1)
+    error = squared.std(axis=0, ddof=1) / math.sqrt(m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative = np.where(total > 0, error / (2.0 * total), 0.0)
+    return float(np.max(relative)) if np.all(np.isfinite(relative)) else math.inf
+
+
 def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, scale: WorkingScale, *,
                      replications: int, rng: np.random.Generator, warm_start: bool,
-                     progress: bool | None = False) -> tuple[np.ndarray, np.ndarray, float, float]:
+                     progress: bool | None = False,
+                     sampling_cov: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float, float, int]:
     """Covariance and mean shift of β̃⁽ᵀ⁾ due to the privacy noise (:func:`simulate_fit`).
 
+    With ``sampling_cov`` (the sampling covariance on the working scale) the paths are drawn in batches until
+    the total standard errors are known to :data:`MC_TOLERANCE` (at most ``replications``); without it,
+    ``replications`` paths at once.
+
     Returns the covariance of the simulated β̃⁽ᵀ⁾, their mean minus β_T (the simulated bias), the median
-    spectral norm of the simulated first stage's deviation from its mean (the privacy noise left in Θ⁽ᵀ⁾)
-    and the median whitening error ‖S_r − I‖₂.
+    spectral norm of the simulated first stage's deviation from its mean (the privacy noise left in Θ⁽ᵀ⁾),
+    the median whitening error ‖S_r − I‖₂ and the number of paths drawn.
     """
-    theta, beta, S = simulate_fit(plan, theta_T, beta_T, scale, replications=replications, rng=rng,
-                                  warm_start=warm_start, progress=progress)
+    adaptive = sampling_cov is not None and bool(np.all(np.isfinite(sampling_cov)))
+    batch = min(MIN_REPLICATIONS, replications) if adaptive else replications
+    draws: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    drawn = 0
+    while True:
+        draws.append(simulate_fit(plan, theta_T, beta_T, scale, replications=batch, rng=rng,
+                                  warm_start=warm_start, progress=progress))
+        drawn += batch
+        if not adaptive or drawn >= replications:
+            break
+        beta = np.concatenate([d[1] for d in draws])
+        error = _total_se_mc_error(beta, sampling_cov)
+        if error <= MC_TOLERANCE:
+            break
+        # the error falls as 1/√m: the paths still needed, at least another first batch
+        needed = drawn * (error / MC_TOLERANCE) ** 2 if math.isfinite(error) else replications
+        batch = int(min(replications - drawn, max(MIN_REPLICATIONS, math.ceil(needed - drawn))))
+    theta, beta, S = (np.concatenate([d[i] for d in draws]) for i in range(3))
     q, p = theta_T.shape[0], beta_T.shape[0]
     theta_noise = float(np.median(np.linalg.norm(theta - theta.mean(axis=0), ord=2, axis=(1, 2))))
     whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
-    return np.cov(beta, rowvar=False, ddof=1).reshape(p, p), beta.mean(axis=0) - beta_T, theta_noise, whitening
+    return (np.cov(beta, rowvar=False, ddof=1).reshape(p, p), beta.mean(axis=0) - beta_T, theta_noise, whitening,
+            drawn)
 
 
 def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau: float,
@@ -323,7 +366,8 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
     rng : numpy.random.Generator
         Noise of the release and of the simulation.
     replications : int
-        Simulated noise paths.
+        Largest number of simulated noise paths: they are drawn in batches until the total standard errors
+        are known to :data:`MC_TOLERANCE` (:func:`noise_covariance`).
     start : (ndarray, ndarray) or None
         The warm start the run used (None: zero).
     cov_type : {"unadjusted", "robust"}
@@ -335,10 +379,10 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
     sampling = sampling_release(scale, path.theta_final, path.beta_final, cov_type=cov_type, rho=rho, tau=tau,
                                 rng=rng)
     with _simulation_guard(sampling):
-        v_noise, shift, theta_noise, whitening = noise_covariance(path.plan, path.theta_final, path.beta_final,
-                                                                  scale, replications=replications, rng=rng,
-                                                                  warm_start=start is not None, progress=progress)
-    return _assemble(scale, path.theta_final, path.n_exog, sampling, v_noise, shift, replications, theta_noise,
+        v_noise, shift, theta_noise, whitening, drawn = noise_covariance(
+            path.plan, path.theta_final, path.beta_final, scale, replications=replications, rng=rng,
+            warm_start=start is not None, progress=progress, sampling_cov=sampling.cov)
+    return _assemble(scale, path.theta_final, path.n_exog, sampling, v_noise, shift, drawn, theta_noise,
                      whitening)
 
 

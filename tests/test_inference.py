@@ -123,3 +123,33 @@ def test_unreliable_inference_is_flagged():
         warnings.simplefilter("error")
         ok = DPIV2SLS.from_formula(big.formula, big.data).fit(rho1=1, rho2=1, T=20, bounds=big.bounds, seed=1)
     assert ok.inference.reliable and "CAUTION" not in ok.summary().as_text()
+
+
+# ---------------------------------------------------------------------------------------- adaptive replications
+def test_the_noise_simulation_stops_when_the_total_se_is_pinned_down():
+    """The Monte Carlo error of the total SE decides the number of paths: the first batch when the sampling part
+    dominates (large n, ample budget), all of them when the noise does (small n, small budget)."""
+    from dpivreg import inference
+
+    big = simulate_iv(n=100_000, p=1, q=1, seed=3)
+    res = DPIV2SLS.from_formula(big.formula, big.data).fit(rho=10, bounds=big.bounds, seed=1)
+    assert res.inference.replications == inference.MIN_REPLICATIONS
+    noisy = simulate_iv(n=1_000, p=2, q=3, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = DPIV2SLS.from_formula(noisy.formula, noisy.data).fit(rho=0.5, bounds=noisy.bounds, seed=1)
+    assert res.inference.replications == 2000
+    share = np.diag(res.inference.cov_noise) / np.diag(res.inference.cov)
+    assert share.max() > 0.5
+
+
+def test_the_stopping_rule_measures_the_total_se_error():
+    """_total_se_mc_error on draws of known variance: N(0, 1) noise, sampling variance s, m draws. The noise
+    variance's standard error is about sqrt(2/m), so the total SE's relative error is sqrt(2/m) / (2 (s + 1))."""
+    from dpivreg.inference import _total_se_mc_error
+
+    m = 200_000
+    draws = np.random.default_rng(0).standard_normal((m, 1))
+    for s in (0.0, 1.0, 9.0):
+        expected = math.sqrt(2.0 / m) / (2.0 * (s + 1.0))
+        assert _total_se_mc_error(draws, np.array([[s]])) == pytest.approx(expected, rel=0.02)
