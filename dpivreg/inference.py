@@ -302,6 +302,8 @@ def _total_se_mc_error(beta: np.ndarray, sampling_cov: np.ndarray) -> float:
     m = beta.shape[0]
     squared = (beta - beta.mean(axis=0)) ** 2
     total = np.diag(sampling_cov) + squared.sum(axis=0) / (m - 1)
+    if not np.all(np.isfinite(total)):  # a non-finite draw: no error estimate (and the covariance fails later)
+        return math.inf
     error = squared.std(axis=0, ddof=1) / math.sqrt(m)
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = np.where(total > 0, error / (2.0 * total), 0.0)
@@ -315,7 +317,8 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
     """Covariance and mean shift of β̃⁽ᵀ⁾ due to the privacy noise (:func:`simulate_fit`).
 
     With ``sampling_cov`` (the sampling covariance on the working scale) the paths are drawn in batches until
-    the total standard errors are known to :data:`MC_TOLERANCE` (at most ``replications``); without it,
+    the total standard errors in original units (the reported ones) are known to :data:`MC_TOLERANCE` (at
+    most ``replications``); without it,
     ``replications`` paths at once.
 
     Returns the covariance of the simulated β̃⁽ᵀ⁾, their mean minus β_T (the simulated bias), the median
@@ -323,6 +326,7 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
     the median whitening error ‖S_r − I‖₂ and the number of paths drawn.
     """
     adaptive = sampling_cov is not None and bool(np.all(np.isfinite(sampling_cov)))
+    to_original = scale.beta_jacobian() if adaptive else None
     batch = min(MIN_REPLICATIONS, replications) if adaptive else replications
     draws: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     drawn = 0
@@ -333,7 +337,8 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
         if not adaptive or drawn >= replications:
             break
         beta = np.concatenate([d[1] for d in draws])
-        error = _total_se_mc_error(beta, sampling_cov)
+        # on the scale the SEs are reported in (J maps the working scale to original units; public post-processing)
+        error = _total_se_mc_error(beta @ to_original.T, to_original @ sampling_cov @ to_original.T)
         if error <= MC_TOLERANCE:
             break
         # the error falls as 1/√m: the paths still needed, at least another first batch

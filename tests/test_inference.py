@@ -153,3 +153,11 @@ def test_the_stopping_rule_measures_the_total_se_error():
     for s in (0.0, 1.0, 9.0):
         expected = math.sqrt(2.0 / m) / (2.0 * (s + 1.0))
         assert _total_se_mc_error(draws, np.array([[s]])) == pytest.approx(expected, rel=0.02)
+
+
+def test_the_stopping_rule_has_no_estimate_from_non_finite_draws():
+    from dpivreg.inference import _total_se_mc_error
+
+    draws = np.random.default_rng(0).standard_normal((250, 2)) * [1.0, 100.0]
+    draws[3, 1] = np.nan
+    assert _total_se_mc_error(draws, np.diag([1e6, 1.0])) == math.inf
