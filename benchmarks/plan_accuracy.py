@@ -188,11 +188,14 @@ def population_guesses(design: Design, *, pilot: int = 2_000_000, seed: int = 12
     # partial R² of the instruments for each endogenous regressor, given the exogenous ones
     W = np.column_stack([np.ones(pilot), *(data[c].to_numpy() for c in design.exog)])
     Zf = np.column_stack([W, *(data[c].to_numpy() for c in design.instruments)])
-    r2 = {}
+    r2, weights = {}, {}
     for e in design.endog:
         x = data[e].to_numpy()
-        rss = [np.sum((x - M @ np.linalg.lstsq(M, x, rcond=None)[0]) ** 2) for M in (W, Zf)]
+        fits = [np.linalg.lstsq(M, x, rcond=None)[0] for M in (W, Zf)]
+        rss = [np.sum((x - M @ b) ** 2) for M, b in zip((W, Zf), fits)]
         r2[e] = float(1 - rss[1] / rss[0])
+        # the first stage's direction in the standardised instruments: coefficient × the instrument's SD
+        weights[e] = {z: float(b * data[z].std()) for z, b in zip(design.instruments, fits[1][W.shape[1]:])}
     endogeneity = float(np.mean([np.corrcoef(u, V[:, j])[0, 1] for j in range(V.shape[1])]))
     # the true coefficients, from the structural equation: regress y - u on the regressors
     R = np.column_stack([np.ones(pilot), *(data[c].to_numpy() for c in (*design.exog, *design.endog))])
@@ -205,7 +208,8 @@ def population_guesses(design: Design, *, pilot: int = 2_000_000, seed: int = 12
                 continue
             corr[(a, b)] = float(np.corrcoef(data[a], data[b])[0, 1])
     return {"means": means, "sds": {k: v for k, v in sds.items() if k != design.dependent}, "first_stage_r2": r2,
-            "error_sd": float(np.std(u)), "endogeneity": endogeneity, "coef": coef, "corr": corr}
+            "error_sd": float(np.std(u)), "endogeneity": endogeneity, "coef": coef, "corr": corr,
+            "first_stage_weights": weights}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -139,8 +139,11 @@ class SyntheticPopulation:
         x_j = clip(μ_j + σ_j·(a_jᵀw̃ + √((1 − s_j)·R²_j)·ζ_j + √((1 − s_j)(1 − R²_j))·v_j)),
 
     w̃ the standardised exogenous regressors, a_j the loadings giving x_j its guessed correlations with
-    them (s_j = a_jᵀ corr(w̃) a_j), ζ_j the standardised sum of the instruments assigned to it (instrument
-    k goes to endogenous regressor k mod p_endog) and v_j standard normal, so that R²_j is the instruments'
+    them (s_j = a_jᵀ corr(w̃) a_j), ζ_j the standardised combination of the instruments given by
+    ``first_stage_weights`` (by default the sum of the instruments assigned to it, instrument k going to
+    endogenous regressor k mod p_endog; with several endogenous regressors whose first stages share their
+    instruments, give the weights: the fitted values' correlation is what makes them jointly weaker) and v_j
+    standard normal, so that R²_j is the instruments'
     partial R² (before clipping). The outcome is y = clip(c + Σ βₖ·xₖ + σ_u·u) over all regressors, with
     corr(u, v_j) = ``endogeneity`` for every j; c gives y the guessed mean and, unless ``error_sd`` is
     given, σ_u gives it the guessed SD.
@@ -165,6 +168,9 @@ class SyntheticPopulation:
         Variables drawn as 0/1.
     first_stage_r2 : dict
         Partial R² of the instruments for each endogenous regressor.
+    first_stage_weights : dict
+        ``{endog: {instrument: weight}}``: the combination ζ_j of the standardised instruments in each first
+        stage (unit length).
     error_sd : float or None
         The structural error SD σ_u, or None to match the outcome's guessed SD.
     endogeneity : float
@@ -193,6 +199,7 @@ class SyntheticPopulation:
     endogeneity: float
     coef: dict
     corr: dict = field(default_factory=dict)
+    first_stage_weights: dict = field(default_factory=dict)
     latent: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -283,9 +290,11 @@ class SyntheticPopulation:
         r = self.endogeneity
         u = V.sum(axis=1) * r + math.sqrt(max(1.0 - k * r * r, 0.0)) * e
         loadings = self.loadings()
-        for j, name in enumerate(self.endog):
-            assigned = [z for i, z in enumerate(self.instruments) if i % k == j]
-            zeta = sum(std[z] for z in assigned) / math.sqrt(len(assigned))
+        for name in self.endog:
+            weights = self.first_stage_weights[name]
+            zeta = sum((w * std[z] for z, w in weights.items()), np.zeros(n))
+            zeta /= math.sqrt(float(np.mean(zeta**2)))  # unit variance in the sample (binary columns: near 1)
+            j = self.endog.index(name)
             a = loadings[name]
             explained = float(a @ self.exog_correlation() @ a) if len(a) else 0.0
             x = sum((a[i] * std[w] for i, w in enumerate(self.exog)), np.zeros(n))
@@ -392,6 +401,7 @@ def synthetic_population(
     endogeneity: float = 0.5,
     coef: Mapping[str, float] | None = None,
     corr: Mapping[tuple[str, str], float] | None = None,
+    first_stage_weights: Mapping[str, Mapping[str, float]] | None = None,
 ) -> SyntheticPopulation:
     """Build the synthetic population of a plan from public inputs (see :func:`plan_se` for the arguments).
 
@@ -488,12 +498,39 @@ def synthetic_population(
             raise ValueError(f"error_sd must be a finite number > 0, got {error_sd!r}.")
     coef_of = {v: as_real(coef_in.get(v, 0.0), f"coef[{v!r}]", "a number") for v in (*exog, *endog)}
     corr_of = _check_corr(corr, exog, endog, is_binary)
+    weights_of = _first_stage_weights(first_stage_weights, endog, instruments)
     return SyntheticPopulation(
         formula=formula, dependent=dep, exog=tuple(exog), endog=tuple(endog), instruments=tuple(instruments),
         intercept=intercept, bounds=bnd, means=mean_of, sds=sd_of,
         binary=frozenset(v for v in variables if is_binary[v]), first_stage_r2=r2, error_sd=error_sd,
-        endogeneity=endogeneity, coef=coef_of, corr=corr_of, latent=latent,
+        endogeneity=endogeneity, coef=coef_of, corr=corr_of, latent=latent, first_stage_weights=weights_of,
     )
+
+
+def _first_stage_weights(weights, endog: list[str], instruments: list[str]) -> dict[str, dict[str, float]]:
+    """Unit-length instrument weights per endogenous regressor: the guess, or instrument k to regressor k mod p."""
+    given = _mapping(weights, "first_stage_weights")
+    _check_keys(given, endog, "first_stage_weights (endogenous regressors)")
+    out = {}
+    for j, e in enumerate(endog):
+        if e in given:
+            w = _mapping(given[e], f"first_stage_weights[{e!r}]")
+            _check_keys(w, instruments, f"first_stage_weights[{e!r}] (instruments)")
+            w = {z: as_real(v, f"first_stage_weights[{e!r}][{z!r}]", "a number") for z, v in w.items()}
+            if not all(math.isfinite(v) for v in w.values()):
+                raise ValueError(f"first_stage_weights[{e!r}] must hold finite numbers, got {w}.")
+        else:
+            w = {z: 1.0 for i, z in enumerate(instruments) if i % len(endog) == j}
+        length = math.sqrt(sum(v * v for v in w.values()))
+        if length == 0:
+            raise ValueError(f"first_stage_weights[{e!r}] gives every instrument weight 0: the first stage needs "
+                             "at least one.")
+        out[e] = {z: v / length for z, v in w.items() if v != 0}
+    vectors = np.array([[out[e].get(z, 0.0) for z in instruments] for e in endog])
+    if np.linalg.matrix_rank(vectors, tol=1e-9) < len(endog):
+        raise ValueError("first_stage_weights: the endogenous regressors' instrument weights are linearly "
+                         "dependent, so the model would not be identified; give each its own direction.")
+    return out
 
 
 def _check_corr(corr, exog: list[str], endog: list[str], is_binary: dict) -> dict:
@@ -743,6 +780,7 @@ def plan_se(
     endogeneity: float = 0.5,
     coef: Mapping[str, float] | None = None,
     corr: Mapping[tuple[str, str], float] | None = None,
+    first_stage_weights: Mapping[str, Mapping[str, float]] | None = None,
     draws: int = 2,
     rtol: float = 0.02,
     seed=None,
@@ -801,6 +839,13 @@ def plan_se(
         Guessed correlations ``{(a, b): r}`` between two continuous exogenous regressors or an exogenous and
         an endogenous regressor (default 0). They matter for the exogenous coefficients' SEs: a control
         correlated with the endogenous regressor inherits part of its (instrumented, hence large) variance.
+    first_stage_weights : mapping, optional
+        ``{endog: {instrument: weight}}``: which instruments move each endogenous regressor, and how much
+        (weights of the standardised instruments; only their direction matters, the strength is
+        ``first_stage_r2``/``first_stage_f``). Default: each instrument moves one endogenous regressor
+        (instrument k the (k mod p)-th). With several endogenous regressors whose first stages share their
+        instruments give them: the first stages' overlap makes the instruments jointly weaker, and the SEs
+        larger, than their separate partial R² suggest.
     draws : int, default 2
         Synthetic data sets per budget; the planned variances are their average.
     rtol : float, default 0.02
@@ -875,7 +920,8 @@ def plan_se(
         rho = check_rho(rho, "rho")
     population = synthetic_population(
         formula, bounds=bounds, n=n, means=means, sds=sds, binary=binary, first_stage_r2=first_stage_r2,
-        first_stage_f=first_stage_f, error_sd=error_sd, endogeneity=endogeneity, coef=coef, corr=corr)
+        first_stage_f=first_stage_f, error_sd=error_sd, endogeneity=endogeneity, coef=coef, corr=corr,
+        first_stage_weights=first_stage_weights)
     coef_names = (["Intercept"] if population.intercept else []) + [*population.exog, *population.endog]
     target = _targets(target_se, target_width, alpha, coef_names, population.endog)
     ev = _Evaluator(population, n, draws, seed, options)

@@ -198,3 +198,36 @@ def test_benchmark_quick_writes_its_table(tmp_path):
     assert list(pd.read_csv(tmp_path / "plan_accuracy_full.csv").columns) == pa.COLUMNS
     assert set(written.design) == {d for d, _, _ in pa.QUICK_CELLS} and (written.runs == 5).all()
     assert (table.planned_se > 0).all() and (table.realised_sd > 0).all()
+
+
+def test_first_stage_weights_set_the_overlap_of_the_first_stages():
+    """Shared instruments: the two endogenous regressors' fitted values are correlated as the weights say (the
+    cosine of the two weight vectors), which is what makes the instruments jointly weaker."""
+    formula = "y ~ 1 + [x1 + x2 ~ z1 + z2 + z3]"
+    bounds = {c: (-8.0, 8.0) for c in ("y", "x1", "x2", "z1", "z2", "z3")}
+    weights = {"x1": {"z1": 0.5, "z2": 0.1, "z3": 0.2}, "x2": {"z1": 0.15, "z2": 0.35, "z3": 0.15}}
+    pop = synthetic_population(formula, bounds=bounds, first_stage_r2=0.3, first_stage_weights=weights)
+    data = pop.draw(200_000, seed=1)
+    Z = np.column_stack([np.ones(len(data)), data[["z1", "z2", "z3"]].to_numpy()])
+    fitted = [Z @ np.linalg.lstsq(Z, data[x].to_numpy(), rcond=None)[0] for x in ("x1", "x2")]
+    a, b = (np.array(list(weights[x].values())) for x in ("x1", "x2"))
+    cosine = a @ b / np.linalg.norm(a) / np.linalg.norm(b)
+    assert np.corrcoef(*fitted)[0, 1] == pytest.approx(cosine, abs=0.01)
+    default = synthetic_population(formula, bounds=bounds, first_stage_r2=0.3)
+    assert default.first_stage_weights == {"x1": {"z1": 1 / math.sqrt(2), "z3": 1 / math.sqrt(2)}, "x2": {"z2": 1.0}}
+
+
+@pytest.mark.parametrize("weights, error, words", [
+    ({"x3": {"z1": 1.0}}, ValueError, "first_stage_weights"),
+    ({"x1": {"w": 1.0}}, ValueError, "first_stage_weights['x1']"),
+    ({"x1": {"z1": 0.0}}, ValueError, "weight 0"),
+    ({"x1": {"z1": 1.0}, "x2": {"z1": 2.0}}, ValueError, "linearly dependent"),
+    ({"x1": {"z1": float("nan")}}, ValueError, "finite"),
+    ({"x1": [1.0]}, TypeError, "first_stage_weights['x1']"),
+])
+def test_first_stage_weights_are_checked(weights, error, words):
+    bounds = {c: (-8.0, 8.0) for c in ("y", "x1", "x2", "z1", "z2", "z3")}
+    with pytest.raises(error) as caught:
+        synthetic_population("y ~ 1 + [x1 + x2 ~ z1 + z2 + z3]", bounds=bounds, first_stage_r2=0.3,
+                             first_stage_weights=weights)
+    assert words in str(caught.value)
