@@ -183,8 +183,7 @@ class DPIVComparison:
             return res.settings[key] if isinstance(res, FitRelease) else getattr(res.settings, key)
 
         rows = [
-            ("Dep. Variable", [res.design.dependent_name if isinstance(res, DPIVResults) else res.dependent
-                               for res in fits]),
+            ("Dep. Variable", [res._dependent_label for res in fits]),
             ("Estimator", [res.estimator for res in fits]),
             ("Instruments", [", ".join(res.design.instrument_names if isinstance(res, DPIVResults)
                                        else res.instrument_names) for res in fits]),

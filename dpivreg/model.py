@@ -689,7 +689,7 @@ def _unnoised_sampling(cov_type: str, preprocess: str = "private") -> tuple[str,
 def _unnoised(statistic: str, stage: str) -> tuple[str, Release]:
     """The leak message and the (not private) record of ``statistic`` computed without noise (``stage`` = inf)."""
     return (f"{stage} = inf: the {statistic} was computed without noise (not private).",
-            Release(f"{statistic} (no noise)", stage, 1, None, math.inf, 0.0, math.inf))
+            Release.unnoised(f"{statistic} (no noise)", stage))
 
 
 def _announce_leaks(leaks: list[str], *, stacklevel: int) -> None:

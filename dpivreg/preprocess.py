@@ -315,7 +315,7 @@ def moments_from_sum(outer_sum: np.ndarray, n: int, *, with_constant: bool, rout
         # the exact moments are a release without noise: recorded as one (rho = inf), so that the accountant, the
         # summary and any record say the fit is not private, not "rho = 0"
         M, sigma = outer_sum / n, 0.0
-        release = Release(EXACT_MOMENTS_RELEASE, "rho0", 1, None, math.inf, 0.0, math.inf)
+        release = Release.unnoised(EXACT_MOMENTS_RELEASE, "rho0")
     else:
         M, release, sigma = release_moment_sum(outer_sum, n, rho=rho, rng=rng,
                                                sensitivity=box_moment_sensitivity(dim, n), bound=1.0,

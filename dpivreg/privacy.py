@@ -452,6 +452,12 @@ class Release:
         sensitivity = math.inf if clip is None else clipped_mean_sensitivity(clip, n)
         return cls(name, stage, steps, clip, sensitivity, noise_std, gaussian_zcdp(sensitivity, noise_std, steps))
 
+    @classmethod
+    def unnoised(cls, name: str, stage: str) -> "Release":
+        """Record a statistic of the data released without noise: not private (ρ = ∞), so that the accountant,
+        ε and every record of the fit say so."""
+        return cls(name, stage, 1, None, math.inf, 0.0, math.inf)
+
     @property
     def mu(self) -> float:
         """Gaussian-DP parameter of the release: sqrt(steps)·Δ/σ = sqrt(2ρ)."""

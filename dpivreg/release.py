@@ -66,10 +66,6 @@ def _floats(values) -> np.ndarray:
     return np.asarray(values, dtype=float)
 
 
-def _float(value) -> float:
-    return float(value)
-
-
 @dataclass(frozen=True, eq=False)
 class FitRelease(PrivateTable):
     """The private output of one fit, with its budget and public settings, and nothing of the data.
@@ -163,10 +159,6 @@ class FitRelease(PrivateTable):
     @property
     def _dependent_label(self) -> str:
         return self.dependent
-
-    @property
-    def _delta_reported(self) -> float:
-        return self.delta
 
     def cov_params(self) -> pd.DataFrame:
         """The private covariance (a ValueError when the fit made no inference)."""
@@ -278,8 +270,8 @@ class FitRelease(PrivateTable):
         params = pd.Series(_floats(data["params"]), index=names, name="parameter")
         cov = None if data["cov"] is None else pd.DataFrame(_floats(data["cov"]), index=names, columns=names)
         path = _floats(data["path"]).reshape(-1, len(names))
-        releases = [Release(r["name"], r["stage"], int(r["steps"]), None if r["clip"] is None else _float(r["clip"]),
-                            _float(r["sensitivity"]), _float(r["noise_std"]), _float(r["rho"]))
+        releases = [Release(r["name"], r["stage"], int(r["steps"]), None if r["clip"] is None else float(r["clip"]),
+                            float(r["sensitivity"]), float(r["noise_std"]), float(r["rho"]))
                     for r in data["releases"]]
         n_z = len(data["exog_names"]) + len(data["instrument_names"])
         theta = _floats(data["first_stage_path"]).reshape(-1, n_z, len(data["endog_names"]))
@@ -289,9 +281,9 @@ class FitRelease(PrivateTable):
             nobs=nobs, estimator=data["estimator"], params=params, cov=cov, cov_type=data["cov_type"],
             path=pd.DataFrame(path, index=pd.RangeIndex(path.shape[0], name="iteration"), columns=names),
             first_stage_path=theta,
-            privacy=PrivacyBudget(releases, {k: _float(v) for k, v in data["budget_asked"].items()}),
-            delta=_float(data["delta"]), settings=_decoded_settings(data["settings"]),
-            scaling={k: {**v, "centre": _float(v["centre"]), "scale": _float(v["scale"])} if "centre" in v else v
+            privacy=PrivacyBudget(releases, {k: float(v) for k, v in data["budget_asked"].items()}),
+            delta=float(data["delta"]), settings=_decoded_settings(data["settings"]),
+            scaling={k: {**v, "centre": float(v["centre"]), "scale": float(v["scale"])} if "centre" in v else v
                      for k, v in data["scaling"].items()},
             leaks=tuple(leaks), inference_note=data["inference_note"], version=data["version"],
             created=data["created"],

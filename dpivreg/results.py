@@ -21,8 +21,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as _dt
-import math
-import numbers
 import unicodedata
 import warnings
 from dataclasses import dataclass
@@ -31,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 from statsmodels.iolib.summary import Summary
 from statsmodels.iolib.table import SimpleTable
 from statsmodels.iolib.tableformatting import fmt_2cols, fmt_params
@@ -902,10 +899,6 @@ class DPIVResults(PrivateTable):
     @property
     def _dependent_label(self) -> str:
         return self.design.dependent_name
-
-    @property
-    def _delta_reported(self) -> float:
-        return self._delta
 
     def _benchmark_columns(self) -> pd.DataFrame:
         names = self.design.regressor_names

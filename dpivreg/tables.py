@@ -45,12 +45,13 @@ def format_number(value, digits: int = 4) -> str:
 class PrivateTable:
     """Mixin: the normal-approximation statistics and the exports from ``params``, ``bse`` and the budget.
 
-    The class provides ``params``, ``bse``, ``privacy``, ``estimator``, ``nobs``, ``leaks``, ``cov_type`` and the
-    hooks below.
+    The class provides ``params``, ``bse``, ``delta``, ``privacy``, ``estimator``, ``nobs``, ``leaks``, ``cov_type``
+    and the hooks below.
     """
 
     params: pd.Series
     bse: pd.Series
+    delta: float
     privacy: PrivacyBudget
     estimator: str
     nobs: int
@@ -64,10 +65,6 @@ class PrivateTable:
 
     @property
     def _dependent_label(self) -> str:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    @property
-    def _delta_reported(self) -> float:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def _benchmark_columns(self) -> pd.DataFrame:
@@ -153,7 +150,7 @@ class PrivateTable:
         return self._table(benchmark, level, "the table", stacklevel=2)
 
     def _export_notes(self, benchmark: bool, level: float) -> list[str]:
-        priv, delta = self.privacy, self._delta_reported
+        priv, delta = self.privacy, self.delta
         notes = [(f"Private estimates ({self.estimator}) of {self._dependent_label}; n = {self.nobs}; total privacy "
                   f"spent rho = {format_number(priv.rho)} (zCDP), epsilon = {format_number(priv.epsilon(delta))} at "
                   f"delta = {delta:g}.")]

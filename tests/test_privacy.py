@@ -361,3 +361,11 @@ def test_gaussian_delta_for_tiny_rho():
     for rho in (1e-300, 1e-40, 1e-12):
         mu = math.sqrt(2 * rho)
         assert delta_from_rho(rho, 0.0) == pytest.approx(mu / math.sqrt(2 * math.pi), rel=1e-9, abs=0.0)
+
+
+def test_an_unnoised_release_makes_the_whole_fit_not_private():
+    record = Release.unnoised("exact statistic", "rho0")
+    assert (record.steps, record.clip, record.noise_std) == (1, None, 0.0)
+    assert math.isinf(record.sensitivity) and math.isinf(record.rho)
+    budget = PrivacyBudget([Release.gaussian("m", "rho1", steps=1, clip=1.0, n=100, noise_std=0.1), record])
+    assert not budget.is_private and math.isinf(budget.epsilon(1e-5))
