@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+import keyword
 import re
 from typing import Any
 import warnings
@@ -573,12 +574,58 @@ def _formulaic_blocks(
         if text is None:
             blocks[block] = _empty_block(data.index)
             continue
+        plain = plain_column_block(text, data)
+        if plain is not None:
+            blocks[block] = plain
+            continue
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             matrix = formulaic_block_matrix(block, text, data, context)
         _check_undeclared_levels(caught, block, text)
         blocks[block] = pd.DataFrame(matrix)
     return blocks
+
+
+_PLAIN_TERM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def plain_column_block(text: str, data: pd.DataFrame) -> pd.DataFrame | None:
+    """The block formulaic would build from ``text`` when its terms are only ``0``, ``1`` and numeric columns
+    of ``data`` joined by ``+``, without running formulaic; None for any other block (formulaic builds it).
+    The block is already the design's: float64, in new memory (it never aliases ``data``).
+
+    formulaic's rules for such a block (checked column for column by the parity tests): the last ``0`` or
+    ``1`` decides the intercept, which comes first as ``Intercept``, a float column of ones; the columns
+    follow in the order they are first named, each once, with their own values and dtype (missing values
+    kept). Formulaic spends most of a plain design's build time on this (0.1 s at 10⁶ rows, measured).
+    """
+    intercept, names = False, []
+    for term in (token.strip() for token in text.split("+")):
+        if term in ("0", "1"):
+            intercept = term == "1"
+        elif (_PLAIN_TERM.fullmatch(term) and not keyword.iskeyword(term) and term != "Intercept"
+              and _is_plain_number_column(data, term)):
+            if term not in names:
+                names.append(term)
+        else:
+            return None
+    columns = ["Intercept", *names] if intercept else names
+    if not columns:
+        return None
+    values = np.empty((len(columns), data.shape[0]))  # pandas' own layout: one row per column
+    for row, name in enumerate(columns):
+        values[row] = 1.0 if name == "Intercept" and intercept and row == 0 else data[name].to_numpy()
+    block = pd.DataFrame(values.T, index=data.index, columns=columns, copy=False)
+    block.attrs[_FLOAT_BLOCK] = True
+    return block
+
+
+def _is_plain_number_column(data: pd.DataFrame, name: str) -> bool:
+    """A column of ``data`` named once, holding real numbers in a NumPy dtype (not bool, not complex)."""
+    if int(np.count_nonzero(data.columns == name)) != 1:
+        return False
+    dtype = data[name].dtype
+    return (isinstance(dtype, np.dtype) and dtype.kind in "fiu")
 
 
 _OUTSIDE_LEVELS = re.compile(r"categories outside of the nominated levels.*?: (\{.*?\})")
@@ -1013,8 +1060,17 @@ def _as_float_blocks(blocks: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
         for column, dtype in frame.dtypes.items():
             if is_complex_dtype(dtype):
                 raise TypeError(f"{block} " + _complex_message(column, dtype))
-        out[block] = pd.DataFrame(float_values(frame, block), index=frame.index, columns=list(frame.columns))
+        if frame.attrs.pop(_FLOAT_BLOCK, False):  # the marker does not reach the design
+            out[block] = frame
+            continue
+        # float_values returns new memory, so the frame need not copy it again
+        out[block] = pd.DataFrame(float_values(frame, block), index=frame.index, columns=list(frame.columns),
+                                  copy=False)
     return out
+
+
+#: Set in ``DataFrame.attrs`` of a block built as the design's float64 block already (new memory).
+_FLOAT_BLOCK = "dpivreg_float_block"
 
 
 def float_values(frame: pd.DataFrame, block: str) -> np.ndarray:

@@ -154,6 +154,60 @@ def test_formulaic_parity_synthetic(synthetic: pd.DataFrame, formula: str) -> No
     assert design.nobs + design.n_dropped == synthetic.shape[0]
 
 
+# Block texts as _block_formulas writes them ("0 + " first). Plain ones take dpivreg's fast path; the others
+# (bool and text columns, transforms, "-", a column named Intercept, unknown names) must go to formulaic.
+PLAIN_BLOCKS = ["0 + y", "0 + 1 + w", "0 + w + 1", "0 + 0 + w", "0 + 1 + 0 + w", "0 + w + 0", "0 + 1",
+                "0 + x1 + w + 1 + w", "0 + count + w", "0 + single + 1", "0 + z1 + z2 + z3"]
+NOT_PLAIN_BLOCKS = ["0 + flag", "0 + cat", "0 + np.log(z1)", "0 + w:z1", "0 + 1 + w - 1", "0 + Intercept",
+                    "0 + nope", "0 + C(cat)", "0 + `w`", "0", "0 + lambda"]
+
+
+def _plain_frame(synthetic: pd.DataFrame) -> pd.DataFrame:
+    frame = synthetic.copy()
+    frame["count"] = np.arange(frame.shape[0], dtype=np.int64)
+    frame["single"] = frame["w"].astype(np.float32)
+    frame["Intercept"] = 1.0
+    frame["lambda"] = 2.0
+    frame.loc[frame.index[:3], "w"] = np.nan  # kept as missing, as formulaic keeps them
+    return frame
+
+
+@pytest.mark.parametrize("text", PLAIN_BLOCKS)
+def test_plain_column_block_equals_formulaic(synthetic: pd.DataFrame, text: str) -> None:
+    from dpivreg.design import _as_float_blocks, formulaic_block_matrix, plain_column_block
+
+    frame = _plain_frame(synthetic)
+    before = frame.copy()
+    ours = plain_column_block(text, frame)
+    theirs = _as_float_blocks({"exog": pd.DataFrame(formulaic_block_matrix("exog", text, frame, {}))})["exog"]
+    assert ours is not None
+    pd.testing.assert_frame_equal(_as_float_blocks({"exog": ours})["exog"], theirs)
+    assert ours.attrs == {}  # the fast path's marker is consumed, not carried into the design
+    assert not any(np.shares_memory(ours.to_numpy(), frame[c].to_numpy()) for c in frame.columns
+                   if frame[c].dtype.kind == "f")
+    pd.testing.assert_frame_equal(frame, before)
+
+
+@pytest.mark.parametrize("text", NOT_PLAIN_BLOCKS)
+def test_other_blocks_are_left_to_formulaic(synthetic: pd.DataFrame, text: str) -> None:
+    from dpivreg.design import plain_column_block
+
+    assert plain_column_block(text, _plain_frame(synthetic)) is None
+
+
+def test_plain_formula_design_equals_formulaic(synthetic: pd.DataFrame, monkeypatch) -> None:
+    import dpivreg.design as design_module
+
+    formula = "y ~ 1 + w + count + [x1 + x2 ~ z1 + z2 + z3]"
+    frame = _plain_frame(synthetic)
+    fast = _quiet(design_from_formula, formula, frame)
+    monkeypatch.setattr(design_module, "plain_column_block", lambda text, data: None)
+    slow = _quiet(design_from_formula, formula, frame)
+    for block in BLOCKS:
+        pd.testing.assert_frame_equal(getattr(fast, block), getattr(slow, block))
+    assert fast.nobs == slow.nobs and fast.n_dropped == slow.n_dropped >= 3  # the frame's own NaN and w's
+
+
 def test_missing_rows_dropped_jointly(synthetic: pd.DataFrame) -> None:
     formula = "y ~ 1 + w + [x1 + x2 ~ z1 + z2]"
     with pytest.warns(DroppedRowsWarning, match=r"dropped 6 of 400 rows") as record:
