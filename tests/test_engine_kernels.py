@@ -222,3 +222,26 @@ def test_group_clipping_needs_exogenous_columns():
     Z, X, Y = _data(200, 3, 2, 0, seed=1)
     with pytest.raises(ValueError, match="n_exog > 0"):
         dp_2s_gd(Z, X, Y, T=2, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.5, clip1=(1.0, 2.0), clip2=(1.0, 2.0))
+
+
+@pytest.mark.skipif(not numba_available(), reason="numba not installed")
+@pytest.mark.parametrize("q, p_endog, n_exog, grouped", [(3, 1, 2, True), (3, 1, 2, False), (6, 2, 1, True),
+                                                         (4, 2, 0, False), (1, 1, 0, False)])
+def test_gradient_norm_histograms_numba_equals_numpy(q, p_endog, n_exog, grouped):
+    """The clipping release's counts (adaptive clip) are the same with the compiled loop as with numpy, row for
+    row: on random rows, a zero row (norm 0: first bin), rows beyond the grid (last bin) and an overflowing one."""
+    from dpivreg.clipping import _group_dimensions, _group_edges, gradient_norm_counts
+    from dpivreg.kernels import pass_matrix
+
+    p = n_exog + p_endog
+    Z, X, Y = _data(5000, q, p, n_exog, seed=q + p_endog)
+    Z[0], X[0, n_exog:], Y[0] = 0.0, 0.0, 0.0
+    Y[1:4] = [1e3, -1e6, 1e300]
+    rng = np.random.default_rng(1)
+    M = pass_matrix(rng.standard_normal((q, p_endog)), rng.standard_normal(p), None, n_exog)[0]
+    edges = _group_edges(_group_dimensions(q, p, n_exog, p_endog, grouped))
+    args = (Z, X[:, n_exog:], Y, M, n_exog, grouped, edges)
+    (numpy_counts,), (numba_counts,) = gradient_norm_counts(*args), gradient_norm_counts(*args, kernel="numba")
+    np.testing.assert_array_equal(numba_counts, numpy_counts)
+    second_stage = numpy_counts[len(edges) // 2:]
+    assert numpy_counts.sum() == len(edges) * Z.shape[0] and second_stage[:, -1].min() >= 2  # e = 1e6, 1e300
