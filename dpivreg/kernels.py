@@ -413,7 +413,7 @@ def _fused_norm_counts(Z, X_endog, Y, M, split, edges, counts):  # pragma: no co
             groups = 2
         for g in range(groups):
             v = norms[g]
-            if not v > edges[g, 1]:  # zero, NaN or in the first bin
+            if not v >= edges[g, 1]:  # zero, NaN or in the first bin (numpy's bin 1 starts at edges[1] itself)
                 index = bins - 1 if v != v else 0
             elif not v < edges[g, bins - 1]:  # in the last bin or beyond (inf)
                 index = bins - 1

@@ -245,3 +245,20 @@ def test_gradient_norm_histograms_numba_equals_numpy(q, p_endog, n_exog, grouped
     np.testing.assert_array_equal(numba_counts, numpy_counts)
     second_stage = numpy_counts[len(edges) // 2:]
     assert numpy_counts.sum() == len(edges) * Z.shape[0] and second_stage[:, -1].min() >= 2  # e = 1e6, 1e300
+
+
+@pytest.mark.skipif(not numba_available(), reason="numba not installed")
+def test_gradient_norm_histograms_on_the_edges():
+    """Norms exactly on every bin edge and one ulp either side are binned as numpy's searchsorted bins them (a
+    norm equal to the second edge was once counted in the first bin): with M = 0 and z = 1 the first-stage norm
+    of a row is exactly abs(x)."""
+    from dpivreg.clipping import _group_edges, gradient_norm_counts
+
+    edges = _group_edges([1, 1])
+    values = np.concatenate([edges[0], np.nextafter(edges[0], 0.0), np.nextafter(edges[0], np.inf),
+                             [0.0, 5e-324, np.inf]])
+    for value in values:
+        Z, X, Y = np.ones((1, 1)), np.array([[-value]]), np.zeros(1)
+        args = (Z, X, Y, np.zeros((1, 3)), 0, False, edges)
+        (numpy_counts,), (numba_counts,) = gradient_norm_counts(*args), gradient_norm_counts(*args, kernel="numba")
+        np.testing.assert_array_equal(numba_counts, numpy_counts, err_msg=f"norm {value!r}")
