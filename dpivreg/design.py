@@ -1490,6 +1490,9 @@ def design_from_formula(
 
     Notes
     -----
+    With "formulaic", a block whose terms are only ``0``, ``1`` and numeric columns is built directly, as
+    formulaic would build it (:func:`plain_column_block`); every other block by formulaic.
+
     With "patsy", ``1`` adds patsy's ``Intercept`` column and ``0 +`` or
     ``- 1`` remove it. Each patsy block is built separately with missing rows
     dropped by patsy (so a missing category is missing), and only the rows

@@ -69,3 +69,16 @@ def test_workflow_speed_quick_writes_its_table(tmp_path):
     assert (table.passes_fit == table["T"] + 5).all()
     assert (table.passes_design == 1).all() and (table.passes_summary == 1).all()
     assert (table[["design_s", "fit_s", "summary_s", "iv2sls_s", "peak_over_data"]] > 0).all().all()
+
+
+def test_inference_cost_quick_reports_both_fits():
+    """``inference_cost.py --quick`` times each fit with and without inference and reports the paths the stopping
+    rule drew (at least its first batch, at most 2000)."""
+    import inference_cost as ic
+    from dpivreg.inference import MIN_REPLICATIONS
+
+    rows = ic.main(["--quick"])
+    assert [row["rule"] for row in rows] == ["default", "fixed"] and rows[1]["T"] == 20
+    for row in rows:
+        assert row["with_s"] > 0 and row["without_s"] > 0 and row["ratio"] == row["with_s"] / row["without_s"]
+        assert MIN_REPLICATIONS <= row["paths"] <= 2000
