@@ -131,7 +131,7 @@ def meat_clipped_rows(n: int) -> float:
     return min(0.1 * math.sqrt(n), 10.0)
 
 
-def _structural_residuals(Z, X_endog, Y, beta, n_exog: int) -> np.ndarray:
+def structural_residuals(Z, X_endog, Y, beta, n_exog: int) -> np.ndarray:
     """ũᵢ = ỹᵢ − x̃ᵢᵀβ̃ with x̃ᵢ = [z̃ᵢ[:n_exog], x̃ᵢ,endog] (the exogenous columns lead Z)."""
     return Y - Z[:, :n_exog] @ beta[:n_exog] - X_endog @ beta[n_exog:]
 
@@ -139,7 +139,7 @@ def _structural_residuals(Z, X_endog, Y, beta, n_exog: int) -> np.ndarray:
 def score_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: np.ndarray, n_exog: int,
                       edges: np.ndarray) -> tuple[np.ndarray]:
     """Histogram counts of one block's score norms ‖z̃ᵢ‖·abs(ũᵢ) (a block function)."""
-    u = _structural_residuals(Z, X_endog, Y, beta, n_exog)
+    u = structural_residuals(Z, X_endog, Y, beta, n_exog)
     norms = np.sqrt(np.einsum("ij,ij->i", Z, Z)) * np.abs(u)
     return (histogram_counts(norms, edges),)
 
@@ -147,7 +147,7 @@ def score_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: n
 def clipped_score_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: np.ndarray, n_exog: int,
                             bound: float) -> tuple[np.ndarray]:
     """Σᵢ clip(sᵢ)clip(sᵢ)ᵀ over one block, sᵢ = z̃ᵢũᵢ clipped to L2 norm ``bound`` (inf: not clipped)."""
-    S = Z * _structural_residuals(Z, X_endog, Y, beta, n_exog)[:, None]
+    S = Z * structural_residuals(Z, X_endog, Y, beta, n_exog)[:, None]
     return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
 
 

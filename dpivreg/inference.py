@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backends import one_pass
-from .covariance import resolve_cov_type, robust_covariance, score_edges, score_meat_release, unadjusted_covariance
+from .covariance import resolve_cov_type, structural_residuals, robust_covariance, score_edges, score_meat_release, unadjusted_covariance
 from .engine import DP2SGDPath, IterationPlan, RunTimeForecast, preconditioner_matrix, preconditioner_root
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
 from .preprocess import WorkingScale
@@ -146,7 +146,7 @@ def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, 
     n = scale.Y.shape[0]
     clip = 2.0 * (tau + math.log(n)) * (1.0 + float(np.sum(np.abs(beta_working)))) ** 2
     with one_pass():
-        residual = scale.Y - scale.X @ beta_working
+        residual = structural_residuals(scale.Z, scale.X_endog, scale.Y, beta_working, scale.n_exog)
         mean = np.mean(np.minimum(residual**2, clip))
         mean = float(mean.compute() if hasattr(mean, "compute") else mean)
     if math.isinf(rho):

@@ -48,7 +48,7 @@ def _paper_step_sizes_from_data(scale: WorkingScale) -> tuple[float, float]:
     Θ̂ᵀ(ZᵀZ/n)Θ̂ with Θ̂ the first-stage least-squares fit (exogenous columns map to themselves).
     Both read the private data, so a fit that uses them raises PrivacyLeakWarning.
     """
-    Z, X, k = scale.Z, scale.X, scale.n_exog
+    Z, X_endog, k = scale.Z, scale.X_endog, scale.n_exog
     n, q = Z.shape
     # The triangular factor of [Z, X_endog] = Q·[Rz, Rx] (one TSQR pass on Dask). Then Z·Θ̂ = Q·Rz·Θ̂ with
     # Θ̂ = lstsq(Rz, Rx), and the spectra come from singular values of small factors (no normal equations).
@@ -57,9 +57,9 @@ def _paper_step_sizes_from_data(scale: WorkingScale) -> tuple[float, float]:
 
         from ._dask import dask_r_factor  # noqa: PLC0415
 
-        R = dask_r_factor(da.concatenate([Z, X[:, k:]], axis=1).rechunk({1: -1}))
+        R = dask_r_factor(da.concatenate([Z, X_endog], axis=1).rechunk({1: -1}))
     else:
-        R = np.linalg.qr(np.column_stack([Z, X[:, k:]]), mode="r")
+        R = np.linalg.qr(np.column_stack([Z, X_endog]), mode="r")
     Rz, Rx = R[:, :q], R[:, q:]
     eta = 1.0 / (np.linalg.svd(Rz, compute_uv=False)[0] ** 2 / n)
     W = np.column_stack([Rz[:, :k], Rz @ np.linalg.lstsq(Rz, Rx, rcond=None)[0]])  # x̂ = Q·W
@@ -428,7 +428,7 @@ class DPIV2SLS:
         scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng)
         leaks += design_leaks(self._design) + _scale_leaks(scale, preprocess)
         n, q = scale.Z.shape
-        p = scale.X.shape[1]
+        p = scale.p
         k = scale.n_exog
         start, kappa = None, 0.0
         if init == "moments":
@@ -569,7 +569,7 @@ class DPIV2SLS:
 
         n, q = scale.Z.shape
         k = scale.n_exog
-        p = scale.X.shape[1]
+        p = scale.p
         theta, beta = solve_2sls(scale.moments.working(), q, k, p - k)
         path = _single_estimate_path(theta, beta, k, scale.releases)
         robust = inference and cov_type == "robust"
@@ -715,7 +715,7 @@ def _child(rng: np.random.Generator) -> np.random.Generator:
 def _adaptive_clip(rows, scale: WorkingScale, start, method: str, *, rho: float, stage_rho: tuple[float, float],
                    rng: np.random.Generator):
     """The private clipping release at the starting point (zeros without a warm start)."""
-    q, p, k = scale.Z.shape[1], scale.X.shape[1], scale.n_exog
+    q, p, k = scale.Z.shape[1], scale.p, scale.n_exog
     theta0, beta0 = start if start is not None else (np.zeros((q, p - k)), np.zeros(p))
     W0 = None
     if method == "preconditioned":

@@ -52,7 +52,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from .backends import InMemoryRows, RowSource, map_row_blocks
+from .backends import InMemoryRows, RowSource, is_dask_collection, map_row_blocks
 from .design import IVDesign
 from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_sum
 from .privacy import Release
@@ -142,8 +142,10 @@ class WorkingScale:
         Position of the constant column among the exogenous columns.
     constant_value : float
         Its value v.
-    Z, X, Y : ndarray
-        NON-PRIVATE: the working arrays fed to the engine, i.e. the data themselves (affinely mapped).
+    Z, X_endog, Y : ndarray
+        NON-PRIVATE: the working arrays fed to the engine, i.e. the data themselves (affinely mapped): Z̃
+        (n, q), X̃'s endogenous columns (n, p − n_exog) and Ỹ (n,). X̃'s exogenous columns are Z̃'s first
+        ``n_exog`` columns, so they are not held twice; :attr:`X` assembles X̃ when asked.
     n_exog : int
         Number of exogenous columns leading Z and X.
     releases : tuple of Release
@@ -168,7 +170,7 @@ class WorkingScale:
     constant_index: int | None
     constant_value: float
     Z: np.ndarray = field(repr=False)
-    X: np.ndarray = field(repr=False)
+    X_endog: np.ndarray = field(repr=False)
     Y: np.ndarray = field(repr=False)
     n_exog: int = 0
     releases: tuple[Release, ...] = ()
@@ -186,10 +188,28 @@ class WorkingScale:
         :func:`dpivreg.engine.row_source`'s checks.
         """
         if self.built_checked:
-            return InMemoryRows(self.Z, self.X[:, self.n_exog:], self.Y)
+            return InMemoryRows(self.Z, self.X_endog, self.Y)
         from .engine import row_source  # noqa: PLC0415 - the engine's checks, for arrays from elsewhere
 
         return row_source(self.Z, self.X, self.Y, self.n_exog)[0]
+
+    @property
+    def X(self) -> np.ndarray:
+        """NON-PRIVATE: the working regressors X̃ = [Z̃'s exogenous columns, X̃_endog], (n, p); a new array (lazy
+        on Dask) at every access: the fit itself never needs it whole."""
+        if self.n_exog == 0:
+            return self.X_endog
+        exog = self.Z[:, :self.n_exog]
+        if is_dask_collection(self.Z):
+            import dask.array as da  # noqa: PLC0415 - dask is optional
+
+            return da.concatenate([exog, self.X_endog], axis=1)
+        return np.concatenate([exog, self.X_endog], axis=1)
+
+    @property
+    def p(self) -> int:
+        """Number of regressors p (exogenous and endogenous)."""
+        return self.n_exog + int(self.X_endog.shape[1])
 
     @property
     def leaked_columns(self) -> list[str]:
@@ -437,11 +457,11 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     constant_value = float(minimum[1 + design.exog_names.index(constant)]) if constant is not None else 1.0
     maps = affine_maps(design, constant=constant, constant_value=constant_value, centres=centre_s,
                        scales=moment_scales, moments=moments)
-    Z, X, Y = _working_arrays(design, lo, hi, maps)
+    Z, X_endog, Y = _working_arrays(design, lo, hi, maps)
     return WorkingScale(built_checked=not getattr(design, "is_dask", False), bound_notes=tuple(resolved.notes()),
         route=route, bound_scales=scale_s, bound_centres=centre_s, source=source,
         clipped_values=pd.Series(dict(zip(names, counts)), name="clipped values (non-private)", dtype=np.int64),
-        Z=Z, X=X, Y=Y, n_exog=len(design.exog_names), **maps,
+        Z=Z, X_endog=X_endog, Y=Y, n_exog=len(design.exog_names), **maps,
     )
 
 
@@ -490,9 +510,9 @@ def preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, centres:
 
 
 def _working_arrays(design, lo: np.ndarray, hi: np.ndarray, maps: dict):
-    """Z̃, X̃, Ỹ: the design's columns clipped to their bounds and mapped by the working scale's affine maps
+    """Z̃, X̃_endog, Ỹ: the design's columns clipped to their bounds and mapped by the working scale's affine maps
     (lazy Dask arrays for a Dask design; for an in-memory one filled block by block, without a copy of the
-    whole design)."""
+    whole design). X̃'s exogenous columns are Z̃'s first k (:attr:`WorkingScale.X`)."""
     pos = design.positions
     k = len(design.exog_names)
     A_endog, c_endog = maps["A_x"][k:, k:], maps["x_center"][k:]
@@ -505,21 +525,19 @@ def _working_arrays(design, lo: np.ndarray, hi: np.ndarray, maps: dict):
     if getattr(design, "is_dask", False):
         import dask.array as da  # noqa: PLC0415 - dask is optional
 
-        Z, X_endog, Y = mapped(da.clip(design.values, lo, hi))
-        return Z, (da.concatenate([Z[:, :k], X_endog], axis=1) if k else X_endog), Y
+        return mapped(da.clip(design.values, lo, hi))
     n = design.nobs
-    Z, X, Y = np.empty((n, len(pos["z"]))), np.empty((n, len(pos["x"]))), np.empty(n)
+    Z, X_endog, Y = np.empty((n, len(pos["z"]))), np.empty((n, len(pos["endog"]))), np.empty(n)
 
     def fill(rows: slice) -> bool:
-        Z[rows], X[rows, k:], Y[rows] = mapped(np.clip(design.row_block(rows), lo, hi))
-        X[rows, :k] = Z[rows, :k]  # identical by construction
-        return bool(np.isfinite(Z[rows]).all() and np.isfinite(X[rows, k:]).all() and np.isfinite(Y[rows]).all())
+        Z[rows], X_endog[rows], Y[rows] = mapped(np.clip(design.row_block(rows), lo, hi))
+        return bool(np.isfinite(Z[rows]).all() and np.isfinite(X_endog[rows]).all() and np.isfinite(Y[rows]).all())
 
     if not all(map_row_blocks(fill, n)):
         raise ValueError("the working arrays are not finite: the design holds NaN or infinite values, or a column "
                          "of order 1e300 without bounds overflows float64. Drop or impute missing values, give "
                          "public bounds for every column, or rescale the data.")
-    return Z, X, Y
+    return Z, X_endog, Y
 
 
 def _with_units(scales: pd.Series, free: list, unit: np.ndarray) -> pd.Series:

@@ -410,6 +410,20 @@ def test_bound_block_is_free_post_processing(frame):
 LABSUP_BOUNDS_FOR_TEST = {"weeks": (0, 52), "kids": (0, 12), "samesex": (0, 1), "educ": (0, 20)}
 
 
+def test_working_arrays_hold_the_exogenous_columns_once():
+    """The working X̃'s exogenous columns are Z̃'s leading ones: held once (X_endog), assembled on access (X), so a
+    fit holds n × (q + p_endog + 1) working doubles, not n × (q + p + 1)."""
+    df = load_labsup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = DPIV2SLS.from_formula("weeks ~ 1 + educ + [kids ~ samesex]", df).fit(
+            rho1=1, rho2=1, bounds=LABSUP_BOUNDS_FOR_TEST, seed=0)
+    scale = res.scale
+    assert scale.n_exog == 2 and scale.X_endog.shape == (df.shape[0], 1) and scale.p == 3
+    np.testing.assert_array_equal(scale.X, np.column_stack([scale.Z[:, :2], scale.X_endog]))
+    assert not np.shares_memory(scale.X_endog, scale.Z)
+
+
 def test_paper_data_step_sizes_equal_the_eigenvalue_formula():
     """method="gd" without eta/alpha: η = 1/λ_max(Z̃ᵀZ̃/n) and α = 2/(2γ̄+γ̲) with γ the eigenvalues of x̂ᵀx̂/n,
     x̂ = [exog, Z̃Θ̂] (Θ̂ by least squares). The model computes them from a QR factor; here they are
