@@ -195,8 +195,9 @@ class WorkingScale:
 
     @property
     def X(self) -> np.ndarray:
-        """NON-PRIVATE: the working regressors X̃ = [Z̃'s exogenous columns, X̃_endog], (n, p); a new array (lazy
-        on Dask) at every access: the fit itself never needs it whole."""
+        """NON-PRIVATE: the working regressors X̃ = [Z̃'s exogenous columns, X̃_endog], (n, p), for reading: a new
+        array at every access (lazy on Dask), ``X_endog`` itself without exogenous columns. The fit never
+        needs it whole."""
         if self.n_exog == 0:
             return self.X_endog
         exog = self.Z[:, :self.n_exog]
