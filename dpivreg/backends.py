@@ -59,8 +59,10 @@ def _blas_controller():
     """threadpoolctl's view of the loaded BLAS libraries, scanned again only when modules were imported since.
 
     A scan (``threadpool_limits``) walks every loaded shared library: 5.7 ms, against 0.04 ms to set limits
-    through a kept controller (measured; a fit sets them up to four times). A BLAS is loaded by importing the
-    extension module that links it, so an unchanged module count means an unchanged set of libraries.
+    through a kept controller (measured; a fit sets them up to four times). A BLAS is normally loaded by
+    importing the extension module that links it, so the module count stands for the set of libraries; one
+    loaded otherwise (ctypes) is seen at the next import, and until then only its threads are not limited
+    (oversubscription, never a different number).
     """
     from threadpoolctl import ThreadpoolController
 
