@@ -172,6 +172,7 @@ class RowSource(Protocol):
 
     n: int
     q: int
+    kernel: str  # "auto", "numba" or "numpy" (dpivreg.kernels.KERNELS): the implementation of the block functions
 
     def clipped_sums(self, M: np.ndarray, clip1, clip2, split: int | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -130,8 +130,9 @@ def gradient_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: n
     ``M`` is the pass matrix at the starting point (:func:`dpivreg.kernels.pass_matrix`): uᵢ = zᵢᵀM gives
     the first-stage residual rᵢ, the whitened regressors x̃ᵢ and the second-stage residual eᵢ. Norms:
     ‖zᵢ[g]‖·‖rᵢ‖ and ‖x̃ᵢ[g]‖·abs(eᵢ) for the groups g (split at ``n_exog``), or the whole vectors.
-    ``kernel="numba"`` counts them in one compiled loop (:func:`dpivreg.kernels.fused_norm_counts`; 6x faster
-    at q = 3, measured), with the same counts up to a norm that rounding moves across a bin edge.
+    ``kernel="numba"`` counts them in one compiled loop (:func:`dpivreg.kernels.fused_norm_counts`; 8 ms instead
+    of 20 ms per 65,536 rows at q = 3, measured), with the same counts up to a norm that rounding moves across a
+    bin edge.
     """
     if kernel == "numba":
         return (fused_norm_counts(Z, X_endog, Y, M, n_exog if grouped else -1, np.array(edges)),)
@@ -202,7 +203,7 @@ def adaptive_clip(rows, theta0: np.ndarray, beta0: np.ndarray, W0: np.ndarray | 
     dims = _group_dimensions(q, p, n_exog, p_endog, grouped)
     edges = _group_edges(dims)
     M, _ = pass_matrix(theta0, beta0, None if W0 is None else W0.T, n_exog)
-    kernel = resolve_kernel(getattr(rows, "kernel", "auto"), q, M.shape[1])
+    kernel = resolve_kernel(rows.kernel, q, M.shape[1])
     (counts,) = rows.sums(gradient_norm_counts, M, n_exog, grouped, edges, kernel)
     noisy, release, sigma = release_histogram_counts(counts, rho=rho, rng=rng, stage="rho_clip",
                                                      name="gradient-norm histograms for the clipping thresholds")

@@ -614,7 +614,7 @@ def plain_column_block(text: str, data: pd.DataFrame) -> pd.DataFrame | None:
         return None
     values = np.empty((len(columns), data.shape[0]))  # pandas' own layout: one row per column
     for row, name in enumerate(columns):
-        values[row] = 1.0 if name == "Intercept" and intercept and row == 0 else data[name].to_numpy()
+        values[row] = 1.0 if name == "Intercept" else data[name].to_numpy()  # no data term is named Intercept
     block = pd.DataFrame(values.T, index=data.index, columns=columns, copy=False)
     block.attrs[_FLOAT_BLOCK] = True
     return block
@@ -625,7 +625,7 @@ def _is_plain_number_column(data: pd.DataFrame, name: str) -> bool:
     if int(np.count_nonzero(data.columns == name)) != 1:
         return False
     dtype = data[name].dtype
-    return (isinstance(dtype, np.dtype) and dtype.kind in "fiu")
+    return isinstance(dtype, np.dtype) and dtype.kind in "fiu"
 
 
 _OUTSIDE_LEVELS = re.compile(r"categories outside of the nominated levels.*?: (\{.*?\})")

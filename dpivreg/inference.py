@@ -56,7 +56,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backends import one_pass
-from .covariance import resolve_cov_type, structural_residuals, robust_covariance, score_edges, score_meat_release, unadjusted_covariance
+from .covariance import (resolve_cov_type, robust_covariance, score_edges, score_meat_release, structural_residuals,
+                         unadjusted_covariance)
 from .engine import DP2SGDPath, IterationPlan, RunTimeForecast, preconditioner_matrix, preconditioner_root
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
 from .preprocess import WorkingScale
