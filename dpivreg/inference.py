@@ -59,12 +59,13 @@ from .backends import one_pass
 from .covariance import (resolve_cov_type, robust_covariance, score_edges, score_meat_release, structural_residuals,
                          unadjusted_covariance)
 from .engine import DP2SGDPath, IterationPlan, RunTimeForecast, preconditioner_matrix, preconditioner_root
+from .kernels import numba_simulation_steps, resolve_kernel
 from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
 from .preprocess import WorkingScale
 from .privacy import Release, gaussian_zcdp
 
-__all__ = ["PrivateInference", "residual_variance_release", "simulate_fit", "noise_covariance", "private_inference",
-           "moment_inference", "sampling_release", "MAX_BIAS_SE"]
+__all__ = ["PrivateInference", "residual_variance_release", "simulate_fit", "simulation_kernel", "noise_covariance",
+           "private_inference", "moment_inference", "sampling_release", "MAX_BIAS_SE"]
 
 #: A simulated bias above this many standard errors (of any coefficient) raises a warning.
 MAX_BIAS_SE = 0.2
@@ -229,7 +230,7 @@ def _stacked_root(theta: np.ndarray, q: int, k: int, ridge: float, kind: str) ->
 
 def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, scale: WorkingScale, *,
                  replications: int, rng: np.random.Generator, warm_start: bool,
-                 progress: bool | None = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 progress: bool | None = False, kernel: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Draws of (Θ⁽ᵀ⁾, β̃⁽ᵀ⁾) under the privacy noise, by re-running the fit in moment form.
 
     Replication r draws the moment release's noise E_r (``scale.moments``; none without a release). Its
@@ -244,12 +245,16 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
 
     ``progress``: a progress bar over the T steps (:class:`dpivreg.engine.ProgressBar`; None automatic, True
     always, False never, the default). It reads only the clock: the draws are the same with and without it.
+
+    ``kernel``: the steps' implementation, ``"numba"`` (one compiled loop over paths and steps,
+    :func:`dpivreg.kernels.numba_simulation_steps`), ``"numpy"`` (batched over the paths, a step at a time) or
+    ``"auto"`` (:func:`simulation_kernel`). Both consume the same noise, drawn in the same order, and give
+    the same draws to rounding.
     """
     k = plan.n_exog
     q, p_endog = theta_T.shape
     p = beta_T.shape[0]
     R = replications
-    exog_block = np.broadcast_to(np.eye(q, k), (R, q, k))
     if scale.moments is None:
         S = np.broadcast_to(np.eye(q), (R, q, q))
         noise_rows = np.zeros((R, q, q + p_endog + 1))
@@ -268,25 +273,87 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
     forecast = RunTimeForecast(f"the privacy-noise simulation ({R} replications of the iteration)", plan.T,
                                "fit(inference=False) skips it; a smaller T shortens it.", progress=progress,
                                desc=f"privacy-noise simulation ({R} paths)")
+    run = _simulation_steps(kernel)
+    theta, beta = np.ascontiguousarray(theta, dtype=np.float64), np.ascontiguousarray(beta, dtype=np.float64)
+    S, g_x, g_y = (np.ascontiguousarray(a, dtype=np.float64) for a in (S, g_x, g_y))
     with forecast, np.errstate(over="ignore", invalid="ignore"):
-        for t in range(plan.T):
-            forecast.step(t)
-            xi = rng.standard_normal(theta.shape) * _per_row(plan.noise1[t], plan.split, q)[:, None]
-            nu = rng.standard_normal(beta.shape) * _per_row(plan.noise2[t], plan.split, p)
-            theta_full = np.concatenate([exog_block, theta], axis=2)
-            grad2 = (np.einsum("rji,rjk,rk->ri", theta_full, S @ theta_full, beta)
-                     - np.einsum("rji,rj->ri", theta_full, g_y))
-            if plan.method == "preconditioned":
-                W = _stacked_root(theta, q, k, plan.ridge, plan.root)
-                step = np.einsum("rji,rj->ri", W, np.einsum("rij,rj->ri", W, grad2) - nu)
-            else:
-                step = grad2 - nu
-            if plan.schedule[1, t] > 0:
-                beta = beta - plan.alpha * step
-            if plan.schedule[0, t] > 0:
-                theta = theta - plan.eta * ((S @ theta - g_x) - xi)
-    return theta, beta, np.asarray(S)
+        for steps in _step_chunks(plan.T, R * (q * p_endog + p)):
+            forecast.step(steps.start)
+            xi, nu = _step_noise(plan, steps, rng, theta.shape, beta.shape)
+            active = np.ascontiguousarray(plan.schedule[:, steps].T > 0)
+            theta, beta = run(theta, beta, S, g_x, g_y, xi, nu, active, plan)
+    return theta, beta, S
 
+
+#: Bytes of privacy noise drawn ahead for a chunk of the simulation's steps (:func:`_step_chunks`).
+_NOISE_CHUNK_BYTES = 1 << 21
+def simulation_kernel(kernel: str) -> str:
+    """The simulation's implementation, ``"numba"`` or ``"numpy"`` (see :func:`simulate_fit`): ``"auto"`` takes numba
+    when it is installed (the compiled loop was 5 times faster per step at q = p = 6 and 2.7 times at
+    q = p = 50, 250 paths, one thread); ``"numba"`` without numba is an ImportError."""
+    return resolve_kernel(kernel, 1, 1)
+
+
+def _simulation_steps(kernel: str):
+    """``run(theta, beta, S, g_x, g_y, xi, nu, active, plan) -> (theta, beta)`` for a chunk of steps."""
+    if simulation_kernel(kernel) == "numpy":
+        return _numpy_simulation_steps
+    return _numba_simulation_steps
+
+
+def _step_chunks(T: int, per_step: int) -> list[range]:
+    """The steps 0..T−1 in chunks whose noise takes at most :data:`_NOISE_CHUNK_BYTES` (``per_step`` draws a
+    step); the first four steps alone, so that :class:`~dpivreg.engine.RunTimeForecast` sees its rate early."""
+    size = max(1, _NOISE_CHUNK_BYTES // (8 * max(per_step, 1)))
+    starts = list(range(min(T, 4))) + list(range(min(T, 4), T, size))
+    return [range(a, min(b, T)) for a, b in zip(starts, starts[1:] + [T])]
+
+
+def _step_noise(plan: IterationPlan, steps: range, rng: np.random.Generator, theta_shape: tuple,
+                beta_shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """The privacy noise of the steps ``steps`` for every path: ξ (steps, R, q, p_endog) and ν (steps, R, p), drawn
+    step by step in the order ξ_t, ν_t (the stream the simulation has always used)."""
+    q, p = theta_shape[1], beta_shape[1]
+    xi = np.empty((len(steps), *theta_shape))
+    nu = np.empty((len(steps), *beta_shape))
+    for i, t in enumerate(steps):
+        xi[i] = rng.standard_normal(theta_shape) * _per_row(plan.noise1[t], plan.split, q)[:, None]
+        nu[i] = rng.standard_normal(beta_shape) * _per_row(plan.noise2[t], plan.split, p)
+    return xi, nu
+
+
+def _numpy_simulation_steps(theta, beta, S, g_x, g_y, xi, nu, active, plan: IterationPlan):
+    """The steps of a chunk, batched over the paths (numpy); see :func:`simulate_fit`."""
+    R, q, _ = theta.shape
+    k = plan.n_exog
+    exog_block = np.broadcast_to(np.eye(q, k), (R, q, k))
+    for c in range(xi.shape[0]):
+        theta_full = np.concatenate([exog_block, theta], axis=2)
+        grad2 = (np.einsum("rji,rjk,rk->ri", theta_full, S @ theta_full, beta)
+                 - np.einsum("rji,rj->ri", theta_full, g_y))
+        if plan.method == "preconditioned":
+            W = _stacked_root(theta, q, k, plan.ridge, plan.root)
+            step = np.einsum("rji,rj->ri", W, np.einsum("rij,rj->ri", W, grad2) - nu[c])
+        else:
+            step = grad2 - nu[c]
+        if active[c, 1]:
+            beta = beta - plan.alpha * step
+        if active[c, 0]:
+            theta = theta - plan.eta * ((S @ theta - g_x) - xi[c])
+    return theta, beta
+
+
+def _numba_simulation_steps(theta, beta, S, g_x, g_y, xi, nu, active, plan: IterationPlan):
+    """The steps of a chunk in the compiled loop (:func:`dpivreg.kernels.numba_simulation_steps`), in place; redone
+    with numpy from copies when the loop meets a Cholesky pivot that rounding made non-positive."""
+    start = theta.copy(), beta.copy()
+    ridge = 0.0 if plan.ridge is None else float(plan.ridge)
+    root = 0 if plan.method != "preconditioned" else 1 if plan.root == "cholesky" else 2
+    done = numba_simulation_steps()(theta, beta, S, g_x, g_y, xi, nu, active, float(plan.eta), float(plan.alpha),
+                                    ridge, int(plan.n_exog), root)
+    if done:
+        return theta, beta
+    return _numpy_simulation_steps(*start, S, g_x, g_y, xi, nu, active, plan)
 
 #: The noise simulation of a fit's inference runs in batches, the first of :data:`MIN_REPLICATIONS` paths, until
 #: the Monte Carlo standard error of every total standard error (sampling + noise) is at most

@@ -161,3 +161,112 @@ def test_the_stopping_rule_has_no_estimate_from_non_finite_draws():
     draws = np.random.default_rng(0).standard_normal((250, 2)) * [1.0, 100.0]
     draws[3, 1] = np.nan
     assert _total_se_mc_error(draws, np.diag([1e6, 1.0])) == math.inf
+
+
+# ------------------------------------------------------------------------- the simulation's two implementations
+def _plan_and_scale(sim, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyLeakWarning)  # method="gd": the paper's data-derived step sizes
+        res = _model(sim).fit(rho1=1.0, rho2=1.0, T=40, bounds=sim.bounds, seed=3, inference=False,
+                              **options)
+    return res.engine_path, res.scale
+
+
+SIMULATION_CASES = {
+    "default (preconditioned, Cholesky root, groups, released moments)": {},
+    "plain gradient descent": {"method": "gd"},
+    "bounds only, zero start (symmetric root)": {"preprocess": "bounds", "init": "zero"},
+    "one clipping group (symmetric root)": {"clip": 1.0},
+}
+
+
+@pytest.mark.parametrize("options", SIMULATION_CASES.values(), ids=SIMULATION_CASES.keys())
+@pytest.mark.parametrize("warm_start", [True, False])
+def test_the_compiled_simulation_equals_the_numpy_one(sim, options, warm_start):
+    """Same seed, same noise stream: the numba loop (paths one at a time, triangular solves) gives the numpy
+    steps' draws (batched, explicit inverse of the Cholesky factor) to rounding; 7.7e-16 relative was seen."""
+    pytest.importorskip("numba")
+    from dpivreg.inference import simulate_fit
+
+    path, scale = _plan_and_scale(sim, **options)
+    draws = {kernel: simulate_fit(path.plan, path.theta_final, path.beta_final, scale, replications=60,
+                                  rng=np.random.default_rng(11), warm_start=warm_start, kernel=kernel)
+             for kernel in ("numpy", "numba")}
+    for numpy_part, numba_part in zip(draws["numpy"], draws["numba"]):
+        np.testing.assert_allclose(numba_part, numpy_part, rtol=1e-10, atol=1e-12 * np.abs(numpy_part).max())
+
+
+def test_the_compiled_simulation_hands_a_failed_factorisation_to_numpy(sim, monkeypatch):
+    """A Cholesky pivot that rounding made non-positive: the compiled loop says so (the real kernel, on P with a
+    zero eigenvalue), and the chunk is redone by the numpy steps from the chunk's start, not from the
+    part-updated arrays."""
+    pytest.importorskip("numba")
+    from dpivreg import inference
+    from dpivreg.kernels import numba_simulation_steps
+
+    R, q, k = 3, 3, 2
+    theta, beta = np.zeros((R, q, 1)), np.ones((R, k + 1))  # Θ̄ = [I_2 | 0]: P = diag(1, 1, 0) + ridge
+    S, g_x, g_y = np.broadcast_to(np.eye(q), (R, q, q)).copy(), np.zeros((R, q, 1)), np.ones((R, q))
+    xi, nu, active = np.zeros((1, R, q, 1)), np.zeros((1, R, k + 1)), np.ones((1, 2), dtype=bool)
+    assert not numba_simulation_steps()(theta, beta, S, g_x, g_y, xi, nu, active, 0.5, 0.5, 0.0, k, True)
+
+    path, scale = _plan_and_scale(sim)
+
+    def scribble_then_fail(theta, beta, *args):
+        theta[...] = np.nan
+        beta[...] = np.nan
+        return False
+
+    expected = inference.simulate_fit(path.plan, path.theta_final, path.beta_final, scale, replications=20,
+                                      rng=np.random.default_rng(5), warm_start=True, kernel="numpy")
+    monkeypatch.setattr(inference, "numba_simulation_steps", lambda: scribble_then_fail)
+    redone = inference.simulate_fit(path.plan, path.theta_final, path.beta_final, scale, replications=20,
+                                    rng=np.random.default_rng(5), warm_start=True, kernel="numba")
+    for a, b in zip(expected, redone):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["Cholesky root", "symmetric root"])
+def test_the_compiled_simulation_propagates_a_diverged_world_as_numpy_does(grouped):
+    """A world whose first stage overflowed: P is not finite, the step is NaN in both implementations (numpy
+    takes the engine's root there, NaN for that world), and the other worlds are untouched by it."""
+    pytest.importorskip("numba")
+    from dpivreg import inference
+
+    rng = np.random.default_rng(0)
+    R, q, k = 4, 3, 1
+    theta, beta = 0.3 * rng.standard_normal((R, q, 2)), rng.standard_normal((R, k + 2))
+    theta[2, 1, 0] = np.inf
+    S = np.broadcast_to(np.eye(q), (R, q, q)).copy()
+    g_x, g_y = rng.standard_normal((R, q, 2)), rng.standard_normal((R, q))
+    xi, nu = 0.1 * rng.standard_normal((3, R, q, 2)), 0.1 * rng.standard_normal((3, R, k + 2))
+    active = np.ones((3, 2), dtype=bool)
+    plan = _public_plan(k, grouped)
+    assert plan.root == ("cholesky" if grouped else "symmetric")
+    with np.errstate(over="ignore", invalid="ignore"):
+        by_numpy = inference._numpy_simulation_steps(theta.copy(), beta.copy(), S, g_x, g_y, xi, nu, active, plan)
+        by_numba = inference._numba_simulation_steps(theta.copy(), beta.copy(), S, g_x, g_y, xi, nu, active, plan)
+    assert np.isnan(by_numpy[1][2]).all()  # the diverged world's β
+    for a, b in zip(by_numpy, by_numba):
+        assert np.array_equal(np.isnan(a), np.isnan(b)) and np.isnan(a[2]).any()
+        np.testing.assert_allclose(b[[0, 1, 3]], a[[0, 1, 3]], rtol=1e-12)
+
+
+def _public_plan(n_exog: int, grouped: bool):
+    """A public iteration plan for direct calls of the step functions (preconditioned; two clipping groups give
+    the Cholesky root, one the symmetric root)."""
+    from dpivreg.engine import iteration_plan
+
+    clip = (1.0, 1.0) if grouped else 1.0
+    return iteration_plan(1000, 3, n_exog + 2, n_exog, T=3, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.3,
+                          clip1=clip, clip2=clip)
+
+
+def test_the_simulation_kernel_choice():
+    from dpivreg.kernels import numba_available
+    from dpivreg.inference import simulation_kernel
+
+    assert simulation_kernel("numpy") == "numpy"
+    assert simulation_kernel("auto") == ("numba" if numba_available() else "numpy")
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        simulation_kernel("fortran")
