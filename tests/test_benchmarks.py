@@ -82,3 +82,16 @@ def test_inference_cost_quick_reports_both_fits():
     for row in rows:
         assert row["with_s"] > 0 and row["without_s"] > 0 and row["ratio"] == row["with_s"] / row["without_s"]
         assert MIN_REPLICATIONS <= row["paths"] <= 2000
+
+
+def test_cluster_pass_quick_reports_both_schedulers():
+    """``cluster_pass.py --quick`` times a pass on threads and on a 2-worker LocalCluster (per-worker and per-block
+    tasks), ratios against the threaded pass."""
+    pytest.importorskip("distributed")
+    import cluster_pass as cp
+
+    rows = cp.main(["--quick"])
+    assert [(row["scheduler"], row["tasks"]) for row in rows] == [
+        ("threads", "per block"), ("LocalCluster", "per worker thread"), ("LocalCluster", "per block")]
+    for row in rows:
+        assert 0 < row["best_s"] <= row["median_s"] and row["ratio_best"] == row["best_s"] / rows[0]["best_s"]

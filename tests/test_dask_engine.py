@@ -150,3 +150,47 @@ def test_column_slices_of_one_block_of_rows():
     with dask.config.set(scheduler="threads"):
         lazy = dp_2s_gd(rows[:, :q], rows[:, q:q + p], rows[:, -1], **KW)
     np.testing.assert_allclose(lazy.beta, dp_2s_gd(Z, X, Y, **KW).beta, rtol=1e-10, atol=1e-12)
+
+
+def test_persisted_blocks_on_a_cluster_take_one_task_per_worker_thread(monkeypatch):
+    """Arrays persisted on the client's cluster: a pass is one task per worker thread over the blocks it holds
+    (_PlacedBlocks), the per-block sums added in block order, so the sums are those of the per-block graph bit for
+    bit and the released path that of the in-memory run (1e-10); unpersisted arrays keep the graph."""
+    distributed = pytest.importorskip("distributed")
+    from dpivreg.backends import DaskRows
+    from dpivreg.kernels import pass_matrix
+
+    Z, X, Y = _data(n=4_000, n_exog=0)
+    chunks = 500
+    M, _ = pass_matrix(np.full((Z.shape[1], X.shape[1]), 0.2), np.ones(X.shape[1]), np.eye(X.shape[1]), 0)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        lazy = (da.from_array(Z, chunks=(chunks, -1)), da.from_array(X, chunks=(chunks, -1)),
+                da.from_array(Y, chunks=chunks))
+        assert DaskRows(*lazy)._placed is None
+        persisted = client.persist(list(lazy))
+        rows = DaskRows(*persisted)
+        assert rows._placed is not None
+        shares = [i for _, share in rows._placed.groups for i in share]
+        assert sorted(shares) == list(range(len(Z) // chunks)) and len(rows._placed.groups) <= 2
+        submitted = []
+        real_submit = client.submit
+        client.submit = lambda *args, **kw: submitted.append(kw["workers"]) or real_submit(*args, **kw)
+        placed = rows.clipped_sums(M, 1.0, 1.0)
+        client.submit = real_submit
+        assert len(submitted) == len(rows._placed.groups)
+        graph = DaskRows(*persisted)
+        graph._placed = None
+        for a, b in zip(placed, graph.clipped_sums(M, 1.0, 1.0)):
+            np.testing.assert_array_equal(a, b)
+        kw = {**KW, "n_exog": 0}
+        from dpivreg import backends
+
+        placed_passes = []
+        real_map = backends._PlacedBlocks.map
+        monkeypatch.setattr(backends._PlacedBlocks, "map",
+                            lambda self, func, args: placed_passes.append(1) or real_map(self, func, args))
+        on_cluster = dp_2s_gd(*persisted, **kw)
+        assert len(placed_passes) == kw["T"]  # every iteration took the placed blocks
+    eager = dp_2s_gd(Z, X, Y, **kw)
+    np.testing.assert_allclose(on_cluster.beta, eager.beta, rtol=1e-10, atol=1e-12)
