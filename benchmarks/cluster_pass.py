@@ -45,7 +45,7 @@ def time_passes(rows, repeats: int) -> tuple[float, float]:
     """(best, median) seconds of a pass; the public matrix changes between passes, as in a fit."""
     from dpivreg.kernels import pass_matrix
 
-    q, p = rows.q, rows.X_endog.shape[1]
+    q, p = rows.q, rows.p_endog
     M, _ = pass_matrix(np.full((q, p), 0.1), np.ones(p), np.eye(p), 0)
     rows.clipped_sums(M, 1.0, 1.0)  # warm-up: kernels loaded on every worker
     times = []
@@ -73,6 +73,8 @@ def measure(n: int, block_rows: int, repeats: int) -> list[dict]:
             Client(cluster):
         data = persisted_data(n, block_rows)
         rows = DaskRows(*data)
+        if rows._placed is None:
+            raise RuntimeError("the persisted arrays did not take the per-worker tasks (DaskRows._placed is None)")
         placed = time_passes(rows, repeats)
         rows.close()
         graph_rows = DaskRows(*data)

@@ -267,14 +267,18 @@ class DaskRows(_MappedRows):
     order, so the numbers are the same.
     """
 
-    def __init__(self, Z, X_endog, Y, *, kernel: str = "auto") -> None:
+    def __init__(self, Z, X_endog, Y, *, kernel: str = "auto", endog_from: int = 0) -> None:
+        """``X_endog``: X's endogenous columns; or, with ``endog_from = k``, X itself, whose leading k (exogenous)
+        columns every task drops from its block (a numpy view), so that persisted X keeps its blocks."""
         row_chunks = Z.chunks[0]
         self.Z = Z.rechunk({0: row_chunks, 1: -1})
-        self.X_endog = X_endog.rechunk({0: row_chunks, 1: -1})
+        self._X = X_endog.rechunk({0: row_chunks, 1: -1})
+        self._endog_from = int(endog_from)
         self.Y = Y.rechunk({0: row_chunks})
         self.n, self.q = (int(s) for s in self.Z.shape)
+        self.p_endog = int(self._X.shape[1]) - self._endog_from
         self.kernel = kernel
-        self._placed = _PlacedBlocks.of(self.Z, self.X_endog, self.Y)
+        self._placed = _PlacedBlocks.of(self.Z, self._X, self.Y, self._endog_from)
         self._blas_limit = _limit_blas_to_one_thread()
 
     def _map(self, func, *args):
@@ -285,8 +289,8 @@ class DaskRows(_MappedRows):
                 return self._placed.map(func, args)
             task = dask.delayed(_on_block, pure=True)
             parts = [
-                task(func, z, x, y, *args)
-                for z, x, y in zip(self.Z.to_delayed().ravel(), self.X_endog.to_delayed().ravel(),
+                task(func, self._endog_from, z, x, y, *args)
+                for z, x, y in zip(self.Z.to_delayed().ravel(), self._X.to_delayed().ravel(),
                                    self.Y.to_delayed().ravel())
             ]
             return list(dask.compute(*parts))
@@ -296,19 +300,20 @@ class _PlacedBlocks:
     """Row blocks persisted on a distributed cluster, grouped by the worker that holds them.
 
     A pass submits one task per worker thread, pinned to that worker (other workers may take it if it
-    leaves), over a contiguous share of the blocks whose Z the worker holds (X_endog's and Y's come along if
-    they live elsewhere). On a 2-worker LocalCluster a pass over 10⁷ rows in 50 blocks took 0.27 s this way
-    against 0.43 s with one task per block (the threaded scheduler: 0.24 s); the scheduler's cost per task,
-    not the kernels, made the difference.
+    leaves), over a contiguous share of at most :data:`_BLOCKS_PER_TASK` of the blocks whose Z the worker
+    holds (X's and Y's come along if they live elsewhere; a task holds its share's blocks in memory at once).
+    On a 2-worker LocalCluster a pass over 10⁷ rows in 50 blocks took 0.30 s this way against 0.44 s with one
+    task per block (the threaded scheduler: 0.23 s; ``benchmarks/cluster_pass.py``): the scheduler's cost per
+    task, not the kernels, made the difference.
     """
 
-    def __init__(self, client, blocks: list[tuple], groups: list[tuple[str, list[int]]]) -> None:
-        self.client, self.blocks, self.groups = client, blocks, groups
+    def __init__(self, client, blocks: list[tuple], groups: list[tuple[str, list[int]]], endog_from: int) -> None:
+        self.client, self.blocks, self.groups, self.endog_from = client, blocks, groups, endog_from
 
     @classmethod
-    def of(cls, Z, X_endog, Y) -> "_PlacedBlocks | None":
-        """The blocks of Z, X_endog and Y (aligned on the rows) when all three are persisted on the client that
-        Dask's current scheduler is; None otherwise."""
+    def of(cls, Z, X, Y, endog_from: int = 0) -> _PlacedBlocks | None:
+        """The blocks of Z, X and Y (aligned on the rows) when all three are persisted on the client that Dask's
+        current scheduler is; None otherwise."""
         if "distributed" not in sys.modules:
             return None
         from dask.base import get_scheduler
@@ -320,7 +325,7 @@ class _PlacedBlocks:
             return None
         if get_scheduler() != client.get:
             return None
-        columns = [_block_futures(array) for array in (Z, X_endog, Y)]
+        columns = [_block_futures(array) for array in (Z, X, Y)]
         if any(futures is None for futures in columns):
             return None
         blocks = list(zip(*columns))
@@ -333,14 +338,15 @@ class _PlacedBlocks:
         groups = []
         for worker in sorted(set(owners)):
             mine = [i for i, owner in enumerate(owners) if owner == worker]
-            for share in np.array_split(np.array(mine), max(1, min(threads.get(worker, 1), len(mine)))):
+            tasks = min(len(mine), max(threads.get(worker, 1), -(-len(mine) // _BLOCKS_PER_TASK)))
+            for share in np.array_split(np.array(mine), tasks):
                 groups.append((worker, [int(i) for i in share]))
-        return cls(client, blocks, groups)
+        return cls(client, blocks, groups, endog_from)
 
     def map(self, func, args: tuple) -> list:
         """``func(Z_block, X_endog_block, Y_block, *args)`` for every block, in block order."""
-        futures = [self.client.submit(_on_blocks, func, [self.blocks[i] for i in share], args, workers=[worker],
-                                      allow_other_workers=True, pure=False)
+        futures = [self.client.submit(_on_blocks, func, self.endog_from, [self.blocks[i] for i in share], args,
+                                      workers=[worker], allow_other_workers=True, pure=False)
                    for worker, share in self.groups]
         parts: list = [None] * len(self.blocks)
         for (_, share), results in zip(self.groups, self.client.gather(futures)):
@@ -367,15 +373,20 @@ def _flat_keys(keys) -> list:
     return [keys]
 
 
-def _on_blocks(func, blocks: list[tuple], args: tuple) -> list:
+#: Most blocks one task of :class:`_PlacedBlocks` reads (their memory is held together while it runs).
+_BLOCKS_PER_TASK = 8
+
+
+def _on_blocks(func, endog_from: int, blocks: list[tuple], args: tuple) -> list:
     """:func:`_on_block` over several blocks in one task (in a Dask worker), the results in the blocks' order."""
-    return [_on_block(func, Z, X_endog, Y, *args) for Z, X_endog, Y in blocks]
+    return [_on_block(func, endog_from, Z, X, Y, *args) for Z, X, Y in blocks]
 
 
-def _on_block(func, Z, X_endog, Y, *args):
-    """Run a kernel on one block (in a Dask worker). Blocks arrive as numpy arrays of any layout, often
-    column slices of one block of rows; the kernels read strided rows, so they are not copied."""
-    return func(np.asarray(Z, dtype=np.float64), np.asarray(X_endog, dtype=np.float64),
+def _on_block(func, endog_from: int, Z, X, Y, *args):
+    """Run a kernel on one block (in a Dask worker), X's columns from ``endog_from`` on as X_endog. Blocks arrive
+    as numpy arrays of any layout, often column slices of one block of rows; the kernels read strided rows, so
+    they are not copied."""
+    return func(np.asarray(Z, dtype=np.float64), np.asarray(X, dtype=np.float64)[:, endog_from:],
                 np.asarray(Y, dtype=np.float64), *args)
 
 

@@ -516,7 +516,7 @@ def _validate_dask_data(Z, X, Y, n_exog, *, kernel: str) -> tuple[RowSource, int
             raise ValueError(f"{name} contains NaN or infinite values: drop or impute those rows first.")
     if n_exog and not results[3]:
         raise ValueError(_exog_mismatch_message(n_exog))
-    return DaskRows(Z, X[:, n_exog:], Y, kernel=kernel), X.shape[1], n_exog
+    return DaskRows(Z, X, Y, kernel=kernel, endog_from=n_exog), X.shape[1], n_exog
 
 
 # ----------------------------------------------------------------------------------------

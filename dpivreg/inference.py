@@ -287,6 +287,8 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
 
 #: Bytes of privacy noise drawn ahead for a chunk of the simulation's steps (:func:`_step_chunks`).
 _NOISE_CHUNK_BYTES = 1 << 21
+
+
 def simulation_kernel(kernel: str) -> str:
     """The simulation's implementation, ``"numba"`` or ``"numpy"`` (see :func:`simulate_fit`): ``"auto"`` takes numba
     when it is installed (the compiled loop was 5 times faster per step at q = p = 6 and 2.7 times at
@@ -354,6 +356,7 @@ def _numba_simulation_steps(theta, beta, S, g_x, g_y, xi, nu, active, plan: Iter
     if done:
         return theta, beta
     return _numpy_simulation_steps(*start, S, g_x, g_y, xi, nu, active, plan)
+
 
 #: The noise simulation of a fit's inference runs in batches, the first of :data:`MIN_REPLICATIONS` paths, until
 #: the Monte Carlo standard error of every total standard error (sampling + noise) is at most

@@ -154,24 +154,31 @@ def test_column_slices_of_one_block_of_rows():
 
 def test_persisted_blocks_on_a_cluster_take_one_task_per_worker_thread(monkeypatch):
     """Arrays persisted on the client's cluster: a pass is one task per worker thread over the blocks it holds
-    (_PlacedBlocks), the per-block sums added in block order, so the sums are those of the per-block graph bit for
-    bit and the released path that of the in-memory run (1e-10); unpersisted arrays keep the graph."""
+    (_PlacedBlocks; X whole, its exogenous columns dropped in the task), the per-block sums added in block order,
+    so the sums are those of the per-block graph bit for bit and the released path that of the in-memory run
+    (1e-10); unpersisted arrays keep the graph."""
     distributed = pytest.importorskip("distributed")
+    from dpivreg import backends
     from dpivreg.backends import DaskRows
     from dpivreg.kernels import pass_matrix
 
-    Z, X, Y = _data(n=4_000, n_exog=0)
-    chunks = 500
-    M, _ = pass_matrix(np.full((Z.shape[1], X.shape[1]), 0.2), np.ones(X.shape[1]), np.eye(X.shape[1]), 0)
+    Z, X, Y = _data(n=4_000)  # one exogenous column, as KW says
+    k, chunks = KW["n_exog"], 500
+    p_endog = X.shape[1] - k
+    M, _ = pass_matrix(np.full((Z.shape[1], p_endog), 0.2), np.ones(X.shape[1]), np.eye(X.shape[1]), k)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         lazy = (da.from_array(Z, chunks=(chunks, -1)), da.from_array(X, chunks=(chunks, -1)),
                 da.from_array(Y, chunks=chunks))
-        assert DaskRows(*lazy)._placed is None
+        unpersisted = DaskRows(*lazy, endog_from=k)
+        assert unpersisted._placed is None
+        unpersisted.close()
         persisted = client.persist(list(lazy))
-        rows = DaskRows(*persisted)
-        assert rows._placed is not None
+        rows = DaskRows(*persisted, endog_from=k)
+        assert rows._placed is not None and rows.p_endog == p_endog
         shares = [i for _, share in rows._placed.groups for i in share]
+        assert all(share == sorted(share) and len(share) <= backends._BLOCKS_PER_TASK
+                   for _, share in rows._placed.groups)
         assert sorted(shares) == list(range(len(Z) // chunks)) and len(rows._placed.groups) <= 2
         submitted = []
         real_submit = client.submit
@@ -179,18 +186,20 @@ def test_persisted_blocks_on_a_cluster_take_one_task_per_worker_thread(monkeypat
         placed = rows.clipped_sums(M, 1.0, 1.0)
         client.submit = real_submit
         assert len(submitted) == len(rows._placed.groups)
-        graph = DaskRows(*persisted)
+        graph = DaskRows(*persisted, endog_from=k)
         graph._placed = None
         for a, b in zip(placed, graph.clipped_sums(M, 1.0, 1.0)):
             np.testing.assert_array_equal(a, b)
-        kw = {**KW, "n_exog": 0}
-        from dpivreg import backends
-
+        in_memory = backends.InMemoryRows(Z, X[:, k:], Y, n_threads=1).clipped_sums(M, 1.0, 1.0)
+        for a, b in zip(placed, in_memory):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+        rows.close()
+        graph.close()
         placed_passes = []
         real_map = backends._PlacedBlocks.map
         monkeypatch.setattr(backends._PlacedBlocks, "map",
                             lambda self, func, args: placed_passes.append(1) or real_map(self, func, args))
-        on_cluster = dp_2s_gd(*persisted, **kw)
-        assert len(placed_passes) == kw["T"]  # every iteration took the placed blocks
-    eager = dp_2s_gd(Z, X, Y, **kw)
+        on_cluster = dp_2s_gd(*persisted, **KW)
+        assert len(placed_passes) == KW["T"]  # every iteration took the placed blocks
+    eager = dp_2s_gd(Z, X, Y, **KW)
     np.testing.assert_allclose(on_cluster.beta, eager.beta, rtol=1e-10, atol=1e-12)

@@ -196,6 +196,65 @@ def test_the_compiled_simulation_equals_the_numpy_one(sim, options, warm_start):
         np.testing.assert_allclose(numba_part, numpy_part, rtol=1e-10, atol=1e-12 * np.abs(numpy_part).max())
 
 
+def _per_step_reference(plan, theta, beta, S, g_x, g_y, rng):
+    """The simulation's steps as they ran before the noise was drawn in chunks (dpivreg 3d03536): ξ_t and ν_t drawn
+    inside the loop, one step at a time, numpy."""
+    from dpivreg.inference import _per_row, _stacked_root
+
+    R, q, _ = theta.shape
+    k = plan.n_exog
+    exog_block = np.broadcast_to(np.eye(q, k), (R, q, k))
+    for t in range(plan.T):
+        xi = rng.standard_normal(theta.shape) * _per_row(plan.noise1[t], plan.split, q)[:, None]
+        nu = rng.standard_normal(beta.shape) * _per_row(plan.noise2[t], plan.split, beta.shape[1])
+        theta_full = np.concatenate([exog_block, theta], axis=2)
+        grad2 = (np.einsum("rji,rjk,rk->ri", theta_full, S @ theta_full, beta)
+                 - np.einsum("rji,rj->ri", theta_full, g_y))
+        if plan.method == "preconditioned":
+            W = _stacked_root(theta, q, k, plan.ridge, plan.root)
+            step = np.einsum("rji,rj->ri", W, np.einsum("rij,rj->ri", W, grad2) - nu)
+        else:
+            step = grad2 - nu
+        if plan.schedule[1, t] > 0:
+            beta = beta - plan.alpha * step
+        if plan.schedule[0, t] > 0:
+            theta = theta - plan.eta * ((S @ theta - g_x) - xi)
+    return theta, beta
+
+
+@pytest.mark.parametrize("T", [1, 4, 5, 37])
+@pytest.mark.parametrize("grouped", [True, False], ids=["Cholesky root", "symmetric root"])
+def test_the_noise_chunks_replay_the_per_step_stream(monkeypatch, T, grouped):
+    """Noise drawn ahead in chunks (here of 3 steps after the first four alone) is the per-step stream: the numpy
+    steps give the old per-step loop's numbers bit for bit, over chunk boundaries and a staggered schedule."""
+    from dpivreg import inference
+    from dpivreg.engine import iteration_plan
+
+    clip = (1.0, 1.0) if grouped else 1.0
+    schedule = np.ones((2, T)) / T
+    schedule[0, max(1, T // 2):] = 0.0  # the first stage stops halfway
+    schedule[0] /= schedule[0].sum()
+    plan = iteration_plan(800, 3, 3, 1, T=T, rho1=1.0, rho2=1.0, eta=0.4, alpha=0.3, clip1=clip, clip2=clip,
+                          schedule=schedule)
+    rng = np.random.default_rng(2)
+    R, q = 9, 3
+    theta, beta = 0.5 * rng.standard_normal((R, q, 2)), rng.standard_normal((R, 3))
+    A = 0.1 * rng.standard_normal((R, q, q))
+    S = np.eye(q) + A @ np.swapaxes(A, 1, 2)
+    g_x, g_y = rng.standard_normal((R, q, 2)), rng.standard_normal((R, q))
+    expected = _per_step_reference(plan, theta, beta, S, g_x, g_y, np.random.default_rng(7))
+    monkeypatch.setattr(inference, "_NOISE_CHUNK_BYTES", 3 * 8 * R * (q * 2 + 3))
+    assert [len(c) for c in inference._step_chunks(37, R * (q * 2 + 3))] == [1] * 4 + [3] * 11
+    run = inference._simulation_steps("numpy")
+    theta_c, beta_c, rng_c = theta.copy(), beta.copy(), np.random.default_rng(7)
+    for steps in inference._step_chunks(T, R * (q * 2 + 3)):
+        xi, nu = inference._step_noise(plan, steps, rng_c, theta.shape, beta.shape)
+        active = np.ascontiguousarray(plan.schedule[:, steps].T > 0)
+        theta_c, beta_c = run(theta_c, beta_c, S, g_x, g_y, xi, nu, active, plan)
+    np.testing.assert_array_equal(theta_c, expected[0])
+    np.testing.assert_array_equal(beta_c, expected[1])
+
+
 def test_the_compiled_simulation_hands_a_failed_factorisation_to_numpy(sim, monkeypatch):
     """A Cholesky pivot that rounding made non-positive: the compiled loop says so (the real kernel, on P with a
     zero eigenvalue), and the chunk is redone by the numpy steps from the chunk's start, not from the
@@ -208,7 +267,8 @@ def test_the_compiled_simulation_hands_a_failed_factorisation_to_numpy(sim, monk
     theta, beta = np.zeros((R, q, 1)), np.ones((R, k + 1))  # Θ̄ = [I_2 | 0]: P = diag(1, 1, 0) + ridge
     S, g_x, g_y = np.broadcast_to(np.eye(q), (R, q, q)).copy(), np.zeros((R, q, 1)), np.ones((R, q))
     xi, nu, active = np.zeros((1, R, q, 1)), np.zeros((1, R, k + 1)), np.ones((1, 2), dtype=bool)
-    assert not numba_simulation_steps()(theta, beta, S, g_x, g_y, xi, nu, active, 0.5, 0.5, 0.0, k, True)
+    # root 1 (Cholesky) with ridge 0: P keeps its zero eigenvalue
+    assert not numba_simulation_steps()(theta, beta, S, g_x, g_y, xi, nu, active, 0.5, 0.5, 0.0, k, 1)
 
     path, scale = _plan_and_scale(sim)
 
