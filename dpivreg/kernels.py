@@ -364,9 +364,12 @@ def _fused_norm_counts(Z, X_endog, Y, M, split, edges, counts):  # pragma: no co
     split at ``split``, or the whole vectors when ``split`` < 0), each counted in the bin of its group's
     edges that numpy's ``searchsorted(edges, v, "right") − 1`` finds, clipped to the end bins (NaN: last).
     The bin is guessed from the first bin's width ratio (the grids are geometric, :func:`dpivreg.mechanisms.log_grid`)
-    and then moved until it is exactly the bin whose edges hold v, so any increasing edges give numpy's bin (a
-    binary search over the 41 edges took 2x as long). No fastmath: a norm on a bin edge falls on the same side
-    as in numpy, up to the rounding of the sums.
+    and a fast log2 (the float's exponent and mantissa), then moved until it is exactly the bin whose edges hold
+    v, so any increasing edges give numpy's bin (a binary search over the 41 edges took 2x as long). No
+    fastmath: a norm on a bin edge falls on the same side as in numpy, up to the rounding of the sums. The norms
+    are formed a tile of rows at a time, transposed into small buffers (as in :func:`_fused_rows`), so that their
+    loops run over rows with SIMD; each row's sums are added in the same order as one row at a time (the same
+    bits). 3.6 ms per 65,536 rows at q = 3 (8.9 ms one row at a time with ``np.log`` for the guess).
     """
     n, q = Z.shape
     p_endog = X_endog.shape[1]
@@ -374,62 +377,92 @@ def _fused_norm_counts(Z, X_endog, Y, M, split, edges, counts):  # pragma: no co
     last = width - 1
     grouped = split >= 0
     k = split if grouped else 0
-    n_edges = edges.shape[1]
-    bins = n_edges - 1
-    u = np.empty(width)
-    norms = np.empty(4)
-    inverse_log2_ratio = np.empty(edges.shape[0])
+    bins = edges.shape[1] - 1
+    tile = _TILE_ROWS
+    Zt = np.empty((q, tile))
+    U = np.empty((width, tile))
+    zz_lead = np.empty(tile)
+    zz_rest = np.empty(tile)
+    rr = np.empty(tile)
+    xx_lead = np.empty(tile)
+    xx_rest = np.empty(tile)
+    abs_e = np.empty(tile)
+    groups = 4 if grouped else 2
+    norms = np.empty((groups, tile))
+    ratio = np.empty(tile)
+    ratio_bits = ratio.view(np.int64)
+    guess = np.empty(tile)
+    inverse_log2_ratio = np.zeros(edges.shape[0])  # 0 (guess bin 1, then walk) unless the grid starts above 0
+    inverse_first_edge = np.zeros(edges.shape[0])
     for g in range(edges.shape[0]):
-        inverse_log2_ratio[g] = 1.0 / np.log2(edges[g, 1] / edges[g, 0])
-    for i in range(n):
-        for j in range(width):
-            acc = 0.0
-            for c in range(q):
-                acc += Z[i, c] * M[c, j]
-            u[j] = acc
-        rr = 0.0
-        for j in range(p_endog):
-            r = u[j] - X_endog[i, j]
-            rr += r * r
-        zz_lead = 0.0
-        zz_rest = 0.0
+        if edges[g, 0] > 0.0 and edges[g, 1] > edges[g, 0]:
+            inverse_log2_ratio[g] = 1.0 / np.log2(edges[g, 1] / edges[g, 0])
+            inverse_first_edge[g] = 1.0 / edges[g, 0]
+    for start in range(0, n, tile):
+        m = min(tile, n - start)
+        for c in range(q):
+            for i in range(m):
+                Zt[c, i] = Z[start + i, c]
+        zz_lead[:m] = 0.0
+        zz_rest[:m] = 0.0
         for c in range(k):
-            zz_lead += Z[i, c] * Z[i, c]
+            for i in range(m):
+                zz_lead[i] += Zt[c, i] * Zt[c, i]
         for c in range(k, q):
-            zz_rest += Z[i, c] * Z[i, c]
-        xx_lead = 0.0
-        xx_rest = 0.0
+            for i in range(m):
+                zz_rest[i] += Zt[c, i] * Zt[c, i]
+        for j in range(width):  # U = Mᵀz, the terms over c added in order (as one row at a time would)
+            U[j, :m] = 0.0
+            for c in range(q):
+                coefficient = M[c, j]
+                for i in range(m):
+                    U[j, i] += Zt[c, i] * coefficient
+        rr[:m] = 0.0
+        for j in range(p_endog):
+            for i in range(m):
+                r = U[j, i] - X_endog[start + i, j]
+                rr[i] += r * r
+        xx_lead[:m] = 0.0
+        xx_rest[:m] = 0.0
         for j in range(p_endog, p_endog + k):
-            xx_lead += u[j] * u[j]
+            for i in range(m):
+                xx_lead[i] += U[j, i] * U[j, i]
         for j in range(p_endog + k, last):
-            xx_rest += u[j] * u[j]
-        norm_r = np.sqrt(rr)
-        abs_e = abs(u[last] - Y[i])
-        if grouped:
-            norms[0] = np.sqrt(zz_lead) * norm_r
-            norms[1] = np.sqrt(zz_rest) * norm_r
-            norms[2] = np.sqrt(xx_lead) * abs_e
-            norms[3] = np.sqrt(xx_rest) * abs_e
-            groups = 4
-        else:
-            norms[0] = np.sqrt(zz_rest) * norm_r
-            norms[1] = np.sqrt(xx_rest) * abs_e
-            groups = 2
+            for i in range(m):
+                xx_rest[i] += U[j, i] * U[j, i]
+        for i in range(m):
+            abs_e[i] = abs(U[last, i] - Y[start + i])
+            norm_r = np.sqrt(rr[i])
+            if grouped:
+                norms[0, i] = np.sqrt(zz_lead[i]) * norm_r
+                norms[1, i] = np.sqrt(zz_rest[i]) * norm_r
+                norms[2, i] = np.sqrt(xx_lead[i]) * abs_e[i]
+                norms[3, i] = np.sqrt(xx_rest[i]) * abs_e[i]
+            else:
+                norms[0, i] = np.sqrt(zz_rest[i]) * norm_r
+                norms[1, i] = np.sqrt(xx_rest[i]) * abs_e[i]
         for g in range(groups):
-            v = norms[g]
-            if not v >= edges[g, 1]:  # zero, NaN or in the first bin (numpy's bin 1 starts at edges[1] itself)
-                index = bins - 1 if v != v else 0
-            elif not v < edges[g, bins - 1]:  # in the last bin or beyond (inf)
-                index = bins - 1
-            else:  # a first guess from the grid's ratio, made exact against the edges themselves
-                mantissa, exponent = math.frexp(v / edges[g, 0])  # log2 ≈ exponent + 2·mantissa − 2 (within 0.09)
-                index = int((exponent + 2.0 * mantissa - 2.0) * inverse_log2_ratio[g])
-                index = min(max(index, 1), bins - 2)
-                while v < edges[g, index]:
-                    index -= 1
-                while v >= edges[g, index + 1]:
-                    index += 1
-            counts[g, index] += 1.0
+            # the guess: log2 of v/edges[0] from its float's exponent and mantissa f (log2(1 + f) by a cubic, within
+            # 0.001), over the tile at once; only used below for v inside the grid, where v/edges[0] is normal
+            for i in range(m):
+                ratio[i] = norms[g, i] * inverse_first_edge[g]
+            for i in range(m):
+                exponent = ((ratio_bits[i] >> 52) & 0x7FF) - 1023
+                f = (ratio_bits[i] & 0xFFFFFFFFFFFFF) * 2.220446049250313e-16
+                guess[i] = (exponent + f + f * (1.0 - f) * (0.42086454 - 0.15638611 * f)) * inverse_log2_ratio[g]
+            for i in range(m):
+                v = norms[g, i]
+                if not v >= edges[g, 1]:  # zero, NaN or in the first bin (numpy's bin 1 starts at edges[1] itself)
+                    index = bins - 1 if v != v else 0
+                elif not v < edges[g, bins - 1]:  # in the last bin or beyond (inf)
+                    index = bins - 1
+                else:  # the guess, made exact against the edges themselves
+                    index = min(max(int(guess[i]), 1), bins - 2)
+                    while v < edges[g, index]:
+                        index -= 1
+                    while v >= edges[g, index + 1]:
+                        index += 1
+                counts[g, index] += 1.0
 
 
 _COMPILE_LOCK = threading.Lock()

@@ -262,3 +262,18 @@ def test_gradient_norm_histograms_on_the_edges():
         args = (Z, X, Y, np.zeros((1, 3)), 0, False, edges)
         (numpy_counts,), (numba_counts,) = gradient_norm_counts(*args), gradient_norm_counts(*args, kernel="numba")
         np.testing.assert_array_equal(numba_counts, numpy_counts, err_msg=f"norm {value!r}")
+
+
+@pytest.mark.skipif(not numba_available(), reason="numba not installed")
+def test_gradient_norm_histograms_on_irregular_edges():
+    """The compiled loop's bin guess assumes a geometric grid, but the bin is then made exact against the edges:
+    increasing edges of any spacing give numpy's searchsorted bins, over several tiles of rows."""
+    from dpivreg.kernels import fused_norm_counts
+    from dpivreg.mechanisms import histogram_counts
+
+    rng = np.random.default_rng(4)
+    edges = np.sort(np.concatenate([[0.0], rng.lognormal(0.0, 3.0, 40)]))
+    values = np.concatenate([rng.lognormal(0.0, 3.0, 3000), edges, np.nextafter(edges, np.inf)])
+    Z, X, Y = np.ones((len(values), 1)), -values[:, None], np.zeros(len(values))  # M = 0: first-stage norm abs(x)
+    counts = fused_norm_counts(Z, X, Y, np.zeros((1, 3)), -1, np.array([edges, edges]))
+    np.testing.assert_array_equal(counts[0], histogram_counts(values, edges))
