@@ -65,6 +65,7 @@ from .mechanisms import (
     release_histogram_counts,
     release_moment_sum,
 )
+from .kernels import fused_product_norm_counts, resolve_kernel
 from .privacy import Release
 
 __all__ = ["COV_TYPES", "HISTOGRAM_SHARE", "unadjusted_covariance", "robust_covariance", "score_meat_release",
@@ -137,8 +138,15 @@ def structural_residuals(Z, X_endog, Y, beta, n_exog: int) -> np.ndarray:
 
 
 def score_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: np.ndarray, n_exog: int,
-                      edges: np.ndarray) -> tuple[np.ndarray]:
-    """Histogram counts of one block's score norms ‖z̃ᵢ‖·abs(ũᵢ) (a block function)."""
+                      edges: np.ndarray, kernel: str = "auto") -> tuple[np.ndarray]:
+    """Histogram counts of one block's score norms ‖z̃ᵢ‖·abs(ũᵢ) (a block function). ``kernel`` (as
+    :func:`dpivreg.kernels.resolve_kernel`; "auto": numba when installed) "numba" bins them in the clipping
+    release's compiled loop (:func:`dpivreg.kernels.fused_product_norm_counts`, ũᵢ = (ỹᵢ − x̃ᵢ,endogᵀβ̃_endog) −
+    z̃ᵢ[:k]ᵀβ̃_exog): the same counts up to a norm that rounding moves across a bin edge."""
+    if resolve_kernel(kernel, Z.shape[1], 1) == "numba":
+        A = np.zeros((Z.shape[1], 1))
+        A[:n_exog, 0] = beta[:n_exog]
+        return (fused_product_norm_counts(Z, A, (Y - X_endog @ beta[n_exog:])[:, None], edges),)
     u = structural_residuals(Z, X_endog, Y, beta, n_exog)
     norms = np.sqrt(np.einsum("ij,ij->i", Z, Z)) * np.abs(u)
     return (histogram_counts(norms, edges),)
@@ -158,8 +166,11 @@ def _first_stage_scores(Z: np.ndarray, X_endog: np.ndarray, theta: np.ndarray) -
 
 
 def first_stage_score_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np.ndarray,
-                             edges: np.ndarray) -> tuple[np.ndarray]:
-    """Histogram counts of one block's first-stage score norms ‖v̂ᵢ‖·‖z̃ᵢ‖ (a block function)."""
+                             edges: np.ndarray, kernel: str = "auto") -> tuple[np.ndarray]:
+    """Histogram counts of one block's first-stage score norms ‖v̂ᵢ‖·‖z̃ᵢ‖ (a block function); ``kernel`` as for
+    :func:`score_norm_counts` (numba: ‖z̃ᵢ‖·‖z̃ᵢᵀΘ̃ − x̃ᵢ,endog‖)."""
+    if resolve_kernel(kernel, Z.shape[1], 1) == "numba":
+        return (fused_product_norm_counts(Z, theta, X_endog, edges),)
     V = X_endog - Z @ theta
     norms = np.sqrt(np.einsum("ij,ij->i", Z, Z) * np.einsum("ij,ij->i", V, V))
     return (histogram_counts(norms, edges),)

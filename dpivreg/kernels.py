@@ -42,7 +42,7 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["KERNELS", "numba_available", "resolve_kernel", "block_sums", "safe_block_sums", "pass_matrix",
-           "fused_norm_counts", "numba_simulation_steps"]
+           "fused_norm_counts", "fused_product_norm_counts", "numba_simulation_steps"]
 
 KERNELS = ("auto", "numba", "numpy")
 
@@ -477,6 +477,18 @@ def fused_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.n
         function = _numba_norm_counts()
     function(Z, X_endog, Y, M, split, edges, counts)
     return counts
+
+
+def fused_product_norm_counts(Z: np.ndarray, A: np.ndarray, R: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Histogram counts (bins,) of ‖zᵢ‖·‖zᵢᵀA − Rᵢ‖ over a block's rows, by the numba loop :func:`_fused_norm_counts`
+    (its ungrouped first-stage norm, with M = [A | 0 | 0] and no second stage): the score norms of the
+    inference's meat releases (:mod:`dpivreg.covariance`) binned as the gradient norms are. ``A`` (q, d),
+    ``R`` (m, d), ``edges`` (bins + 1,)."""
+    q, d = A.shape
+    M = np.zeros((q, d + 2))
+    M[:, :d] = A
+    counts = fused_norm_counts(Z, R, np.zeros(Z.shape[0]), M, -1, np.array([edges, edges]))
+    return counts[0]
 
 
 @lru_cache(maxsize=1)
