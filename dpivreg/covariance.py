@@ -140,10 +140,10 @@ def structural_residuals(Z, X_endog, Y, beta, n_exog: int) -> np.ndarray:
 def score_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: np.ndarray, n_exog: int,
                       edges: np.ndarray, kernel: str = "auto") -> tuple[np.ndarray]:
     """Histogram counts of one block's score norms ‖z̃ᵢ‖·abs(ũᵢ) (a block function). ``kernel`` (as
-    :func:`dpivreg.kernels.resolve_kernel`; "auto": numba when installed) "numba" bins them in the clipping
+    :func:`dpivreg.kernels.resolve_kernel`; the meat release passes its row source's) "numba" bins them in the clipping
     release's compiled loop (:func:`dpivreg.kernels.fused_product_norm_counts`, ũᵢ = (ỹᵢ − x̃ᵢ,endogᵀβ̃_endog) −
     z̃ᵢ[:k]ᵀβ̃_exog): the same counts up to a norm that rounding moves across a bin edge."""
-    if resolve_kernel(kernel, Z.shape[1], 1) == "numba":
+    if resolve_kernel(kernel, Z.shape[1], Z.shape[1] + 2) == "numba":
         A = np.zeros((Z.shape[1], 1))
         A[:n_exog, 0] = beta[:n_exog]
         return (fused_product_norm_counts(Z, A, (Y - X_endog @ beta[n_exog:])[:, None], edges),)
@@ -169,7 +169,7 @@ def first_stage_score_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, 
                              edges: np.ndarray, kernel: str = "auto") -> tuple[np.ndarray]:
     """Histogram counts of one block's first-stage score norms ‖v̂ᵢ‖·‖z̃ᵢ‖ (a block function); ``kernel`` as for
     :func:`score_norm_counts` (numba: ‖z̃ᵢ‖·‖z̃ᵢᵀΘ̃ − x̃ᵢ,endog‖)."""
-    if resolve_kernel(kernel, Z.shape[1], 1) == "numba":
+    if resolve_kernel(kernel, Z.shape[1], theta.shape[1] + 2) == "numba":
         return (fused_product_norm_counts(Z, theta, X_endog, edges),)
     V = X_endog - Z @ theta
     norms = np.sqrt(np.einsum("ij,ij->i", Z, Z) * np.einsum("ij,ij->i", V, V))
@@ -255,7 +255,7 @@ def _meat_release(rows, counts_block, outer_block, args: tuple, *, dim: int, rho
         (total,) = rows.sums(outer_block, *args, math.inf)
         return ReleasedMeat(total / n, 0.0, math.inf, ())
     edges = score_edges(dim)
-    (counts,) = rows.sums(counts_block, *args, edges)
+    (counts,) = rows.sums(counts_block, *args, edges, rows.kernel)
     noisy, histogram, sigma_h = release_histogram_counts(
         counts[None, :], rho=HISTOGRAM_SHARE * rho, rng=rng, stage=stage,
         name=f"score-norm histogram for {what}'s threshold")

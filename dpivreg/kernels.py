@@ -480,14 +480,20 @@ def fused_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.n
 
 
 def fused_product_norm_counts(Z: np.ndarray, A: np.ndarray, R: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Histogram counts (bins,) of ‖zᵢ‖·‖zᵢᵀA − Rᵢ‖ over a block's rows, by the numba loop :func:`_fused_norm_counts`
-    (its ungrouped first-stage norm, with M = [A | 0 | 0] and no second stage): the score norms of the
-    inference's meat releases (:mod:`dpivreg.covariance`) binned as the gradient norms are. ``A`` (q, d),
-    ``R`` (m, d), ``edges`` (bins + 1,)."""
+    """Histogram counts (bins,) of ‖zᵢ‖·‖zᵢᵀA − Rᵢ‖ over a block's rows, by the numba loop :func:`_fused_norm_counts`,
+    binned as the gradient norms are: the score norms of the inference's meat releases (:mod:`dpivreg.covariance`).
+    ``A`` (q, d), ``R`` (m, d), ``edges`` (bins + 1,). With d = 1 the loop's second-stage norm computes it
+    (M = [0 | I_q | A], Y = R: ‖x̃ᵢ‖·abs(eᵢ) with x̃ᵢ = zᵢ, no square of the residual to overflow); with d > 1 its
+    ungrouped first-stage norm (M = [A | 0 | 0], X_endog = R)."""
     q, d = A.shape
+    m = Z.shape[0]
+    if d == 1:
+        M = np.concatenate([np.zeros((q, 1)), np.eye(q), A], axis=1)
+        counts = fused_norm_counts(Z, np.zeros((m, 1)), np.ascontiguousarray(R[:, 0]), M, -1, np.array([edges, edges]))
+        return counts[1]
     M = np.zeros((q, d + 2))
     M[:, :d] = A
-    counts = fused_norm_counts(Z, R, np.zeros(Z.shape[0]), M, -1, np.array([edges, edges]))
+    counts = fused_norm_counts(Z, R, np.zeros(m), M, -1, np.array([edges, edges]))
     return counts[0]
 
 

@@ -421,7 +421,8 @@ def test_a_meat_budget_too_small_to_see_any_bin_warns():
 @pytest.mark.parametrize("n_exog, p_endog", [(0, 1), (2, 1), (1, 3)])
 def test_score_norm_histograms_numba_equals_numpy(n_exog, p_endog):
     """The meat releases' score-norm counts binned by the clipping release's compiled loop equal numpy's, row for
-    row (the robust meat's ‖z̃‖·abs(ũ) and the first stage's ‖z̃‖·‖v̂‖), with a zero row and rows beyond the grid."""
+    row (the robust meat's ‖z̃‖·abs(ũ) and the first stage's ‖z̃‖·‖v̂‖), with a zero row, rows beyond the grid and
+    residuals whose square overflows (the robust meat's norm takes abs(ũ), not √ũ²)."""
     pytest.importorskip("numba")
     rng = np.random.default_rng(n_exog + p_endog)
     n, q = 9000, n_exog + p_endog + 2
@@ -430,6 +431,8 @@ def test_score_norm_histograms_numba_equals_numpy(n_exog, p_endog):
     X_endog, Y = rng.standard_normal((n, p_endog)), rng.standard_normal(n)
     Z[0], X_endog[0], Y[0] = 0.0, 0.0, 0.0
     Y[1:3] = [1e6, 1e300]
+    Z[3], X_endog[3], Y[3] = 1e-160, 0.0, 1e160  # a score norm of 1 from a tiny z and a residual whose square overflows
+    Z[4], X_endog[4], Y[4] = 0.0, 0.0, 1e200  # zero z, huge residual: norm 0
     beta, theta = rng.standard_normal(n_exog + p_endog), rng.standard_normal((q, p_endog))
     edges = covariance.score_edges(q)
     for counts, args in ((covariance.score_norm_counts, (beta, n_exog, edges)),
