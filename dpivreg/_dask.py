@@ -43,7 +43,7 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from .backends import add_parts, is_dask_collection as _is_dask_collection, one_pass
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors, r_factor
-from .boundary import BoundaryFacts, missing_policy
+from .boundary import DATA_CHECK_NOTE, BoundaryFacts, missing_policy
 from .design import (
     _BLOCKS,
     apply_missing_policy,
@@ -144,6 +144,11 @@ class DaskIVDesign(BoundaryFacts, _DesignNames):
         Rows dropped because of a missing value.
     constant : Hashable, optional
         The exogenous column declared as the intercept (:func:`dpivreg.design.declared_constant`).
+    partitions : tuple
+        The source's partitions as (delayed raw design with missing values kept, kept rows) pairs, for reading a
+        privacy unit's ids on the same rows (:func:`dask_units`).
+    persisted : bool
+        Whether ``values`` were persisted (:meth:`persist`).
     missing, data_levels, zero_allowed, n_lost, data_columns, unit_columns, stateful
         Keyword-only: the privacy boundary's facts (:class:`dpivreg.boundary.BoundaryFacts`).
     """
@@ -156,6 +161,8 @@ class DaskIVDesign(BoundaryFacts, _DesignNames):
     formula_engine: str | None = None
     n_dropped: int = 0
     constant: Hashable | None = None
+    partitions: tuple = dataclasses.field(default=(), repr=False)
+    persisted: bool = False
 
     is_dask: ClassVar[bool] = True
 
@@ -248,7 +255,7 @@ class DaskIVDesign(BoundaryFacts, _DesignNames):
         (and reads the source) once instead of once per pass. Needs nobs × d × 8 bytes of
         (distributed) memory.
         """
-        return dataclasses.replace(self, values=self.values.persist())
+        return dataclasses.replace(self, values=self.values.persist(), persisted=True)
 
 
 # ---------------------------------------------------------------------------
@@ -399,7 +406,8 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
         values=values, names=names, nobs=int(stats["n"]),
         stats=DesignStats(stats["min"], stats["max"], stats["scale"], stats["r"]),
         formula=formula, formula_engine=formula_engine, n_dropped=int(stats["n_raw"] - stats["n"]),
-        constant=declared, n_lost=int(stats["lost_rows"]), **boundary,
+        constant=declared, n_lost=int(stats["lost_rows"]), partitions=tuple(zip(raw_parts, stats["lengths"])),
+        **boundary,
     )
     _warn_dropped(design, source, stacklevel=stacklevel + 1)
     if stats["encoded"] is not None and encoded_columns:
@@ -956,3 +964,199 @@ def dask_r_factor(values: Any) -> np.ndarray:
         blocks = values.to_delayed().ravel()
         factors = dask.compute(*[dask.delayed(r_factor)(block) for block in blocks])
     return r_factor(np.vstack(factors))
+
+
+# ---------------------------------------------------------------------------
+# Privacy units (dpivreg.units): hash the ids, shuffle once, group per partition
+# ---------------------------------------------------------------------------
+_UNIT, _CLUSTER, _KEY, _SIZE = "_dpivreg_unit", "_dpivreg_cluster", "_dpivreg_key", "_dpivreg_size"
+
+
+def _id_hashes(ids: Any) -> tuple[np.ndarray, int]:
+    """64-bit hashes of ids (pandas' ``hash_array``: the same in every process) and the number of missing ids."""
+    values = np.asarray(ids.to_numpy() if hasattr(ids, "to_numpy") else ids)
+    missing = int(pd.isna(values).sum())
+    return pd.util.hash_array(values), missing
+
+
+def _unit_partition(raw: np.ndarray, unit_ids: Any, cluster_ids: Any, offset: int, seed: int) -> pd.DataFrame:
+    """One source partition's kept design rows with their unit's and cluster's hashes and truncation keys (the
+    keys of :func:`dpivreg.units.row_keys` at the rows' positions in the design, as in memory)."""
+    from .units import row_keys  # noqa: PLC0415
+
+    kept = ~np.isnan(raw).any(axis=1)
+    frame = pd.DataFrame(raw[kept], columns=[f"v{j}" for j in range(raw.shape[1])])
+    units, missing = _id_hashes(np.asarray(unit_ids)[kept])
+    frame[_UNIT] = units
+    if cluster_ids is None:
+        frame[_CLUSTER] = units
+    else:
+        clusters, missing_clusters = _id_hashes(np.asarray(cluster_ids)[kept])
+        frame[_CLUSTER] = clusters
+        missing += missing_clusters
+    frame[_KEY] = row_keys(seed, offset + np.arange(frame.shape[0]))
+    frame["_dpivreg_missing"] = np.uint8(1 if missing else 0)  # a flag the driver reads: ids cannot be grouped
+    return frame
+
+
+def _group_partition(frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
+    """Sort a shuffled partition by (cluster, unit, key) and keep each unit's first ``max_rows`` rows (the truncation),
+    recording each unit's row count before it."""
+    frame = frame.sort_values([_CLUSTER, _UNIT, _KEY], kind="stable")
+    units = frame[_UNIT].to_numpy()
+    starts = np.flatnonzero(np.concatenate([[True], units[1:] != units[:-1]])) if units.size else np.zeros(0, int)
+    sizes = np.diff(np.append(starts, units.size))
+    rank = np.arange(units.size) - np.repeat(starts, sizes)
+    frame = frame.assign(**{_SIZE: np.repeat(sizes, sizes)})
+    return frame[rank < max_rows]
+
+
+def _group_stats(frame: pd.DataFrame, max_rows: int) -> dict:
+    """Counts of one grouped partition: units, clusters (runs), truncated units and dropped rows, missing ids, and
+    whether a unit holds rows of several clusters (its hash then starts two runs within the partition)."""
+    units, clusters = frame[_UNIT].to_numpy(), frame[_CLUSTER].to_numpy()
+    unit_runs = np.concatenate([[True], (units[1:] != units[:-1]) | (clusters[1:] != clusters[:-1])]) if units.size \
+        else np.zeros(0, bool)
+    cluster_runs = np.concatenate([[True], clusters[1:] != clusters[:-1]]) if units.size else np.zeros(0, bool)
+    sizes = frame[_SIZE].to_numpy()[unit_runs]
+    return {"rows": int(units.size), "unit_runs": int(unit_runs.sum()), "units": set(units[unit_runs].tolist()),
+            "clusters": int(cluster_runs.sum()), "truncated": int(np.count_nonzero(sizes > max_rows)),
+            "dropped": int(np.sum(np.maximum(sizes - max_rows, 0))),
+            "missing": int(frame["_dpivreg_missing"].to_numpy().any()) if units.size else 0}
+
+
+class DaskGroupedRows:
+    """A Dask design's kept rows grouped by privacy unit and cluster (units truncated), for the passes of a fit: the
+    counterpart of :class:`dpivreg.design.ReorderedDesign`. ``values`` (lazy, or persisted with the design) holds
+    whole units and clusters in each block; ``groups`` the per-row hashes (:class:`dpivreg.units.DaskGroups`)."""
+
+    def __init__(self, design: DaskIVDesign, values: Any, groups: Any, nobs: int) -> None:
+        self._design, self.values, self.groups, self._nobs = design, values, groups, nobs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._design, name)
+
+    @property
+    def nobs(self) -> int:
+        """The kept rows (PRIVATE with privacy units)."""
+        return self._nobs
+
+    def blockwise_sum(self, func: Any, *args: Any) -> Any:
+        """Σ over the grouped blocks of ``func(block, *args)``, in ONE pass."""
+        return blockwise_sum(self.values, func, *args)
+
+    def grouped_sum(self, func: Any, level: str, *args: Any) -> Any:
+        """Σ over the grouped blocks of ``func(block, starts, *args)``, ``starts`` the block's groups of ``level``."""
+        import dask  # noqa: PLC0415
+
+        with one_pass():
+            blocks = self.values.to_delayed().ravel()
+            codes = self.groups.codes(level).rechunk({0: self.values.chunks[0]}).to_delayed().ravel()
+            return add_parts(list(dask.compute(*[dask.delayed(_on_grouped_rows)(func, block, code, *args)
+                                                 for block, code in zip(blocks, codes)])))
+
+    @property
+    def factor(self) -> ColumnFactor:
+        """The kept rows' triangular factor (NON-PRIVATE; TSQR in one pass)."""
+        scale = self._design.stats.scale
+        return ColumnFactor(scale, dask_r_factor(self.values / scale))
+
+
+def _on_grouped_rows(func: Any, block: np.ndarray, codes: np.ndarray, *args: Any) -> Any:
+    from .units import starts_of  # noqa: PLC0415
+
+    return func(np.asarray(block, dtype=np.float64), starts_of(np.asarray(codes)), *args)
+
+
+def dask_units(design: DaskIVDesign, *, data: Any, privacy_unit: Any, clusters: Any, max_rows: int, seed: int):
+    """The fit's :class:`dpivreg.units.PrivacyUnits` for a Dask design built from a formula on ``data``.
+
+    The units' (and clusters') ids are read on the design's rows, hashed (pandas' ``hash_array``, the same in every
+    process; two ids of equal hash, about one chance in 10⁸ for 10⁵ units, would be grouped as one unit, which
+    protects both), shuffled so that each cluster (else unit) lies in one partition, sorted and truncated per
+    partition: the grouping is built once, persisted when the design is (``model.persist()``; otherwise every pass
+    recomputes the shuffle, and a warning says so). The counts are the in-memory ones; the truncation keeps the
+    same rows (the keys are a function of the seed and the row's position in the design).
+    """
+    import dask  # noqa: PLC0415
+    import dask.dataframe as dd  # noqa: PLC0415
+
+    from .units import DaskGroups, PrivacyUnits, UnitFacts, _label  # noqa: PLC0415
+
+    if not design.partitions or data is None or not hasattr(data, "columns"):
+        raise ValueError("privacy_unit and clusters on Dask need a model built with DPIV2SLS.from_formula(formula, "
+                         "ddf) and column names of that Dask DataFrame; for Dask arrays, build the frame first.")
+    names = []
+    for argument, value in (("privacy_unit", privacy_unit), ("clusters", clusters)):
+        if value is None:
+            names.append(None)
+            continue
+        if not isinstance(value, Hashable) or value not in data.columns:
+            raise ValueError(f"{argument}={value!r} must name a column of the Dask DataFrame (columns: "
+                             f"{list(data.columns)[:20]}).")
+        names.append(value)
+    unit_name, cluster_name = names
+    row_level = unit_name is None
+    units_of = data[unit_name].to_delayed() if unit_name is not None else None
+    clusters_of = (None if cluster_name is None or cluster_name == unit_name else data[cluster_name].to_delayed())
+    clusters_of = clusters_of if clusters_of is not None else [None] * len(design.partitions)
+    if len(design.partitions) != data.npartitions:
+        raise ValueError("the Dask DataFrame's partitions changed since the model was built: build the model again.")
+    offsets = np.concatenate([[0], np.cumsum([m for _, m in design.partitions])[:-1]])
+    d = len(design.column_names)
+    frames = []
+    for i, ((raw, _), offset) in enumerate(zip(design.partitions, offsets)):
+        if row_level:  # each row its own unit: its position in the design is its id
+            frames.append(dask.delayed(_unit_partition_rows)(raw, clusters_of[i], int(offset), seed))
+        else:
+            frames.append(dask.delayed(_unit_partition)(raw, units_of[i], clusters_of[i], int(offset), seed))
+    meta = pd.DataFrame({**{f"v{j}": pd.Series(dtype=np.float64) for j in range(d)}, _UNIT: pd.Series(dtype=np.uint64),
+                         _CLUSTER: pd.Series(dtype=np.uint64), _KEY: pd.Series(dtype=np.uint64),
+                         "_dpivreg_missing": pd.Series(dtype=np.uint8)})
+    source = dd.from_delayed(frames, meta=meta, verify_meta=False)
+    by = _CLUSTER if cluster_name is not None else _UNIT
+    grouped = source.shuffle(on=by, npartitions=source.npartitions).map_partitions(
+        _group_partition, max_rows, meta=meta.assign(**{_SIZE: pd.Series(dtype=np.int64)}))
+    if design.persisted:
+        grouped = grouped.persist()
+    else:
+        warnings.warn("grouping the rows by privacy unit on Dask shuffles them, and every pass of the fit repeats the "
+                      "shuffle unless the model is persisted first: model.persist().fit(...) groups them once (it "
+                      "needs the data's size in the cluster's memory).", UserWarning, stacklevel=4)
+    with one_pass():
+        stats = dask.compute(*[dask.delayed(_group_stats)(part, max_rows) for part in grouped.to_delayed()])
+    if any(s["missing"] for s in stats):
+        which = "privacy_unit" if unit_name is not None else "clusters"
+        raise ValueError(f"{which} has missing ids in the design's rows: every row must belong to a unit (cluster). "
+                         f"Fill the ids, or drop those rows before building the model. {DATA_CHECK_NOTE}")
+    n_units = sum(len(s["units"]) for s in stats)
+    unit_runs = sum(s["unit_runs"] for s in stats)
+    if unit_name is not None and cluster_name is not None and cluster_name != unit_name:
+        if unit_runs != len(set().union(*[s["units"] for s in stats])):
+            raise ValueError(f"clusters {cluster_name!r} is not a grouping of the privacy unit {unit_name!r}: some "
+                             "unit has rows in several clusters. Clusters must contain whole units, or leave "
+                             f"clusters out to cluster by the unit itself. {DATA_CHECK_NOTE}")
+    n_clusters = sum(s["clusters"] for s in stats) if cluster_name is not None else None
+    if n_clusters is not None and n_clusters < 2:
+        raise ValueError(f"clusters {cluster_name!r} has {n_clusters} group: a clustered covariance needs at least "
+                         f"two. {DATA_CHECK_NOTE}")
+    lengths = tuple(s["rows"] for s in stats)
+    values = grouped[[f"v{j}" for j in range(d)]].to_dask_array(lengths=lengths)
+    unit_codes = grouped[_UNIT].to_dask_array(lengths=lengths)
+    cluster_codes = grouped[_CLUSTER].to_dask_array(lengths=lengths)
+    facts = UnitFacts(None if row_level else _label(unit_name), int(n_units) if not row_level else design.nobs,
+                      1 if row_level else int(max_rows), None if cluster_name is None else _label(cluster_name),
+                      n_clusters)
+    groups = DaskGroups(unit_codes, cluster_codes if cluster_name is not None else None, facts.n_units, n_clusters,
+                        not row_level)
+    rows = DaskGroupedRows(design, values, groups, sum(lengths))
+    return PrivacyUnits(facts, None, groups, sum(s["truncated"] for s in stats), sum(s["dropped"] for s in stats),
+                        rows=rows)
+
+
+def _unit_partition_rows(raw: np.ndarray, cluster_ids: Any, offset: int, seed: int) -> pd.DataFrame:
+    """:func:`_unit_partition` at row level (clusters only): each row is its own unit, identified by its position."""
+    kept = ~np.isnan(raw).any(axis=1)
+    ids = np.zeros(raw.shape[0], dtype=np.int64)  # the dropped rows' ids are never read
+    ids[kept] = offset + np.arange(int(kept.sum()))
+    return _unit_partition(raw, ids, cluster_ids, offset, seed)

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .kernels import block_sums, resolve_kernel, safe_block_sums
+from .kernels import block_sums, resolve_kernel, safe_block_sums, safe_unit_block_sums, unit_block_sums
 
 __all__ = ["RowSource", "InMemoryRows", "DaskRows", "is_dask_collection", "map_row_blocks", "add_parts",
            "DESIGN_BLOCK_ROWS", "count_passes", "PassCounter"]
@@ -139,15 +139,17 @@ def on_passes(listener):
         _PASS_LISTENERS.remove(listener)
 
 
-def map_row_blocks(func, n: int, *, block_rows: int = DESIGN_BLOCK_ROWS, n_threads: int | None = None) -> list:
-    """``[func(rows) for rows in (contiguous slices of range(n), block_rows each)]``, on threads, in order.
+def map_row_blocks(func, n: int, *, block_rows: int = DESIGN_BLOCK_ROWS, n_threads: int | None = None,
+                   blocks: list[slice] | None = None) -> list:
+    """``[func(rows) for rows in (contiguous slices of range(n), block_rows each)]``, on threads, in order
+    (or over the given ``blocks``, e.g. cut at the starts of groups of rows).
 
     The blocks do not depend on the thread count, so sums of the results added in list order
     (:func:`add_parts`) are the same whatever the number of threads. BLAS is held to one thread while
     the threads run (see :func:`_limit_blas_to_one_thread`).
     """
     with one_pass():
-        blocks = _row_blocks(n, block_rows) or [slice(0, 0)]
+        blocks = (blocks or _row_blocks(n, block_rows)) or [slice(0, 0)]
         threads = min(default_threads() if n_threads is None else n_threads, len(blocks),
                       max(1, n // _MIN_ROWS_PER_THREAD))
         if threads <= 1:
@@ -168,11 +170,19 @@ def add_parts(parts: list):
 
 
 class RowSource(Protocol):
-    """The rows of the working arrays Z (n×q), X_endog (n×p_endog) and Y (n,), wherever they are."""
+    """The rows of the working arrays Z (n×q), X_endog (n×p_endog) and Y (n,), wherever they are.
 
-    n: int
+    ``n`` is the public normaliser of the releases' sums: the row count, or with privacy units n̂ = N·k̂
+    (:mod:`dpivreg.units`; a float); ``n_units`` the public number of privacy units (the rows at row level);
+    ``groups`` the (private) grouping of the rows into units and clusters, or None.
+    """
+
+    n: float
     q: int
+    n_units: int
+    max_rows: int
     kernel: str  # "auto", "numba" or "numpy" (dpivreg.kernels.KERNELS): the implementation of the block functions
+    groups: object  # dpivreg.units.RowGroups or None
 
     def clipped_sums(self, M: np.ndarray, clip1, clip2, split: int | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -185,6 +195,10 @@ class RowSource(Protocol):
     def sums(self, func, *args) -> tuple:
         """Σ over all rows of ``func(Z_block, X_endog_block, Y_block, *args)``, a tuple of fixed-size arrays."""
 
+    def group_sums(self, func, level: str, *args) -> tuple:
+        """Σ over pieces of whole groups of ``func(Z_piece, X_endog_piece, Y_piece, starts, *args)``, ``starts`` the
+        offsets in the piece of its groups of ``level`` ("unit" or "cluster")."""
+
     def close(self) -> None:
         """Release threads or other resources."""
 
@@ -192,24 +206,44 @@ class RowSource(Protocol):
 class _MappedRows:
     """The shared part of the row sources: a kernel mapped over pieces of the rows, the parts added in order."""
 
-    n: int
+    n: float
     q: int
+    n_units: int
     kernel: str
+    groups = None  # dpivreg.units.RowGroups (privacy units or clusters) or None
+    max_rows = 1  # the most rows one privacy unit holds (public): releases summing per-row terms scale by it
     _blas_limit = None  # a threadpoolctl limit held while the source is open
 
     def _map(self, func, *args) -> list[tuple]:
         """``func(Z_piece, X_endog_piece, Y_piece, *args)`` for every piece of the rows, in order."""
         raise NotImplementedError
 
+    def _map_grouped(self, func, level: str, *args) -> list[tuple]:
+        """``func(Z_piece, X_endog_piece, Y_piece, starts, *args)`` for every piece (whole groups), in order."""
+        raise NotImplementedError
+
+    @property
+    def unit_level(self) -> bool:
+        """Whether the rows are grouped into privacy units (the gradients are then summed per unit and clipped)."""
+        return self.groups is not None and self.groups.unit_level
+
     def clipped_sums(self, M, clip1, clip2, split=None):
         kernel = resolve_kernel(self.kernel, self.q, M.shape[1])
+        if self.unit_level:
+            return _add(self._map_grouped(unit_block_sums, "unit", M, clip1, clip2, split, kernel))
         return _add(self._map(block_sums, M, clip1, clip2, kernel, split))
 
     def safe_sums(self, theta, whitened, beta_full, clip1, clip2, split=None):
+        if self.unit_level:
+            return _add(self._map_grouped(safe_unit_block_sums, "unit", theta, whitened, beta_full, clip1, clip2,
+                                          split))
         return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2, split))
 
     def sums(self, func, *args):
         return _add(self._map(_in_blocks, func, *args))
+
+    def group_sums(self, func, level: str, *args):
+        return _add(self._map_grouped(func, level, *args))
 
     def close(self) -> None:
         if self._blas_limit is not None:
@@ -225,14 +259,26 @@ class InMemoryRows(_MappedRows):
     """
 
     def __init__(self, Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, *, kernel: str = "auto",
-                 n_threads: int | None = None) -> None:
+                 n_threads: int | None = None, groups=None, n: float | None = None,
+                 n_units: int | None = None, max_rows: int = 1) -> None:
+        """``groups`` (:class:`dpivreg.units.RowGroups`): the rows' units and clusters, contiguous; the threads'
+        ranges are then cut at group starts. ``n``, ``n_units``, ``max_rows``: the public normaliser, unit count
+        (default: the row count) and rows per unit."""
         self.Z, self.X_endog, self.Y = Z, X_endog, Y
-        self.n, self.q = Z.shape
+        rows, self.q = Z.shape
+        self.n = rows if n is None else n
+        self.n_units = rows if n_units is None else int(n_units)
         self.kernel = kernel
+        self.groups = groups
+        self.max_rows = int(max_rows)
         threads = default_threads() if n_threads is None else n_threads
-        threads = max(1, min(threads, self.n // _MIN_ROWS_PER_THREAD))
-        edges = np.linspace(0, self.n, threads + 1).astype(int)
-        self._ranges = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+        threads = max(1, min(threads, rows // _MIN_ROWS_PER_THREAD))
+        if groups is not None:
+            self._ranges = groups.pieces(threads)
+        else:
+            edges = np.linspace(0, rows, threads + 1).astype(int)
+            self._ranges = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+        threads = len(self._ranges)
         self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
         if threads > 1:
             self._blas_limit = _limit_blas_to_one_thread()
@@ -241,6 +287,15 @@ class InMemoryRows(_MappedRows):
         def run(rows: slice):
             return func(self.Z[rows], self.X_endog[rows], self.Y[rows], *args)
 
+        return self._run(run)
+
+    def _map_grouped(self, func, level, *args):
+        def run(rows: slice):
+            return func(self.Z[rows], self.X_endog[rows], self.Y[rows], self.groups.local(rows, level), *args)
+
+        return self._run(run)
+
+    def _run(self, run) -> list:
         with one_pass():
             if self._pool is None:
                 return [run(rows) for rows in self._ranges]
@@ -267,18 +322,24 @@ class DaskRows(_MappedRows):
     order, so the numbers are the same.
     """
 
-    def __init__(self, Z, X_endog, Y, *, kernel: str = "auto", endog_from: int = 0) -> None:
+    def __init__(self, Z, X_endog, Y, *, kernel: str = "auto", endog_from: int = 0, groups=None,
+                 n: float | None = None, n_units: int | None = None, max_rows: int = 1) -> None:
         """``X_endog``: X's endogenous columns; or, with ``endog_from = k``, X itself, whose leading k (exogenous)
-        columns every task drops from its block (a numpy view), so that persisted X keeps its blocks."""
+        columns every task drops from its block (a numpy view), so that persisted X keeps its blocks. ``groups``
+        (:class:`dpivreg.units.DaskGroups`, whole units and clusters in each block), ``n``, ``n_units``,
+        ``max_rows``: as for :class:`InMemoryRows`."""
         row_chunks = Z.chunks[0]
         self.Z = Z.rechunk({0: row_chunks, 1: -1})
         self._X = X_endog.rechunk({0: row_chunks, 1: -1})
         self._endog_from = int(endog_from)
         self.Y = Y.rechunk({0: row_chunks})
-        self.n, self.q = (int(s) for s in self.Z.shape)
+        rows, self.q = (int(s) for s in self.Z.shape)
+        self.n = rows if n is None else n
+        self.n_units = rows if n_units is None else int(n_units)
+        self.groups, self.max_rows = groups, int(max_rows)
         self.p_endog = int(self._X.shape[1]) - self._endog_from
         self.kernel = kernel
-        self._placed = _PlacedBlocks.of(self.Z, self._X, self.Y, self._endog_from)
+        self._placed = _PlacedBlocks.of(self.Z, self._X, self.Y, self._endog_from) if groups is None else None
         self._blas_limit = _limit_blas_to_one_thread()
 
     def _map(self, func, *args):
@@ -294,6 +355,27 @@ class DaskRows(_MappedRows):
                                    self.Y.to_delayed().ravel())
             ]
             return list(dask.compute(*parts))
+
+
+    def _map_grouped(self, func, level, *args):
+        import dask
+
+        with one_pass():
+            codes = self.groups.codes(level).rechunk({0: self.Z.chunks[0]}).to_delayed().ravel()
+            task = dask.delayed(_on_grouped_block, pure=True)
+            parts = [
+                task(func, self._endog_from, z, x, y, c, *args)
+                for z, x, y, c in zip(self.Z.to_delayed().ravel(), self._X.to_delayed().ravel(),
+                                      self.Y.to_delayed().ravel(), codes)
+            ]
+            return list(dask.compute(*parts))
+
+
+def _on_grouped_block(func, endog_from: int, Z, X, Y, codes, *args):
+    """:func:`_on_block` for a grouped block function: the block's groups start where its codes change."""
+    from .units import starts_of  # noqa: PLC0415
+
+    return _on_block(func, endog_from, Z, X, Y, starts_of(np.asarray(codes)), *args)
 
 
 class _PlacedBlocks:

@@ -59,12 +59,14 @@ from typing import Mapping
 
 import numpy as np
 
-from .kernels import fused_norm_counts, pass_matrix, resolve_kernel
+from .kernels import fused_norm_counts, pass_matrix, resolve_kernel, unit_gradient_terms
 from .mechanisms import clip_from_histogram, histogram_counts, log_grid, release_histogram_counts
 from .privacy import Release
+from .units import group_sums
 from .validation import check_clip
 
-__all__ = ["theorem_clip", "standardized_clip", "gradient_norm_counts", "adaptive_clip", "AdaptiveClip",
+__all__ = ["theorem_clip", "standardized_clip", "gradient_norm_counts", "unit_gradient_norm_counts", "adaptive_clip",
+           "AdaptiveClip",
            "target_clipped_rows", "resolve_public_clip", "CLIP_RULES", "MAX_CLIPPED_ROWS",
            "REFERENCE_STAGE_RHO"]
 
@@ -118,9 +120,12 @@ def _group_dimensions(q: int, p: int, n_exog: int, p_endog: int, grouped: bool) 
     return [q * p_endog, p]
 
 
-def _group_edges(dims: list[int]) -> list[np.ndarray]:
-    """Public bin edges per group, around each group's unit scale on the working scale (√(dimension))."""
-    return [log_grid(math.sqrt(dim)) for dim in dims]
+def _group_edges(dims: list[int], max_rows: int = 1) -> list[np.ndarray]:
+    """Public bin edges per group, around each group's unit scale on the working scale (√(dimension)); with privacy
+    units of up to ``max_rows`` rows two more bins above per doubling (a unit's summed gradient grows with its
+    rows)."""
+    above = 12 + 2 * math.ceil(math.log2(max_rows))
+    return [log_grid(math.sqrt(dim), above=above) for dim in dims]
 
 
 def gradient_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray, n_exog: int,
@@ -147,6 +152,28 @@ def gradient_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: n
         parts = [parts[1], parts[3]]
     norms = [np.sqrt(np.einsum("ij,ij->i", A, A)) * b for A, b in parts]
     return (np.array([histogram_counts(v, e) for v, e in zip(norms, edges)]),)
+
+
+def unit_gradient_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: np.ndarray, M: np.ndarray,
+                              n_exog: int, grouped: bool, edges: list[np.ndarray]) -> tuple[np.ndarray]:
+    """Histogram counts (G, bins) of one block's per-*unit* gradient norms by group (a grouped block function, the
+    units starting at ``starts``; :mod:`dpivreg.units`): the norms of each unit's summed gradients
+    (:func:`dpivreg.kernels.unit_gradient_terms`), split into groups as :func:`gradient_norm_counts` splits a
+    row's. Each unit is counted once in each histogram, as a row is at row level."""
+    q, p_endog = Z.shape[1], X_endog.shape[1]
+    k = n_exog if grouped else 0
+    counts = np.zeros((len(edges), edges[0].shape[0] - 1))
+
+    def consume(G: np.ndarray) -> None:
+        G1, g2 = G[:, :q * p_endog].reshape(-1, q, p_endog), G[:, q * p_endog:]
+        parts = [G1[:, :k], G1[:, k:], g2[:, :k], g2[:, k:]] if grouped else [G1, g2]
+        for c, part, e in zip(counts, parts, edges):
+            flat = part.reshape(part.shape[0], -1)
+            c += histogram_counts(np.sqrt(np.einsum("ij,ij->i", flat, flat)), e)
+
+    group_sums(lambda rows: unit_gradient_terms(Z[rows], X_endog[rows], Y[rows], M), starts, Z.shape[0], consume,
+               width=q * p_endog + M.shape[1] - p_endog - 1)
+    return (counts,)
 
 
 class AdaptiveClip:
@@ -201,14 +228,19 @@ def adaptive_clip(rows, theta0: np.ndarray, beta0: np.ndarray, W0: np.ndarray | 
     p = beta0.shape[0]
     grouped = n_exog > 0
     dims = _group_dimensions(q, p, n_exog, p_endog, grouped)
-    edges = _group_edges(dims)
+    unit_level = getattr(rows, "unit_level", False)
+    edges = _group_edges(dims, rows.max_rows if unit_level else 1)
     M, _ = pass_matrix(theta0, beta0, None if W0 is None else W0.T, n_exog)
-    kernel = resolve_kernel(rows.kernel, q, M.shape[1])
-    (counts,) = rows.sums(gradient_norm_counts, M, n_exog, grouped, edges, kernel)
-    noisy, release, sigma = release_histogram_counts(counts, rho=rho, rng=rng, stage="rho_clip",
-                                                     name="gradient-norm histograms for the clipping thresholds")
+    name = "gradient-norm histograms for the clipping thresholds"
+    if unit_level:  # one count per unit in each histogram: the units' summed gradients
+        (counts,) = rows.group_sums(unit_gradient_norm_counts, "unit", M, n_exog, grouped, edges)
+        name += " (per-unit gradients)"
+    else:
+        kernel = resolve_kernel(rows.kernel, q, M.shape[1])
+        (counts,) = rows.sums(gradient_norm_counts, M, n_exog, grouped, edges, kernel)
+    noisy, release, sigma = release_histogram_counts(counts, rho=rho, rng=rng, stage="rho_clip", name=name)
     stages = [stage_rho[0]] * (len(dims) // 2) + [stage_rho[1]] * (len(dims) // 2)  # stage 1's groups first
-    targets = tuple(target_clipped_rows(rows.n, r, d) for r, d in zip(stages, dims))
+    targets = tuple(target_clipped_rows(rows.n_units, r, d) for r, d in zip(stages, dims))
     thresholds = [clip_from_histogram(c, e, target=K, sigma=sigma, threshold=EMPTY_BIN_SIGMAS)
                   for c, e, K in zip(noisy, edges, targets)]
     if grouped:

@@ -67,14 +67,16 @@ from .mechanisms import (
 )
 from .kernels import fused_product_norm_counts, resolve_kernel
 from .privacy import Release
+from .units import group_sums
 
 __all__ = ["COV_TYPES", "HISTOGRAM_SHARE", "unadjusted_covariance", "robust_covariance", "score_meat_release",
            "meat_clipped_rows", "score_norm_counts", "clipped_score_outer_sum", "resolve_cov_type",
            "release_score_meat", "score_meat_sensitivity", "score_edges", "first_stage_meat_release",
-           "first_stage_score_counts", "clipped_first_stage_outer_sum", "release_first_stage_meat", "ReleasedMeat"]
+           "first_stage_score_counts", "clipped_first_stage_outer_sum", "release_first_stage_meat", "ReleasedMeat",
+           "structural_scores", "first_stage_scores", "cluster_score_counts", "cluster_clipped_outer_sum"]
 
 #: The sampling covariances ``fit(cov_type=...)`` offers, and linearmodels' synonyms for them.
-COV_TYPES = ("robust", "unadjusted")
+COV_TYPES = ("robust", "unadjusted", "clustered")
 _SYNONYMS = {"heteroskedastic": "robust", "homoskedastic": "unadjusted"}
 #: Share of the score release's budget spent on the histogram that sets its clipping threshold.
 HISTOGRAM_SHARE = 0.5
@@ -91,7 +93,7 @@ def resolve_cov_type(cov_type) -> str:
     name = _SYNONYMS.get(cov_type.lower(), cov_type.lower())
     if name not in COV_TYPES:
         raise ValueError(f"cov_type must be one of {COV_TYPES} (or linearmodels' 'heteroskedastic', "
-                         f"'homoskedastic'), got {cov_type!r}. Clustered and kernel covariances are not available.")
+                         f"'homoskedastic'), got {cov_type!r}. Kernel (HAC) covariances are not available.")
     return name
 
 
@@ -122,9 +124,10 @@ def robust_covariance(theta_endog: np.ndarray, n_exog: int, meat: np.ndarray, n:
     return (V + V.T) / 2.0
 
 
-def score_edges(q: int) -> np.ndarray:
-    """The score histogram's public bin edges: √2 apart around √q (the scores' unit scale)."""
-    return log_grid(math.sqrt(q))
+def score_edges(q: int, rows_per_group: float = 1.0) -> np.ndarray:
+    """The score histogram's public bin edges: √2 apart around √q (the scores' unit scale), extended upwards by
+    two bins per doubling of ``rows_per_group`` (public: a cluster's summed score grows with its rows)."""
+    return log_grid(math.sqrt(q), above=12 + 2 * max(0, math.ceil(math.log2(max(rows_per_group, 1.0)))))
 
 
 def meat_clipped_rows(n: int) -> float:
@@ -135,6 +138,11 @@ def meat_clipped_rows(n: int) -> float:
 def structural_residuals(Z, X_endog, Y, beta, n_exog: int) -> np.ndarray:
     """ũᵢ = ỹᵢ − x̃ᵢᵀβ̃ with x̃ᵢ = [z̃ᵢ[:n_exog], x̃ᵢ,endog] (the exogenous columns lead Z)."""
     return Y - Z[:, :n_exog] @ beta[:n_exog] - X_endog @ beta[n_exog:]
+
+
+def structural_scores(Z, X_endog, Y, beta, n_exog: int) -> np.ndarray:
+    """The instrument scores sᵢ = z̃ᵢũᵢ of the robust and clustered meats, one row each."""
+    return Z * structural_residuals(Z, X_endog, Y, beta, n_exog)[:, None]
 
 
 def score_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: np.ndarray, n_exog: int,
@@ -155,14 +163,47 @@ def score_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: n
 def clipped_score_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: np.ndarray, n_exog: int,
                             bound: float) -> tuple[np.ndarray]:
     """Σᵢ clip(sᵢ)clip(sᵢ)ᵀ over one block, sᵢ = z̃ᵢũᵢ clipped to L2 norm ``bound`` (inf: not clipped)."""
-    S = Z * structural_residuals(Z, X_endog, Y, beta, n_exog)[:, None]
+    S = structural_scores(Z, X_endog, Y, beta, n_exog)
     return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
 
 
-def _first_stage_scores(Z: np.ndarray, X_endog: np.ndarray, theta: np.ndarray) -> np.ndarray:
-    """sᵢ = v̂ᵢ ⊗ z̃ᵢ (coordinate j·q + l is v̂ᵢⱼz̃ᵢₗ), v̂ᵢ = x̃ᵢ,endog − Θ̃ᵀz̃ᵢ."""
+def first_stage_scores(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """sᵢ = v̂ᵢ ⊗ z̃ᵢ (coordinate j·q + l is v̂ᵢⱼz̃ᵢₗ), v̂ᵢ = x̃ᵢ,endog − Θ̃ᵀz̃ᵢ (``Y`` unused)."""
     V = X_endog - Z @ theta
     return (V[:, :, None] * Z[:, None, :]).reshape(Z.shape[0], -1)
+
+
+def cluster_score_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: np.ndarray, scores, args: tuple,
+                         edges: np.ndarray) -> tuple[np.ndarray]:
+    """Histogram counts of one block's *cluster* score norms ‖Σ_{i∈c} sᵢ‖ (a grouped block function: the clusters
+    start at ``starts``), the scores ``scores(Z, X_endog, Y, *args)`` (:func:`structural_scores`,
+    :func:`first_stage_scores`)."""
+    counts = np.zeros(edges.shape[0] - 1)
+
+    def consume(S: np.ndarray) -> None:
+        counts[:] += histogram_counts(np.sqrt(np.einsum("ij,ij->i", S, S)), edges)
+
+    group_sums(lambda rows: scores(Z[rows], X_endog[rows], Y[rows], *args), starts, Z.shape[0], consume,
+               width=Z.shape[1] * (1 + X_endog.shape[1]))
+    return (counts,)
+
+
+def cluster_clipped_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: np.ndarray, scores,
+                              args: tuple, bound: float) -> tuple[np.ndarray]:
+    """Σ_c clip(g_c)clip(g_c)ᵀ over one block's clusters, g_c = Σ_{i∈c} sᵢ clipped to L2 norm ``bound`` (inf: not
+    clipped); a grouped block function as :func:`cluster_score_counts`."""
+    total: list = []
+
+    def consume(S: np.ndarray) -> None:
+        part = S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound)
+        if total:
+            total[0] += part
+        else:
+            total.append(part)
+
+    group_sums(lambda rows: scores(Z[rows], X_endog[rows], Y[rows], *args), starts, Z.shape[0], consume,
+               width=Z.shape[1] * (1 + X_endog.shape[1]))
+    return (total[0],)
 
 
 def first_stage_score_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np.ndarray,
@@ -179,7 +220,7 @@ def first_stage_score_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, 
 def clipped_first_stage_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np.ndarray,
                                   bound: float) -> tuple[np.ndarray]:
     """Σᵢ clip(sᵢ)clip(sᵢ)ᵀ over one block for the first-stage scores sᵢ = v̂ᵢ ⊗ z̃ᵢ (inf: not clipped)."""
-    S = _first_stage_scores(Z, X_endog, theta)
+    S = first_stage_scores(Z, X_endog, Y, theta)
     return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
 
 
@@ -202,9 +243,10 @@ class ReleasedMeat:
         return _positive_definite(self.matrix + upper + np.swapaxes(np.triu(upper, 1), 1, 2), floor=self.sigma)
 
 
-def score_meat_release(rows, beta: np.ndarray, n_exog: int, *, rho: float,
-                       rng: np.random.Generator) -> tuple[np.ndarray, tuple[Release, ...], float]:
-    """Release the score meat Ω = (1/n)Σᵢ z̃ᵢz̃ᵢᵀũᵢ² at the released β̃ (module docstring).
+def score_meat_release(rows, beta: np.ndarray, n_exog: int, *, rho: float, rng: np.random.Generator,
+                       clustered: bool = False) -> tuple[np.ndarray, tuple[Release, ...], float]:
+    """Release the score meat Ω = (1/n)Σᵢ z̃ᵢz̃ᵢᵀũᵢ² at the released β̃ (module docstring), or with ``clustered``
+    Ω = (1/n)Σ_c g_c g_cᵀ with g_c = Σ_{i∈c} z̃ᵢũᵢ over the row source's clusters (:mod:`dpivreg.units`).
 
     Parameters
     ----------
@@ -218,6 +260,8 @@ def score_meat_release(rows, beta: np.ndarray, n_exog: int, *, rho: float,
         zCDP budget of the whole release (``inf``: Ω exactly, unclipped, no record).
     rng : numpy.random.Generator
         Source of the noise.
+    clustered : bool
+        Clip and sum the scores per cluster (the rows' ``groups``), not per row.
 
     Returns
     -------
@@ -228,75 +272,106 @@ def score_meat_release(rows, beta: np.ndarray, n_exog: int, *, rho: float,
     bound : float
         The clipping threshold C (inf for ``rho = inf``).
     """
-    meat = _meat_release(rows, score_norm_counts, clipped_score_outer_sum, (beta, n_exog), dim=rows.q, rho=rho,
-                         rng=rng, stage="rho_inf", what="the robust meat",
-                         release=lambda bound, rho_meat: release_score_meat(rows, beta, n_exog, bound=bound,
-                                                                            rho=rho_meat, rng=rng))
+    meat = _meat_release(rows, structural_scores, (beta, n_exog), dim=rows.q, rho=rho, rng=rng, stage="rho_inf",
+                         what="the clustered meat" if clustered else "the robust meat", clustered=clustered)
     return meat.matrix, meat.releases, meat.bound
 
 
-def first_stage_meat_release(rows, theta: np.ndarray, *, rho: float, rng: np.random.Generator) -> ReleasedMeat:
+def first_stage_meat_release(rows, theta: np.ndarray, *, rho: float, rng: np.random.Generator,
+                             clustered: bool = False) -> ReleasedMeat:
     """Release the first stage's meat (1/n)Σᵢ (v̂ᵢ ⊗ z̃ᵢ)(v̂ᵢ ⊗ z̃ᵢ)ᵀ at the released working first stage
-    ``theta`` (q, p_endog), budget ``rho`` (stage ``"rho_diag"``; module docstring). ``rho = inf``: exact."""
-    return _meat_release(rows, first_stage_score_counts, clipped_first_stage_outer_sum, (theta,),
-                         dim=rows.q * theta.shape[1], rho=rho, rng=rng, stage="rho_diag", what="the first stage's meat",
-                         release=lambda bound, rho_meat: release_first_stage_meat(rows, theta, bound=bound,
-                                                                                  rho=rho_meat, rng=rng))
+    ``theta`` (q, p_endog), budget ``rho`` (stage ``"rho_diag"``; module docstring), per cluster with
+    ``clustered``. ``rho = inf``: exact."""
+    return _meat_release(rows, first_stage_scores, (theta,), dim=rows.q * theta.shape[1], rho=rho, rng=rng,
+                         stage="rho_diag", what="the first stage's meat", clustered=clustered)
 
 
-def _meat_release(rows, counts_block, outer_block, args: tuple, *, dim: int, rho: float, rng: np.random.Generator,
-                  stage: str, what: str, release) -> ReleasedMeat:
-    """The histogram-then-meat release of the module docstring for the scores the block functions compute from
-    (Z, X_endog, Y, *args): ``counts_block`` their norms' histogram, ``outer_block`` their exact second-moment
-    sum (``rho = inf``); ``release(bound, rho)`` the meat's Gaussian mechanism at threshold C; ``dim``
-    coordinates."""
+#: The row-level block functions of each kind of score: (norm histogram, clipped outer sum).
+_ROW_BLOCKS = {structural_scores: (score_norm_counts, clipped_score_outer_sum),
+               first_stage_scores: (first_stage_score_counts, clipped_first_stage_outer_sum)}
+
+
+def _score_outer_sum(rows, scores, args: tuple, bound: float, clustered: bool) -> np.ndarray:
+    """Σ clip_C(s)clip_C(s)ᵀ over the rows, or over the clusters' summed scores (one pass)."""
+    if clustered:
+        return rows.group_sums(cluster_clipped_outer_sum, "cluster", scores, args, bound)[0]
+    return rows.sums(_ROW_BLOCKS[scores][1], *args, bound)[0]
+
+
+def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.random.Generator, stage: str, what: str,
+                  clustered: bool = False) -> ReleasedMeat:
+    """The histogram-then-meat release of the module docstring for the scores ``scores(Z, X_endog, Y, *args)``
+    (their norms' histogram, then their clipped second-moment sum) over the rows, or with ``clustered`` over the
+    clusters' summed scores; ``dim`` coordinates.
+
+    Sensitivities: a cluster (which holds whole privacy units) changes one term when a unit is replaced, a row-wise
+    release at most ``rows.max_rows`` terms (m with privacy units, :mod:`dpivreg.units`): the histogram's √2 and
+    the meat's √2·C²/n are multiplied by that number of terms.
+    """
     n = rows.n
     if math.isinf(rho):
-        (total,) = rows.sums(outer_block, *args, math.inf)
-        return ReleasedMeat(total / n, 0.0, math.inf, ())
-    edges = score_edges(dim)
-    (counts,) = rows.sums(counts_block, *args, edges, rows.kernel)
+        return ReleasedMeat(_score_outer_sum(rows, scores, args, math.inf, clustered) / n, 0.0, math.inf, ())
+    terms = 1 if clustered else rows.max_rows
+    groups = rows.groups.count("cluster") if clustered else n
+    edges = score_edges(dim, n / groups if clustered else 1.0)
+    if clustered:
+        (counts,) = rows.group_sums(cluster_score_counts, "cluster", scores, args, edges)
+    else:
+        (counts,) = rows.sums(_ROW_BLOCKS[scores][0], *args, edges, rows.kernel)
     noisy, histogram, sigma_h = release_histogram_counts(
-        counts[None, :], rho=HISTOGRAM_SHARE * rho, rng=rng, stage=stage,
+        counts[None, :], rho=HISTOGRAM_SHARE * rho, rng=rng, stage=stage, max_rows=terms,
         name=f"score-norm histogram for {what}'s threshold")
     visible = noisy[0] > _EMPTY_BIN_SIGMAS * sigma_h
     # nothing seen above the noise (tiny n or budget): the top edge, a wide meat rather than a clipped-away one
-    bound = (clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(n), sigma=sigma_h,
+    bound = (clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(groups), sigma=sigma_h,
                                  threshold=_EMPTY_BIN_SIGMAS) if visible.any() else float(edges[-1]))
     bound = float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)])
-    meat, record, sigma = release(bound, (1.0 - HISTOGRAM_SHARE) * rho)
+    total = _score_outer_sum(rows, scores, args, bound, clustered)
+    kind = "clustered " if clustered else ""
+    name = ("robust meat (clipped instrument scores)" if scores is structural_scores
+            else "first-stage meat (clipped first-stage scores)")
+    if clustered:
+        name = f"{kind}{name.replace('clipped', 'clipped cluster sums of')}"
+    elif terms > 1:
+        name += f", per unit of at most {terms} rows"
+    meat, record, sigma = _gaussian_meat(total, n, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho, rng=rng, name=name,
+                                         stage=stage, terms=terms)
     return ReleasedMeat(_positive_definite(meat, floor=sigma), sigma, bound, (histogram, record))
 
 
-def score_meat_sensitivity(bound: float, n: int) -> float:
-    """Replace-one L2 sensitivity √2·C²/n of the upper triangle of (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ."""
-    return math.sqrt(2.0) * bound**2 / n
+def score_meat_sensitivity(bound: float, n: float, terms: int = 1) -> float:
+    """L2 sensitivity √2·C²/n of the upper triangle of (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ when a neighbour changes one
+    term (a row, or a cluster's sum), ``terms``·√2·C²/n when it changes up to that many (the rows of a privacy
+    unit: pair the two units' rows, an unpaired row's term has norm at most C²)."""
+    return terms * math.sqrt(2.0) * bound**2 / n
 
 
 def release_score_meat(rows, beta: np.ndarray, n_exog: int, *, bound: float, rho: float,
-                       rng: np.random.Generator) -> tuple[np.ndarray, Release, float]:
-    """The Gaussian mechanism of the meat at a given threshold C = ``bound``: (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with
-    symmetric noise of standard deviation :func:`score_meat_sensitivity`/√(2ρ). Returns the released matrix
-    (not yet projected), its record and σ."""
-    (total,) = rows.sums(clipped_score_outer_sum, beta, n_exog, bound)
+                       rng: np.random.Generator, clustered: bool = False) -> tuple[np.ndarray, Release, float]:
+    """The Gaussian mechanism of the meat at a given threshold C = ``bound``: (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ (or over
+    the clusters' summed scores) with symmetric noise of standard deviation :func:`score_meat_sensitivity`/√(2ρ).
+    Returns the released matrix (not yet projected), its record and σ."""
+    total = _score_outer_sum(rows, structural_scores, (beta, n_exog), bound, clustered)
     return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, name="robust meat (clipped instrument scores)",
-                          stage="rho_inf")
+                          stage="rho_inf", terms=1 if clustered else rows.max_rows)
 
 
 def release_first_stage_meat(rows, theta: np.ndarray, *, bound: float, rho: float,
-                             rng: np.random.Generator) -> tuple[np.ndarray, Release, float]:
+                             rng: np.random.Generator, clustered: bool = False) -> tuple[np.ndarray, Release, float]:
     """The Gaussian mechanism of the first stage's meat at threshold C = ``bound``, as
     :func:`release_score_meat` for the scores v̂ᵢ ⊗ z̃ᵢ at ``theta`` (stage ``"rho_diag"``)."""
-    (total,) = rows.sums(clipped_first_stage_outer_sum, theta, bound)
+    total = _score_outer_sum(rows, first_stage_scores, (theta,), bound, clustered)
     return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng,
-                          name="first-stage meat (clipped first-stage scores)", stage="rho_diag")
+                          name="first-stage meat (clipped first-stage scores)", stage="rho_diag",
+                          terms=1 if clustered else rows.max_rows)
 
 
-def _gaussian_meat(total: np.ndarray, n: int, *, bound: float, rho: float, rng: np.random.Generator, name: str,
-                   stage: str) -> tuple[np.ndarray, Release, float]:
-    """(1/n)·``total`` (a sum of clip_C(s)clip_C(s)ᵀ) with symmetric Gaussian noise for sensitivity √2·C²/n."""
-    return release_moment_sum(total, n, rho=rho, rng=rng, sensitivity=score_meat_sensitivity(bound, n), bound=bound,
-                              name=name, stage=stage)
+def _gaussian_meat(total: np.ndarray, n: float, *, bound: float, rho: float, rng: np.random.Generator, name: str,
+                   stage: str, terms: int = 1) -> tuple[np.ndarray, Release, float]:
+    """(1/n)·``total`` (a sum of clip_C(s)clip_C(s)ᵀ) with symmetric Gaussian noise for the sensitivity
+    :func:`score_meat_sensitivity` (``terms`` changed by a neighbour)."""
+    return release_moment_sum(total, n, rho=rho, rng=rng, sensitivity=score_meat_sensitivity(bound, n, terms),
+                              bound=bound, name=name, stage=stage)
 
 
 def _positive_definite(M: np.ndarray, *, floor: float) -> np.ndarray:

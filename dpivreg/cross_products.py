@@ -216,21 +216,56 @@ def iv2sls_from_factor(factor: ColumnFactor, positions: dict[str, list[int]], no
                               unadjusted_cov=frame(unadjusted), nobs=int(nobs), resid_ss=float(resid_ss))
 
 
-def iv2sls_benchmark(design) -> CrossProductIV2SLS:
+def iv2sls_benchmark(design, *, units=None) -> CrossProductIV2SLS:
     """The NON-PRIVATE 2SLS benchmark of a design (in memory or Dask): :func:`iv2sls_from_factor` on the
     design's ``factor`` with its ``blockwise_sum`` as the residual pass.
 
     Columns allowed to be all zero that are (``design.zero_columns``: a declared level absent from the data,
     the indicator of a complete column) are left out of the fit; their coefficients and covariances are NaN
-    (not identified by these rows)."""
+    (not identified by these rows).
+
+    ``units`` (:class:`dpivreg.units.PrivacyUnits`, with privacy units or clusters): 2SLS on the rows the fit
+    keeps, with linearmodels' clustered covariance (``debiased=False``) by the fit's clusters instead of HC0: the
+    meat Σ_c ξ_c ξ_cᵀ of the clusters' summed x̂ᵢeᵢ (one pass over the rows in the fit's order)."""
     zero = set(design.zero_columns)
     positions = {key: [c for c in cols if c not in zero] for key, cols in design.positions.items()}
     names = design.column_names
     kept = [names[c] for c in positions["x"]]
-    fit = iv2sls_from_factor(design.factor, positions, design.nobs, kept, design.blockwise_sum)
+    if units is None:
+        fit = iv2sls_from_factor(design.factor, positions, design.nobs, kept, design.blockwise_sum)
+    else:
+        rows = units.rows_of(design)
+        factor = design.factor if units.dropped_rows == 0 else rows.factor  # the kept rows' (order is irrelevant)
+
+        def clustered_pass(_, *args):
+            return rows.grouped_sum(clustered_residual_block, "cluster", *args)
+
+        fit = dataclasses.replace(iv2sls_from_factor(factor, positions, rows.nobs, kept, clustered_pass),
+                                  cov_type="clustered")
     if not zero:
         return fit
     everyone = design.regressor_names
     return dataclasses.replace(fit, params=fit.params.reindex(everyone),
                                cov=fit.cov.reindex(index=everyone, columns=everyone),
                                unadjusted_cov=fit.unadjusted_cov.reindex(index=everyone, columns=everyone))
+
+
+def clustered_residual_block(block: np.ndarray, starts: np.ndarray, beta: np.ndarray, x_pos: list[int],
+                             z_pos: list[int], Pi: np.ndarray) -> tuple[float, np.ndarray]:
+    """Σeᵢ² and the clustered meat Σ_c ξ_c ξ_cᵀ (ξ_c = Σ_{i∈c} x̂ᵢeᵢ) of a block of design rows holding whole
+    clusters, which start at ``starts``: the clustered counterpart of :func:`residual_block`."""
+    from .units import group_sums  # noqa: PLC0415 - units reads the boundary, which reads these factors
+
+    p = len(x_pos)
+    meat, squares = np.zeros((p, p)), [0.0]
+
+    def terms(rows: slice) -> np.ndarray:
+        e = block[rows, 0] - block[rows][:, x_pos] @ beta
+        return np.column_stack([(block[rows][:, z_pos] @ Pi) * e[:, None], e * e])
+
+    def consume(S: np.ndarray) -> None:
+        meat[:] += S[:, :p].T @ S[:, :p]
+        squares[0] += float(S[:, p].sum())
+
+    group_sums(terms, starts, block.shape[0], consume, width=p + 1)
+    return squares[0], meat

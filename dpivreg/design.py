@@ -28,7 +28,7 @@ rows). The caller's data are never modified.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 import keyword
 import re
@@ -198,6 +198,9 @@ class IVDesign(BoundaryFacts, _DesignNames):
         Number of rows dropped because a block had a missing value.
     constant : Hashable, optional
         The exogenous column declared as the intercept.
+    source_rows : ndarray of int, optional
+        Positions in the data the design was built from of the design's rows, when they are not all of its rows
+        in order (rows dropped): the privacy unit's and clusters' ids of a fit are read at these positions.
     missing, data_levels, zero_allowed, n_lost, data_columns, unit_columns, stateful
         Keyword-only: the privacy boundary's facts (:class:`dpivreg.boundary.BoundaryFacts`).
 
@@ -225,6 +228,7 @@ class IVDesign(BoundaryFacts, _DesignNames):
     formula_engine: str | None = None
     n_dropped: int = 0
     constant: Hashable | None = None
+    source_rows: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in _BLOCKS:
@@ -333,6 +337,58 @@ class IVDesign(BoundaryFacts, _DesignNames):
     def has_constant(self) -> bool:
         """Whether the design declares an intercept (e.g. ``Intercept``)."""
         return self.constant is not None
+
+    def reordered(self, order: np.ndarray, groups: Any = None) -> "ReorderedDesign":
+        """The rows at positions ``order`` (a subset, in that order) as a design for passes over the rows
+        (:class:`ReorderedDesign`): what the privacy units keep, units and clusters contiguous (``groups``, a
+        :class:`dpivreg.units.RowGroups` of the reordered rows)."""
+        return ReorderedDesign(self, np.asarray(order, dtype=np.int64), groups)
+
+
+class ReorderedDesign:
+    """Some of a design's rows in another order, for the passes of a fit: each block is gathered when a pass reads
+    it, so the reordering costs an index array, not a copy of the design. Everything but the rows (names,
+    positions, the declared constant, the boundary's facts, the column ranges) is the design's own.
+    """
+
+    def __init__(self, design: IVDesign, order: np.ndarray, groups: Any = None) -> None:
+        self._design, self.order, self.groups = design, order, groups
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._design, name)
+
+    @property
+    def nobs(self) -> int:
+        """The rows (PRIVATE with privacy units: the kept rows' count)."""
+        return int(self.order.shape[0])
+
+    def row_block(self, rows: slice) -> np.ndarray:
+        """Rows ``rows`` of the reordered [dependent, exog, endog, instruments] as one contiguous float64 array."""
+        index = self.order[rows]
+        return np.hstack([block[index] for block in self._design._columns])
+
+    def blockwise_sum(self, func: Any, *args: Any) -> Any:
+        """Σ over the blocks of reordered rows of ``func(block, *args)``, in ONE pass."""
+        self._design._columns  # noqa: B018 - built once here, not concurrently by the pass's threads
+        return add_parts(map_row_blocks(lambda rows: func(self.row_block(rows), *args), self.nobs))
+
+    def grouped_sum(self, func: Any, level: str, *args: Any) -> Any:
+        """Σ over blocks of whole groups of ``func(block, starts, *args)``, ``starts`` the offsets in the block of its
+        groups of ``level`` ("unit" or "cluster"), in ONE pass."""
+        self._design._columns  # noqa: B018
+        groups = self.groups
+
+        def run(rows: slice):
+            return func(self.row_block(rows), groups.local(rows, level), *args)
+
+        return add_parts(map_row_blocks(run, self.nobs, blocks=groups.blocks(level)))
+
+    @cached_property
+    def factor(self) -> ColumnFactor:
+        """The kept rows' triangular factor (NON-PRIVATE; TSQR over blocks in one pass, as :attr:`IVDesign.factor`)."""
+        self._design._columns  # noqa: B018
+        parts = map_row_blocks(lambda rows: block_factor(self.row_block(rows)), self.nobs)
+        return ColumnFactor(*combine_factors(parts))
 
 
 # ---------------------------------------------------------------------------
@@ -1356,6 +1412,7 @@ def _build(
         formula_engine=formula_engine,
         n_dropped=int(nrows - kept.size),
         constant=name,
+        source_rows=None if kept.size == nrows and np.array_equal(kept, np.arange(nrows)) else kept,
         n_lost=count_lost(kept) if count_lost is not None and kept.size < nrows else 0,
         **boundary,
     )

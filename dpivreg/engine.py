@@ -430,15 +430,17 @@ def make_rng(seed) -> np.random.Generator:
     )
 
 
-def row_source(Z, X, Y, n_exog: int = 0, *, kernel: str = "auto",
-               n_threads: int | None = None) -> tuple[RowSource, int, int]:
+def row_source(Z, X, Y, n_exog: int = 0, *, kernel: str = "auto", n_threads: int | None = None,
+               grouping: dict | None = None) -> tuple[RowSource, int, int]:
     """The checked working arrays as a :class:`~dpivreg.backends.RowSource` (in memory or Dask), with p and
-    n_exog, for a fit that makes several passes over the same rows (:func:`run_on_rows`). Call ``close()``
-    on the source when done."""
-    return _validate_data(Z, X, Y, n_exog, kernel=kernel, n_threads=n_threads)
+    n_exog, for a fit that makes several passes over the same rows (:func:`run_on_rows`). ``grouping``: the
+    source's ``groups``, ``n``, ``n_units`` and ``max_rows`` (privacy units, :mod:`dpivreg.units`). Call
+    ``close()`` on the source when done."""
+    return _validate_data(Z, X, Y, n_exog, kernel=kernel, n_threads=n_threads, grouping=grouping)
 
 
-def _validate_data(Z, X, Y, n_exog, *, kernel: str = "auto", n_threads: int | None = None) -> tuple[RowSource, int, int]:
+def _validate_data(Z, X, Y, n_exog, *, kernel: str = "auto", n_threads: int | None = None,
+                   grouping: dict | None = None) -> tuple[RowSource, int, int]:
     """Check the data and wrap it as a :class:`~dpivreg.backends.RowSource`; returns (rows, p, n_exog)."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}.")
@@ -450,14 +452,14 @@ def _validate_data(Z, X, Y, n_exog, *, kernel: str = "auto", n_threads: int | No
         if not all(dask_inputs):
             raise TypeError("Z, X and Y must be all Dask arrays or all in-memory arrays, not a mix: "
                             "wrap the in-memory ones with dask.array.from_array(...).")
-        return _validate_dask_data(Z, X, Y, n_exog, kernel=kernel)
+        return _validate_dask_data(Z, X, Y, n_exog, kernel=kernel, grouping=grouping)
     Z = _as_float_matrix(Z, "Z", ndim=2)
     X = _as_float_matrix(X, "X", ndim=2)
     Y = _as_float_matrix(Y, "Y", ndim=1)
     n_exog = _check_shapes(Z.shape, X.shape, Y.shape, n_exog)
     if n_exog and not np.array_equal(X[:, :n_exog], Z[:, :n_exog]):
         raise ValueError(_exog_mismatch_message(n_exog))
-    return InMemoryRows(Z, X[:, n_exog:], Y, kernel=kernel, n_threads=n_threads), X.shape[1], n_exog
+    return InMemoryRows(Z, X[:, n_exog:], Y, kernel=kernel, n_threads=n_threads, **(grouping or {})), X.shape[1], n_exog
 
 
 def _check_shapes(z_shape, x_shape, y_shape, n_exog) -> int:
@@ -487,7 +489,7 @@ def _exog_mismatch_message(n_exog: int) -> str:
     )
 
 
-def _validate_dask_data(Z, X, Y, n_exog, *, kernel: str) -> tuple[RowSource, int, int]:
+def _validate_dask_data(Z, X, Y, n_exog, *, kernel: str, grouping: dict | None = None) -> tuple[RowSource, int, int]:
     """The checks of the in-memory path on Dask arrays, in one pass over the data."""
     import dask
     import dask.array as da
@@ -516,7 +518,7 @@ def _validate_dask_data(Z, X, Y, n_exog, *, kernel: str) -> tuple[RowSource, int
             raise ValueError(f"{name} contains NaN or infinite values: drop or impute those rows first.")
     if n_exog and not results[3]:
         raise ValueError(_exog_mismatch_message(n_exog))
-    return DaskRows(Z, X, Y, kernel=kernel, endog_from=n_exog), X.shape[1], n_exog
+    return DaskRows(Z, X, Y, kernel=kernel, endog_from=n_exog, **(grouping or {})), X.shape[1], n_exog
 
 
 # ----------------------------------------------------------------------------------------
@@ -865,10 +867,11 @@ def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: flo
                           clip2=clip2, calibration=calibration, method=method, schedule=schedule,
                           group_share=group_share, ridge=ridge)
     noise1, noise2, ridge, root_kind = plan.noise1, plan.noise2, plan.ridge, plan.root
+    per_unit = " of per-unit gradients" if getattr(rows, "unit_level", False) else ""  # dpivreg.units
     privacy = PrivacyBudget(
-        [*_stage_releases("first stage: Θ path", "rho1", clip1, noise1, schedule[0], n, split,
+        [*_stage_releases(f"first stage: Θ path{per_unit}", "rho1", clip1, noise1, schedule[0], n, split,
                           ("exogenous rows", "instrument rows")),
-         *_stage_releases("second stage: β path", "rho2", clip2, noise2, schedule[1], n, split,
+         *_stage_releases(f"second stage: β path{per_unit}", "rho2", clip2, noise2, schedule[1], n, split,
                           ("exogenous coordinates", "endogenous coordinates"))],
         target={"rho1": rho1, "rho2": rho2},
     )
@@ -996,7 +999,8 @@ def _clipped_gradients(rows: RowSource, theta: np.ndarray, beta: np.ndarray, W: 
 
     x̃ᵢ = W x̂ᵢ (W = I for ``method="gd"``). The fused pass (:func:`dpivreg.kernels.block_sums`) is exact
     unless a row's gradient norm overflows float64; then the iteration is recomputed by the
-    overflow-safe pass.
+    overflow-safe pass. With privacy units the sums run over units of summed row gradients, n is the public
+    normaliser n̂ = N·k̂ and the counts count units (:mod:`dpivreg.units`).
     """
     gamma1 = _no_clip_as_inf(clip1)
     gamma2 = _no_clip_as_inf(clip2)

@@ -143,21 +143,23 @@ def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, 
 
     ``rho = inf`` computes it exactly (no release record; only for non-private routes). With Dask
     working arrays (a Dask design) the clipped mean is one reduction over the partitions and only
-    the scalar reaches the driver, where the noise is drawn.
+    the scalar reaches the driver, where the noise is drawn. With privacy units (:mod:`dpivreg.units`) the sum
+    is divided by the normaliser n̂ and a neighbour changes up to m rows' terms: sensitivity m·C/n̂.
     """
-    n = scale.Y.shape[0]
+    n = scale.n
     clip = 2.0 * (tau + math.log(n)) * (1.0 + float(np.sum(np.abs(beta_working)))) ** 2
     with one_pass():
         residual = structural_residuals(scale.Z, scale.X_endog, scale.Y, beta_working, scale.n_exog)
-        mean = np.mean(np.minimum(residual**2, clip))
-        mean = float(mean.compute() if hasattr(mean, "compute") else mean)
+        total = np.sum(np.minimum(residual**2, clip))
+        mean = float(total.compute() if hasattr(total, "compute") else total) / n
     if math.isinf(rho):
         return mean, None
-    sensitivity = clip / n
+    terms = scale.units.max_rows if scale.unit_level else 1
+    sensitivity = terms * clip / n
     sigma = sensitivity / math.sqrt(2.0 * rho)
     released = mean + float(rng.standard_normal()) * sigma
-    release = Release("residual variance for inference", "rho_inf", 1, clip, sensitivity, sigma,
-                      gaussian_zcdp(sensitivity, sigma, 1))
+    name = "residual variance for inference" + (f", per unit of at most {terms} rows" if terms > 1 else "")
+    release = Release(name, "rho_inf", 1, clip, sensitivity, sigma, gaussian_zcdp(sensitivity, sigma, 1))
     # A variance is positive: floor the noisy value at the release's own resolution.
     return max(released, sensitivity), release
 
@@ -182,25 +184,29 @@ def sampling_release(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
     else :func:`residual_variance_release`. ``"robust"``: the score meat
     (:func:`dpivreg.covariance.score_meat_release`). ``rho = inf``: exact (non-private routes only).
     """
-    n = scale.Y.shape[0]
+    n = scale.n
     k = scale.n_exog
-    if resolve_cov_type(cov_type) == "unadjusted":
+    cov_type = resolve_cov_type(cov_type)
+    if cov_type == "unadjusted":
         releases: tuple[Release, ...] = ()
         if sigma2 is None:
             sigma2, release = residual_variance_release(scale, beta, rho=rho, tau=tau, rng=rng)
             releases = () if release is None else (release,)
         return SamplingPart(unadjusted_covariance(theta, k, sigma2, n), "unadjusted", sigma2, None, releases)
+    clustered = cov_type == "clustered"
     rows = scale.rows()
     try:
-        meat, releases, bound = score_meat_release(rows, beta, k, rho=rho, rng=rng)
+        meat, releases, bound = score_meat_release(rows, beta, k, rho=rho, rng=rng, clustered=clustered)
+        top = score_edges(scale.Z.shape[1], n / rows.groups.count("cluster") if clustered else 1.0)[-1]
     finally:
         rows.close()
     note = ""
-    if math.isfinite(bound) and bound >= score_edges(scale.Z.shape[1])[-1]:
-        note = ("the robust meat's histogram showed no bin above its noise (tiny n or rho_inf), so its clipping "
+    if math.isfinite(bound) and bound >= top:
+        note = (f"the {cov_type} meat's histogram showed no bin above its noise (tiny n or rho_inf), so its clipping "
                 "threshold is the grid's top and the standard errors are very wide: raise rho_inf or use "
                 "cov_type='unadjusted'.")
-    return SamplingPart(robust_covariance(theta, k, meat, n), "robust", math.nan, meat, releases, note)
+    # the clustered sandwich has the robust one's form: its meat is (1/n)Σ_c g_c g_cᵀ (dpivreg.covariance)
+    return SamplingPart(robust_covariance(theta, k, meat, n), cov_type, math.nan, meat, releases, note)
 
 
 def _per_row(noise_t: np.ndarray, split: int | None, size: int) -> np.ndarray:

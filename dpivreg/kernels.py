@@ -42,7 +42,8 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["KERNELS", "numba_available", "resolve_kernel", "block_sums", "safe_block_sums", "pass_matrix",
-           "fused_norm_counts", "fused_product_norm_counts", "numba_simulation_steps"]
+           "fused_norm_counts", "fused_product_norm_counts", "numba_simulation_steps", "unit_gradient_terms",
+           "unit_block_sums", "safe_unit_block_sums"]
 
 KERNELS = ("auto", "numba", "numpy")
 
@@ -584,6 +585,217 @@ def _safe_row_norms(A: np.ndarray) -> np.ndarray:
     nonzero = largest > 0
     norms[nonzero] = largest[nonzero] * _row_norms(A[nonzero] / largest[nonzero, None])
     return norms
+
+
+# ---------------------------------------------------------------- per-unit gradients (privacy units)
+def unit_gradient_terms(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """Both stages' per-row gradients side by side, (m, q·p_endog + p): vec(zᵢrᵢᵀ) (row-major: instrument by
+    instrument) then x̃ᵢeᵢ, from uᵢ = zᵢᵀM (module docstring)."""
+    m, q = Z.shape
+    p_endog = X_endog.shape[1]
+    U = Z @ M
+    R1 = U[:, :p_endog] - X_endog
+    e = U[:, -1] - Y
+    terms = np.empty((m, q * p_endog + M.shape[1] - p_endog - 1))
+    terms[:, :q * p_endog] = (Z[:, :, None] * R1[:, None, :]).reshape(m, q * p_endog)
+    np.multiply(U[:, p_endog:-1], e[:, None], out=terms[:, q * p_endog:])
+    return terms
+
+
+def unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: np.ndarray, M: np.ndarray, clip1,
+                    clip2, split: int | None = None,
+                    kernel: str = "numpy") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """S1 = Σᵤ CLIP_γ1(Σ_{i∈u} zᵢrᵢᵀ) and s2 = Σᵤ CLIP_γ2(Σ_{i∈u} x̃ᵢeᵢ) over the privacy units of one block, and
+    counts: the per-unit counterpart of :func:`block_sums` (:mod:`dpivreg.units`).
+
+    The units are runs of consecutive rows starting at ``starts`` (offsets in the block, the first 0). Each
+    unit's gradient is the sum of its rows' gradients, clipped as a whole (a sum of rank-one terms is not rank
+    one: its norm is taken from the summed matrix); with ``split`` its leading rows (coordinates) and the rest
+    are clipped separately, as for rows. ``counts``: units clipped in stage 1, in stage 2, and units whose norm is
+    not finite (then use :func:`safe_unit_block_sums` for the iteration). ``kernel``: ``"numba"`` (one compiled
+    loop over the units' rows, :func:`_fused_units`) or ``"numpy"`` (per-row gradients of a chunk of rows summed
+    by unit with ``reduceat``); the same numbers to rounding.
+    """
+    from .units import group_sums  # noqa: PLC0415 - units imports nothing of the kernels
+
+    q, p_endog = Z.shape[1], X_endog.shape[1]
+    width = q * p_endog + M.shape[1] - p_endog - 1
+    clips, k = group_clips(clip1, clip2, split)
+    lead = max(k, 0)
+    S1 = np.zeros((q, p_endog))
+    s2 = np.zeros(width - q * p_endog)
+    counts = np.zeros(3, dtype=np.int64)
+    if kernel == "numba":
+        with _COMPILE_LOCK:
+            function = _numba_unit_kernel()
+        function(Z, X_endog, Y, M, clips, k, np.asarray(starts, dtype=np.int64), S1, s2, counts)
+        return S1, s2, counts
+
+    def consume(G: np.ndarray) -> None:
+        G1 = G[:, :q * p_endog].reshape(-1, q, p_endog)
+        g2 = G[:, q * p_endog:]
+        ones = np.ones(G.shape[0])
+        f1_lead, f1_rest = _group_factors(np.einsum("uij,uij->u", G1[:, :lead], G1[:, :lead]),
+                                          np.einsum("uij,uij->u", G1[:, lead:], G1[:, lead:]), ones, clips[0],
+                                          clips[1], k, counts, 0)
+        f2_lead, f2_rest = _group_factors(np.einsum("ui,ui->u", g2[:, :lead], g2[:, :lead]),
+                                          np.einsum("ui,ui->u", g2[:, lead:], g2[:, lead:]), ones, clips[2],
+                                          clips[3], k, counts, 1)
+        S1[:lead] += np.einsum("u,uij->ij", f1_lead, G1[:, :lead])
+        S1[lead:] += np.einsum("u,uij->ij", f1_rest, G1[:, lead:])
+        s2[:lead] += f2_lead @ g2[:, :lead]
+        s2[lead:] += f2_rest @ g2[:, lead:]
+
+    group_sums(lambda rows: unit_gradient_terms(Z[rows], X_endog[rows], Y[rows], M), starts, Z.shape[0], consume,
+               width=width)
+    return S1, s2, counts
+
+
+def _fused_units(Z, X_endog, Y, M, clips, split, starts, S1, s2, counts):  # pragma: no cover - compiled by numba
+    """The per-unit work of :func:`unit_block_sums` in one loop, compiled by numba: each unit's rows are read once,
+    uᵢ = zᵢᵀM formed, the unit's gradients Σ zᵢrᵢᵀ and Σ x̃ᵢeᵢ accumulated in small buffers, then normed, clipped (by
+    groups with ``split`` ≥ 0) and added to the sums."""
+    n, q = Z.shape
+    p_endog = X_endog.shape[1]
+    width = M.shape[1]
+    p = width - p_endog - 1
+    grouped = split >= 0
+    k = split if grouped else 0
+    c1_lead, c1_rest, c2_lead, c2_rest = clips[0], clips[1], clips[2], clips[3]
+    G1 = np.empty((q, p_endog))
+    g2 = np.empty(p)
+    u = np.empty(width)
+    units = starts.shape[0]
+    for g in range(units):
+        a = starts[g]
+        b = starts[g + 1] if g + 1 < units else n
+        G1[:, :] = 0.0
+        g2[:] = 0.0
+        for i in range(a, b):
+            for j in range(width):
+                acc = 0.0
+                for c in range(q):
+                    acc += Z[i, c] * M[c, j]
+                u[j] = acc
+            for j in range(p_endog):
+                u[j] -= X_endog[i, j]
+            e = u[width - 1] - Y[i]
+            for c in range(q):
+                zc = Z[i, c]
+                for j in range(p_endog):
+                    G1[c, j] += zc * u[j]
+            for j in range(p):
+                g2[j] += u[p_endog + j] * e
+        n1l = 0.0
+        n1r = 0.0
+        for c in range(q):
+            for j in range(p_endog):
+                if c < k:
+                    n1l += G1[c, j] * G1[c, j]
+                else:
+                    n1r += G1[c, j] * G1[c, j]
+        n2l = 0.0
+        n2r = 0.0
+        for j in range(p):
+            if j < k:
+                n2l += g2[j] * g2[j]
+            else:
+                n2r += g2[j] * g2[j]
+        if grouped:
+            n1l, n1r, n2l, n2r = np.sqrt(n1l), np.sqrt(n1r), np.sqrt(n2l), np.sqrt(n2r)
+        else:
+            n1l = np.sqrt(n1l + n1r)
+            n1r = n1l
+            n2l = np.sqrt(n2l + n2r)
+            n2r = n2l
+        fl = 1.0
+        fr = 1.0
+        if c1_lead < np.inf:
+            counts[2] += not n1l < np.inf
+            fl = min(1.0, c1_lead / n1l)
+        if c1_rest < np.inf:
+            counts[2] += grouped and not n1r < np.inf
+            fr = min(1.0, c1_rest / n1r)
+        counts[0] += (fl < 1.0) or (fr < 1.0)
+        for c in range(q):
+            f = fl if c < k else fr
+            for j in range(p_endog):
+                S1[c, j] += f * G1[c, j]
+        fl = 1.0
+        fr = 1.0
+        if c2_lead < np.inf:
+            counts[2] += not n2l < np.inf
+            fl = min(1.0, c2_lead / n2l)
+        if c2_rest < np.inf:
+            counts[2] += grouped and not n2r < np.inf
+            fr = min(1.0, c2_rest / n2r)
+        counts[1] += (fl < 1.0) or (fr < 1.0)
+        for j in range(p):
+            s2[j] += (fl if j < k else fr) * g2[j]
+
+
+@lru_cache(maxsize=1)
+def _numba_unit_kernel():
+    """Compile :func:`_fused_units` on first use (cached on disk); no fastmath, so that overflowing norms show."""
+    import numba
+
+    return numba.njit(nogil=True, cache=True)(_fused_units)
+
+
+def safe_unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: np.ndarray, theta: np.ndarray,
+                         whitened: np.ndarray, beta_full: np.ndarray, clip1, clip2,
+                         split: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`unit_block_sums` robust to units whose summed gradient overflows float64 (the counterpart of
+    :func:`safe_block_sums`): each row's term is held as a logarithmic scale and a bounded direction, so that a
+    unit's sum, its norm and its clipped value are formed without overflow; a unit whose norm exceeds γ
+    contributes γ times its direction exactly. Slower; used only for an iteration in which
+    :func:`unit_block_sums` met a non-finite norm. The block is taken a chunk of whole units at a time (a unit
+    holds at most ``max_rows_per_unit`` rows)."""
+    from .units import GROUP_CHUNK_VALUES, _cut  # noqa: PLC0415 - units imports nothing of the kernels
+
+    n, q = Z.shape
+    p_endog, p = X_endog.shape[1], whitened.shape[1]
+    clips, k = group_clips(clip1, clip2, split)
+    lead = max(k, 0)
+    sums = (np.zeros((q, p_endog)), np.zeros(p))
+    counts = np.zeros(3, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    bounds = starts[starts < n]
+    for rows in _cut(np.append(bounds, n), n, max(1, -(-n * (q * p_endog + p) // GROUP_CHUNK_VALUES))):
+        local = bounds[(bounds >= rows.start) & (bounds < rows.stop)] - rows.start
+        sizes = np.diff(np.append(local, rows.stop - rows.start))
+        z = Z[rows]
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            (zd, zs), (rd, rs) = _scaled(z), _scaled(z @ theta - X_endog[rows])
+            (xd, xs), (ed, es) = _scaled(z @ whitened), _scaled((z @ beta_full - Y[rows])[:, None])
+            stages = ((zd[:, :, None] * rd[:, None, :], zs + rs), (xd * ed, xs + es))
+            for stage, (terms, log_scale) in enumerate(stages):
+                ceiling = np.maximum.reduceat(log_scale, local)
+                ceiling = np.where(np.isfinite(ceiling), ceiling, 0.0)  # a unit of zero terms
+                weight = np.exp(log_scale - np.repeat(ceiling, sizes)).reshape((-1,) + (1,) * (terms.ndim - 1))
+                clipped = np.zeros(local.size, dtype=bool)
+                for group, part in enumerate((slice(0, lead), slice(lead, None))):
+                    if terms[:, part].shape[1] == 0:
+                        continue
+                    direction = np.add.reduceat(weight * terms[:, part], local, axis=0)
+                    flat = direction.reshape(local.size, -1)
+                    norm = np.sqrt(np.einsum("ui,ui->u", flat, flat))
+                    gamma = clips[2 * stage + group]
+                    over = (np.log(norm) + ceiling > math.log(gamma)) if math.isfinite(gamma) else np.zeros(
+                        local.size, dtype=bool)
+                    factor = np.where(over, gamma / np.where(norm > 0, norm, 1.0), np.exp(ceiling))
+                    sums[stage][part] += np.einsum("u,u...->...", factor, direction)
+                    clipped |= over
+                counts[stage] += int(np.count_nonzero(clipped))
+    return sums[0], sums[1], counts
+
+
+def _scaled(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of A as (A / max|aᵢ|, log max|aᵢ|): bounded directions and logarithmic scales (−inf, direction 0, for a
+    zero row)."""
+    largest = np.max(np.abs(A), axis=1)
+    safe = np.where(largest > 0, largest, 1.0)
+    return A / safe[:, None], np.log(largest)
 
 
 # ---------------------------------------------------------------- the privacy-noise simulation's steps (moment form)

@@ -23,6 +23,7 @@ from .inference import InferenceOverflowError, private_inference
 from .moments import solve_2sls
 from .preprocess import PREPROCESS_ROUTES, WorkingScale, repeat_moment_release, working_scale
 from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, Release
+from .units import DEFAULT_MAX_ROWS, PrivacyUnits, resolve_units
 from .results import DPIVResults, FitSettings
 from .selection import MAX_KAPPA, choose_estimator, choose_iterations
 from .theory import delta_tau, t_condition
@@ -131,6 +132,7 @@ class DPIV2SLS:
     def __init__(self, dependent, exog, endog, instruments, *, constant=None, missing: str = "drop",
                  fill_values=None, indicators=()) -> None:
         options = {"constant": constant, "missing": missing, "fill_values": fill_values, "indicators": indicators}
+        self._data = None
         if any(is_dask_collection(value) for value in (dependent, exog, endog, instruments)):
             from ._dask import dask_design_from_arrays  # noqa: PLC0415 - dask is optional
 
@@ -139,9 +141,10 @@ class DPIV2SLS:
             self._design = design_from_arrays(dependent, exog, endog, instruments, **options)
 
     @classmethod
-    def _from_design(cls, design: IVDesign) -> "DPIV2SLS":
+    def _from_design(cls, design: IVDesign, data=None) -> "DPIV2SLS":
         model = cls.__new__(cls)
         model._design = design
+        model._data = data  # the frame a formula was applied to: fit(privacy_unit=...) reads a column of it
         return model
 
     @classmethod
@@ -181,8 +184,8 @@ class DPIV2SLS:
         if is_dask_collection(data):
             from ._dask import dask_design_from_formula  # noqa: PLC0415 - dask is optional
 
-            return cls._from_design(dask_design_from_formula(formula, data, **options))
-        return cls._from_design(design_from_formula(formula, data, **options))
+            return cls._from_design(dask_design_from_formula(formula, data, **options), data)
+        return cls._from_design(design_from_formula(formula, data, **options), data)
 
     def persist(self) -> "DPIV2SLS":
         """A model whose Dask design is computed once and kept in the (cluster's) memory.
@@ -192,7 +195,7 @@ class DPIV2SLS:
         """
         if not getattr(self._design, "is_dask", False):
             return self
-        return type(self)._from_design(self._design.persist())
+        return type(self)._from_design(self._design.persist(), self._data)
 
     @property
     def design(self) -> IVDesign:
@@ -237,8 +240,11 @@ class DPIV2SLS:
         seed=None,
         tau: float = 5.0,
         inference: bool = True,
-        cov_type: str = "robust",
+        cov_type: str | None = None,
         progress: bool | None = None,
+        privacy_unit=None,
+        max_rows_per_unit: int | None = None,
+        clusters=None,
     ) -> DPIVResults:
         """Fit privately and return the estimate, its private inference and the NON-PRIVATE 2SLS benchmark.
 
@@ -361,14 +367,18 @@ class DPIV2SLS:
             ``cov_type="robust"``, whose meat needs ``rho_inf`` on either route. ``False``
             spends nothing and leaves ``bse``, ``conf_int`` … unavailable. Needs whitened instruments, so it
             is unavailable with ``preprocess="bounds"``.
-        cov_type : {"robust", "unadjusted"}, default "robust"
+        cov_type : {"robust", "unadjusted", "clustered"}, optional
             The sampling part of the private covariance (:mod:`dpivreg.covariance`). ``"robust"`` (the
-            default, as in linearmodels): the heteroskedasticity-robust 2SLS sandwich (Stata's ``vce(robust)``,
-            linearmodels' ``cov_type="robust"``) with its meat Σᵢ z̃ᵢz̃ᵢᵀũᵢ²/n released privately with the budget
-            ``rho_inf`` (for noisy moments too, whose moment release then gets the rest). ``"unadjusted"``:
-            homoskedastic errors, σ̂²(X̂ᵀX̂/n)⁻¹/n with a private residual variance (free for noisy moments,
-            which read it from their release). linearmodels' synonyms
-            ``"homoskedastic"`` and ``"heteroskedastic"`` are accepted.
+            default without ``privacy_unit``, as in linearmodels): the heteroskedasticity-robust 2SLS sandwich
+            (Stata's ``vce(robust)``, linearmodels' ``cov_type="robust"``) with its meat Σᵢ z̃ᵢz̃ᵢᵀũᵢ²/n released
+            privately with the budget ``rho_inf`` (for noisy moments too, whose moment release then gets the
+            rest). ``"unadjusted"``: homoskedastic errors, σ̂²(X̂ᵀX̂/n)⁻¹/n with a private residual variance (free
+            for noisy moments, which read it from their release). ``"clustered"`` (the default with
+            ``privacy_unit``): the cluster-robust sandwich with the meat Σ_c g_c g_cᵀ/n of the clusters' summed
+            scores g_c = Σ_{i∈c} z̃ᵢũᵢ, each clipped and released with ``rho_inf`` (linearmodels'
+            ``cov_type="clustered"`` with ``debiased=False``; Stata's ``vce(cluster ...)``); the clusters are the
+            privacy unit or ``clusters``. linearmodels' synonyms ``"homoskedastic"`` and ``"heteroskedastic"``
+            are accepted.
         progress : bool or None, default None
             Progress bars (tqdm, on stderr; a widget in a notebook) for the long loops of the fit: the
             iterations ("DP-2S-GD iterations"), the private inference's simulation ("privacy-noise
@@ -378,6 +388,25 @@ class DPIV2SLS:
             is a terminal or the code runs in a notebook, so short fits and logs stay quiet. ``True``: always
             (also when stderr is redirected). ``False``: never. The bars read only the clock: the results are
             the same, bit for bit, with and without them.
+        privacy_unit : str, array_like or None
+            Whom the fit protects (:mod:`dpivreg.units`; the docs' "Who is protected?"). ``None`` (default): a
+            row; neighbouring data sets replace one row and the row count is public. A column of the data frame
+            (or an array with one id per row of the data): neighbouring data sets replace all rows of one unit (a
+            person in a panel, a household); the number of units N is public, the row count is not. Each unit
+            keeps at most ``max_rows_per_unit`` rows (a random subset, independent of the data), the gradients,
+            the clipping release and a clustered meat sum each unit's rows before clipping, the releases that
+            sum rows have ``max_rows_per_unit`` times their row-level sensitivity, and the private inference
+            clusters by the unit (``cov_type="clustered"``) unless told otherwise. ``res.privacy`` and the summary
+            state the unit and N. Needs the moment release (``preprocess`` "private" or "data").
+        max_rows_per_unit : int, optional
+            m, the most rows a privacy unit contributes (public; default
+            :data:`dpivreg.units.DEFAULT_MAX_ROWS`). Units with more rows keep m of them chosen at random, which
+            down-weights large units (docs: what it does to the estimand); a larger m keeps more data but
+            multiplies the noise of the releases that sum rows (the moment release, a robust meat) by m.
+        clusters : str, array_like or None
+            The groups of ``cov_type="clustered"`` when they are not the privacy unit: a column (or array) whose
+            grouping is public and contains whole privacy units (e.g. states of households); the number of
+            clusters is public. Without ``privacy_unit`` any public grouping of the rows.
 
         Returns
         -------
@@ -391,7 +420,8 @@ class DPIV2SLS:
         inference = check_flag(inference, "inference")
         delta = check_delta(delta)
         tau = check_tau(tau)
-        cov_type = resolve_cov_type(cov_type)
+        cov_type, clusters, max_rows_per_unit = _resolve_grouping(cov_type, privacy_unit, clusters,
+                                                                  max_rows_per_unit)
         if calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
         if method == "moments":
@@ -402,32 +432,42 @@ class DPIV2SLS:
         method = "preconditioned" if method == "auto" else method
         init = _resolve_init(init, preprocess, method)
         clip = ("adaptive" if init == "moments" else "theorem") if clip is None else clip
-        if rho_diag is not None and (cov_type != "robust" or preprocess == "bounds"):
-            raise ValueError("rho_diag buys the robust first-stage statistics: it needs cov_type='robust' and the "
-                             "moment release (preprocess 'private' or 'data'), got cov_type="
+        if rho_diag is not None and (cov_type == "unadjusted" or preprocess == "bounds"):
+            raise ValueError("rho_diag buys the robust first-stage statistics: it needs cov_type 'robust' or "
+                             "'clustered' and the moment release (preprocess 'private' or 'data'), got cov_type="
                              f"{cov_type!r}, preprocess={preprocess!r}. Leave rho_diag out otherwise.")
         budget = _budgets(rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip, rho_inf=rho_inf,
                           rho_diag=rho_diag, preprocess=preprocess, method=method,
                           adaptive=isinstance(clip, str) and clip == "adaptive", inference=inference)
         rng = make_rng(seed)
+        units = None
+        if privacy_unit is not None or clusters is not None:
+            if privacy_unit is not None and preprocess == "bounds":
+                raise ValueError("privacy_unit needs the moment release, which preprocess='bounds' does not make: its "
+                                 "constant entry gives the mean number of rows per unit, which normalises every "
+                                 "release. Use preprocess='private' (the default).")
+            # the truncation's keys come from a child stream: the fit's own noise stream is untouched
+            units = resolve_units(self._design, privacy_unit=privacy_unit, clusters=clusters,
+                                  max_rows_per_unit=max_rows_per_unit, data=self._data,
+                                  seed=int(_child(rng).integers(2**63)))
         with _pass_progress(self._design, progress) as passes:
             if method == "moments":
                 return self._fit_moments(budget, bounds=bounds, preprocess=preprocess, inference=inference,
-                                         delta=delta, tau=tau, rng=rng, cov_type=cov_type)
+                                         delta=delta, tau=tau, rng=rng, cov_type=cov_type, units=units)
             return self._fit_dp2sgd(budget, T=T, preprocess=preprocess, method=method, init=init, schedule=schedule,
                                     eta=eta, alpha=alpha, clip=clip, exog_share=exog_share, calibration=calibration,
                                     bounds=bounds, tau=tau, inference=inference, delta=delta, rng=rng, select=select,
-                                    cov_type=cov_type, progress=progress, passes=passes)
+                                    cov_type=cov_type, progress=progress, passes=passes, units=units)
 
     def _fit_dp2sgd(self, budget: dict, *, T, preprocess, method, init, schedule, eta, alpha, clip, exog_share,
                     calibration, bounds, tau, inference, delta, rng, select: bool = False,
                     cov_type: str = "unadjusted", progress: bool | None = False,
-                    passes: ProgressBar | None = None) -> DPIVResults:
+                    passes: ProgressBar | None = None, units: PrivacyUnits | None = None) -> DPIVResults:
         rho1, rho2, rho0 = budget["rho1"], budget["rho2"], budget["rho0"]
         leaks: list[str] = []
-        scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng)
-        leaks += design_leaks(self._design) + _scale_leaks(scale, preprocess)
-        n, q = scale.Z.shape
+        scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng, units=units)
+        leaks += design_leaks(self._design, scale.units) + _scale_leaks(scale, preprocess)
+        n, q = scale.n, scale.Z.shape[1]  # n: the public normaliser (n̂ = N·k̂ with privacy units)
         p = scale.p
         k = scale.n_exog
         start, kappa = None, 0.0
@@ -484,11 +524,12 @@ class DPIV2SLS:
                 selection = choose_estimator(scale, start, plan, rng=_child(rng),
                                              moments_sigma=scale.moments.sigma * math.sqrt(rho0 / (rho0 + rest)))
                 if selection.estimator == "noisy moments":
-                    scale = repeat_moment_release(self._design, scale, rho=rest, rng=rng)
+                    scale = repeat_moment_release(self._design, scale, rho=rest, rng=rng, units=units)
                     return self._moments_results(scale, [clip_choice.release], leaks, budget, preprocess=preprocess,
                                                  inference=inference, delta=delta, tau=tau, rng=rng,
-                                                 selection=selection, total=rho0 + rest, cov_type=cov_type)
-            if method == "gd" or init == "zero":
+                                                 selection=selection, total=rho0 + rest, cov_type=cov_type,
+                                                 units=units)
+            if (method == "gd" or init == "zero") and not scale.unit_level:  # the Theorem is for row-level privacy
                 _warn_t_condition(T_checked, n=n, p=p, q=q, rho1=rho1 if calibration == "exact" else rho1 / 2.0,
                                   tau=tau)
             if passes is not None:  # on Dask: the iteration's passes, then the inference's (an estimate)
@@ -526,11 +567,11 @@ class DPIV2SLS:
             releases += drawn
         if drawn is not None and exact_inference:
             releases.append(_unnoised_sampling(cov_type)[1])
-        first_stage_meat = _first_stage_meat(scale, path.theta_final, budget, preprocess, rng)
+        first_stage_meat = _first_stage_meat(scale, path.theta_final, budget, preprocess, rng, cov_type)
         releases += [] if first_stage_meat is None else list(first_stage_meat.releases)
         target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf", "rho_diag")
                   if any(r.stage == name for r in releases)}
-        privacy = PrivacyBudget(releases, target=target)
+        privacy = PrivacyBudget(releases, target=target, unit=scale.units)
         settings = FitSettings(
             T=path.T, eta=path.eta, alpha=path.alpha, eta_source=steps["eta_source"],
             alpha_source=steps["alpha_source"], clip1=clip1, clip2=clip2, clip_source=clip_source,
@@ -542,37 +583,38 @@ class DPIV2SLS:
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
-                           inference_note=inference_note, first_stage_meat=first_stage_meat)
+                           inference_note=inference_note, first_stage_meat=first_stage_meat, units=units)
 
     def _fit_moments(self, budget: dict, *, bounds, preprocess, inference, delta, tau, rng,
-                     cov_type: str) -> DPIVResults:
+                     cov_type: str, units: PrivacyUnits | None = None) -> DPIVResults:
         """Noisy-moment 2SLS: the whole budget on one moment release (see :mod:`dpivreg.moments`), less the
-        robust meat's ``rho_inf`` with ``cov_type="robust"``."""
-        meat = budget["rho_inf"] if inference and cov_type == "robust" else 0.0
+        meat's ``rho_inf`` with ``cov_type`` "robust" or "clustered"."""
+        meat = budget["rho_inf"] if inference and cov_type != "unadjusted" else 0.0
         meat += budget["rho_diag"] or 0.0
         # the moment release gets the rest (rho0 + rho1 + rho2 + rho_clip, as _budgets added them up)
         total = budget["total"] - meat if math.isfinite(meat) else sum(
             budget[name] for name in ("rho0", "rho1", "rho2", "rho_clip") if name != "rho0" or preprocess == "private")
         leaks: list[str] = []
-        scale = working_scale(self._design, bounds, route=preprocess, rho0=total, rng=rng)
-        leaks += design_leaks(self._design) + _scale_leaks(scale, preprocess)
+        scale = working_scale(self._design, bounds, route=preprocess, rho0=total, rng=rng, units=units)
+        leaks += design_leaks(self._design, scale.units) + _scale_leaks(scale, preprocess)
         if preprocess == "private" and math.isinf(total):
             leaks.append("rho = inf: the moments were released without noise (not private).")
         return self._moments_results(scale, [], leaks, budget, preprocess=preprocess, inference=inference,
-                                     delta=delta, tau=tau, rng=rng, selection=None, total=total, cov_type=cov_type)
+                                     delta=delta, tau=tau, rng=rng, selection=None, total=total, cov_type=cov_type,
+                                     units=units)
 
     def _moments_results(self, scale: WorkingScale, extra_releases: list, leaks: list[str], budget: dict, *,
                          preprocess: str, inference: bool, delta: float, tau: float, rng: np.random.Generator,
-                         selection, total: float, cov_type: str) -> DPIVResults:
+                         selection, total: float, cov_type: str, units: PrivacyUnits | None = None) -> DPIVResults:
         """Announce the leaks, then 2SLS on the scale's (released) moments, its inference and the results."""
         from .inference import moment_inference  # noqa: PLC0415 - keeps the import graph one-way
 
-        n, q = scale.Z.shape
+        q = scale.Z.shape[1]
         k = scale.n_exog
         p = scale.p
         theta, beta = solve_2sls(scale.moments.working(), q, k, p - k)
         path = _single_estimate_path(theta, beta, k, scale.releases)
-        robust = inference and cov_type == "robust"
+        robust = inference and cov_type != "unadjusted"  # a meat release (robust or clustered)
         rho_meat = math.inf if preprocess == "data" else budget["rho_inf"]
         exact_meat = robust and math.isinf(rho_meat)
         if exact_meat:
@@ -591,11 +633,11 @@ class DPIV2SLS:
             target["rho_inf"] = budget["rho_inf"]
             if exact_meat:
                 releases.append(_unnoised_sampling(cov_type)[1])
-        first_stage_meat = _first_stage_meat(scale, theta, budget, preprocess, rng)
+        first_stage_meat = _first_stage_meat(scale, theta, budget, preprocess, rng, cov_type)
         if first_stage_meat is not None:
             releases += list(first_stage_meat.releases)
             target["rho_diag"] = budget["rho_diag"]
-        privacy = PrivacyBudget(releases, target=target)
+        privacy = PrivacyBudget(releases, target=target, unit=scale.units)
         settings = FitSettings(
             T=0, eta=0.0, alpha=0.0, eta_source="none", alpha_source="none", clip1=None, clip2=None,
             clip_source="entries of the bounded columns in [-1, 1]", calibration="exact", tau=tau,
@@ -606,7 +648,7 @@ class DPIV2SLS:
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
-                           inference_note=inference_note, first_stage_meat=first_stage_meat)
+                           inference_note=inference_note, first_stage_meat=first_stage_meat, units=units)
 
 
 @contextlib.contextmanager
@@ -624,7 +666,7 @@ def _pass_progress(design, progress: bool | None):
 
 #: Passes over the rows after the iteration (the bar's estimate, corrected when the fit ends): the robust meat's
 #: row source, histogram and meat, or the residual variance; the first stage's meat (``rho_diag``).
-_INFERENCE_PASSES = {"robust": 3, "unadjusted": 1}
+_INFERENCE_PASSES = {"robust": 3, "clustered": 3, "unadjusted": 1}
 _FIRST_STAGE_MEAT_PASSES = 3
 
 
@@ -660,14 +702,15 @@ def _first_stage_meat_leaks(budget: dict, preprocess: str) -> list[str]:
 
 
 def _first_stage_meat(scale: WorkingScale, theta: np.ndarray, budget: dict, preprocess: str,
-                      rng: np.random.Generator) -> ReleasedMeat | None:
-    """The first stage's meat at the released working first stage (``rho_diag``; None when not asked for)."""
+                      rng: np.random.Generator, cov_type: str = "robust") -> ReleasedMeat | None:
+    """The first stage's meat at the released working first stage (``rho_diag``; None when not asked for), per
+    cluster with ``cov_type="clustered"``."""
     if budget["rho_diag"] is None:
         return None
     rho = math.inf if preprocess == "data" else budget["rho_diag"]
     rows = scale.rows()
     try:
-        meat = first_stage_meat_release(rows, theta, rho=rho, rng=rng)
+        meat = first_stage_meat_release(rows, theta, rho=rho, rng=rng, clustered=cov_type == "clustered")
     finally:
         rows.close()
     if math.isinf(rho):  # recorded, not private (the leak was announced)
@@ -678,7 +721,7 @@ def _first_stage_meat(scale: WorkingScale, theta: np.ndarray, budget: dict, prep
 def _unnoised_sampling(cov_type: str, preprocess: str = "private") -> tuple[str, Release]:
     """The leak message and the (not private) record of the sampling part computed without noise (rho_inf = inf,
     or the data route, whose inference reads the exact data)."""
-    statistic = "robust meat" if cov_type == "robust" else "residual variance"
+    statistic = {"robust": "robust meat", "clustered": "clustered meat"}.get(cov_type, "residual variance")
     message, record = _unnoised(f"{statistic} for inference", "rho_inf")
     if preprocess == "data":
         message = (f"preprocess='data': the {statistic} for inference was computed from the exact data, without "
@@ -721,6 +764,29 @@ def _adaptive_clip(rows, scale: WorkingScale, start, method: str, *, rho: float,
     if method == "preconditioned":
         W0 = preconditioner_root(theta0, np.eye(q), k, 1e-4, "cholesky" if k else "symmetric")
     return adaptive_clip(rows, theta0, beta0, W0, k, rho=rho, stage_rho=stage_rho, rng=rng)
+
+
+def _resolve_grouping(cov_type, privacy_unit, clusters, max_rows_per_unit) -> tuple[str, object, int | None]:
+    """(cov_type, clusters, max_rows_per_unit) with their defaults: ``"clustered"`` by the privacy unit when one is
+    given, else ``"robust"``; m = :data:`dpivreg.units.DEFAULT_MAX_ROWS` with a privacy unit."""
+    if cov_type is None:
+        cov_type = "clustered" if privacy_unit is not None or clusters is not None else "robust"
+    cov_type = resolve_cov_type(cov_type)
+    if clusters is not None and cov_type != "clustered":
+        raise ValueError(f"clusters= groups the scores of cov_type='clustered', but cov_type={cov_type!r}: pass "
+                         "cov_type='clustered' (or leave it out), or drop clusters.")
+    if cov_type == "clustered" and clusters is None:
+        if privacy_unit is None:
+            raise ValueError("cov_type='clustered' needs the clusters: clusters=<column> (a public grouping of the "
+                             "rows), or privacy_unit=<column> to protect and cluster by the same unit.")
+        clusters = privacy_unit
+    if privacy_unit is None:
+        if max_rows_per_unit is not None:
+            raise ValueError("max_rows_per_unit bounds the rows of a privacy unit: give privacy_unit=<column> too (at "
+                             "row level every unit is one row).")
+    elif max_rows_per_unit is None:
+        max_rows_per_unit = DEFAULT_MAX_ROWS
+    return cov_type, clusters, max_rows_per_unit
 
 
 def _check_moments_options(**options) -> None:

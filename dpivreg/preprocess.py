@@ -58,6 +58,7 @@ from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_s
 from .privacy import Release
 from .boundary import DATA_CHECK_NOTE
 from .bounds import resolve_bounds
+from .units import PrivacyUnits, RowGroups, UnitFacts
 from .validation import check_rho
 
 __all__ = ["WorkingScale", "ReleasedMoments", "PREPROCESS_ROUTES", "validate_bounds", "working_scale",
@@ -85,12 +86,18 @@ class ReleasedMoments:
     working_map : ndarray (q + p_endog + 1, D)
         L with [Z̃, X̃_endog, Ỹ]ᵢ = L·[1, vᵢ] for every row: the released moments on the working
         scale are L M Lᵀ (:meth:`working`).
+    rows_per_unit : float
+        k̂, the mean number of rows per privacy unit: 1 at row level; with privacy units (:mod:`dpivreg.units`)
+        the released constant's own entry of the per-unit sums, by which the release was divided (``matrix`` is
+        then per row, its constant entry 1 and ``sigma`` the noise of the divided entries; k̂ is treated as known
+        in the noise simulations, a common factor that 2SLS on the moments does not depend on).
     """
 
     matrix: np.ndarray
     sigma: float
     released_constant: bool
     working_map: np.ndarray = field(repr=False)
+    rows_per_unit: float = 1.0
 
     def working(self, moments: np.ndarray | None = None) -> np.ndarray:
         """L M Lᵀ: second moments of [Z̃, X̃_endog, Ỹ] from released (or given, stacked (…, D, D)) moments."""
@@ -148,6 +155,12 @@ class WorkingScale:
         ``n_exog`` columns, so they are not held twice; :attr:`X` assembles X̃ when asked.
     n_exog : int
         Number of exogenous columns leading Z and X.
+    units : UnitFacts or None
+        The privacy unit and clusters (public facts), None for row-level privacy without clusters.
+    groups : RowGroups or None
+        PRIVATE: the rows' units and clusters (contiguous in the working arrays, which are then reordered).
+    n_eff : float or None
+        With privacy units: n̂ = N·k̂, the public normaliser (:attr:`n`).
     releases : tuple of Release
         Privacy releases made while building the scale (the moments, on route "private").
     z_names : tuple of str
@@ -179,19 +192,41 @@ class WorkingScale:
     moments: ReleasedMoments | None = None
     built_checked: bool = field(default=False, repr=False)  # in-memory arrays checked while they were built
     bound_notes: tuple[str, ...] = ()  # where bounds came from besides the user's design columns (public)
+    units: UnitFacts | None = None
+    groups: RowGroups | None = field(default=None, repr=False)
+    n_eff: float | None = None
 
     def rows(self) -> RowSource:
         """The working arrays as a :class:`~dpivreg.backends.RowSource` for the fit's passes (call ``close()``).
 
         In-memory working arrays are built finite, contiguous and with X̃'s exogenous columns equal to Z̃'s
         (:func:`working_scale`), so they are not checked again on every pass; other arrays go through
-        :func:`dpivreg.engine.row_source`'s checks.
+        :func:`dpivreg.engine.row_source`'s checks. With privacy units or clusters the source carries the rows'
+        grouping and the public normaliser :attr:`n`.
         """
+        grouping = dict(groups=self.groups, n=self.n, n_units=self.n_units,
+                        max_rows=self.units.max_rows if self.unit_level else 1)
         if self.built_checked:
-            return InMemoryRows(self.Z, self.X_endog, self.Y)
+            return InMemoryRows(self.Z, self.X_endog, self.Y, **grouping)
         from .engine import row_source  # noqa: PLC0415 - the engine's checks, for arrays from elsewhere
 
-        return row_source(self.Z, self.X, self.Y, self.n_exog)[0]
+        return row_source(self.Z, self.X, self.Y, self.n_exog, grouping=grouping)[0]
+
+    @property
+    def n(self) -> float:
+        """The public normaliser of the releases' sums: the row count, or with privacy units n̂ = N·k̂ (the number of
+        units times the released mean rows per unit, :mod:`dpivreg.units`), a float."""
+        return float(self.n_eff) if self.n_eff is not None else int(self.Z.shape[0])
+
+    @property
+    def n_units(self) -> int:
+        """The public number of privacy units (the rows at row level)."""
+        return int(self.units.n_units) if self.units is not None else int(self.Z.shape[0])
+
+    @property
+    def unit_level(self) -> bool:
+        """Whether the fit protects privacy units of several rows (not rows)."""
+        return self.units is not None and not self.units.row_level
 
     @property
     def X(self) -> np.ndarray:
@@ -322,13 +357,16 @@ def release_constant(has_constant: bool, centres: np.ndarray) -> bool:
 EXACT_MOMENTS_RELEASE = "second moments of the columns, exact (preprocess='data'; NOT private)"
 
 
-def moments_from_sum(outer_sum: np.ndarray, n: int, *, with_constant: bool, route: str, rho: float,
-                     rng: np.random.Generator) -> tuple[np.ndarray, Release | None, float]:
+def moments_from_sum(outer_sum: np.ndarray, n: float, *, with_constant: bool, route: str, rho: float,
+                     rng: np.random.Generator, max_rows: int | None = None) -> tuple[np.ndarray, Release | None, float, float]:
     """The moment matrix of [1, u] from Σ uuᵀ of the rows [1, u] (or u), released with noise on route
     "private" (box mechanism) or exact on route "data".
 
-    Returns (M, release or None, σ) with M of size (d + 1, d + 1) whatever ``with_constant`` (see
-    :class:`ReleasedMoments`) and M[0, 0] = 1.
+    ``max_rows`` (privacy units, :mod:`dpivreg.units`): ``n`` is the number of units N, replacing a unit replaces
+    at most ``max_rows`` = m rows, so the sensitivity is m·D/N; the release (which must hold the constant) is then
+    divided by its constant's own entry k̂ (the released mean rows per unit, clipped to [1, m]), which puts it per
+    row. Returns (M, release or None, σ, k̂) with M of size (d + 1, d + 1) whatever ``with_constant`` (see
+    :class:`ReleasedMoments`), M[0, 0] = 1, σ the noise of M's entries, k̂ = 1 at row level.
     """
     d = outer_sum.shape[0] - with_constant
     dim = d + with_constant
@@ -338,16 +376,25 @@ def moments_from_sum(outer_sum: np.ndarray, n: int, *, with_constant: bool, rout
         M, sigma = outer_sum / n, 0.0
         release = Release.unnoised(EXACT_MOMENTS_RELEASE, "rho0")
     else:
+        name = "second moments of the bounded columns (box)"
+        if max_rows is not None:
+            name += f", per unit of at most {max_rows} rows"
         M, release, sigma = release_moment_sum(outer_sum, n, rho=rho, rng=rng,
-                                               sensitivity=box_moment_sensitivity(dim, n), bound=1.0,
-                                               name="second moments of the bounded columns (box)")
+                                               sensitivity=(max_rows or 1) * box_moment_sensitivity(dim, n), bound=1.0,
+                                               name=name)
+    rows_per_unit = 1.0
+    if max_rows is not None:
+        if not with_constant:
+            raise ValueError("internal error: a per-unit moment release must hold the constant. Please report this bug.")
+        rows_per_unit = float(min(max(M[0, 0], 1.0), max_rows))
+        M, sigma = M / rows_per_unit, sigma / rows_per_unit
     full = np.zeros((d + 1, d + 1))
     if with_constant:
         full[:, :] = M
     else:
         full[1:, 1:] = M
     full[0, 0] = 1.0
-    return full, release, sigma
+    return full, release, sigma, rows_per_unit
 
 
 def moment_units(largest: np.ndarray, rho: float) -> np.ndarray:
@@ -402,7 +449,7 @@ def _whitening(cov: np.ndarray) -> np.ndarray:
 # the working scale
 # ----------------------------------------------------------------------------------------
 def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "bounds", rho0: float = math.inf,
-                  rng: np.random.Generator | None = None) -> WorkingScale:
+                  rng: np.random.Generator | None = None, units: PrivacyUnits | None = None) -> WorkingScale:
     """Build the working arrays for the engine and the exact back-transform.
 
     Parameters
@@ -417,9 +464,18 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         zCDP budget of the moment release (route "private").
     rng : numpy.random.Generator
         Source of the release's noise (route "private").
+    units : PrivacyUnits, optional
+        The privacy unit and clusters (:mod:`dpivreg.units`): the working arrays hold the rows it keeps, in its
+        order (clusters and units contiguous); with privacy units the moment release sums per unit (sensitivity
+        m·D/N, the constant always released) and is divided by its k̂, which gives the normaliser n̂ = N·k̂.
     """
     if route not in PREPROCESS_ROUTES:
         raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {route!r}.")
+    unit_level = units is not None and not units.row_level
+    if unit_level and route == "bounds":
+        raise ValueError("preprocess='bounds' makes no moment release, and with privacy_unit the fit needs one: its "
+                         "constant entry gives the mean number of rows per unit, which normalises every release. Use "
+                         "preprocess='private' (the default).")
     resolved = resolve_bounds(bounds, design)
     bounds = resolved.bounds
     if route == "private":
@@ -440,6 +496,7 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
     _check_bounds_meet_data(names, minimum, maximum, lo, hi)
     centres, scales = centre_s[names].to_numpy(), scale_s[names].to_numpy()
     free = free_positions(design, constant)
+    rows = design if units is None else units.rows_of(design)  # the kept rows, units contiguous
     unit, with_constant, rho, moment_scales = None, False, math.inf, scale_s
     if route != "bounds":
         # max |clip(v)| per column is reached at the column's minimum or maximum (clip is monotone)
@@ -447,22 +504,28 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         largest_v = np.max(np.abs((ends - centres) / scales), axis=0)
         rho = math.inf if route == "data" else rho0
         unit = moment_units(largest_v[free], rho)
-        with_constant = release_constant(constant is not None, centres[free])
+        with_constant = unit_level or release_constant(constant is not None, centres[free])
         moment_scales = _with_units(scale_s, [names[j] for j in free], unit)
-    counts, outer = design.blockwise_sum(preprocess_block, lo, hi, centres, scales, free, unit, with_constant)
-    _warn_heavy_clipping(names, counts, design.nobs)
-    moments = None
+    counts, outer = rows.blockwise_sum(preprocess_block, lo, hi, centres, scales, free, unit, with_constant)
+    _warn_heavy_clipping(names, counts, rows.nobs)
+    moments, rows_per_unit = None, 1.0
     if route != "bounds":
-        moments = moments_from_sum(outer, design.nobs, with_constant=with_constant, route=route, rho=rho,
-                                   rng=rng) + (with_constant,)
+        M, release, sigma, rows_per_unit = moments_from_sum(
+            outer, units.facts.n_units if unit_level else design.nobs, with_constant=with_constant, route=route,
+            rho=rho, rng=rng, max_rows=units.facts.max_rows if unit_level else None)
+        moments = (M, release, sigma, with_constant)
     constant_value = float(minimum[1 + design.exog_names.index(constant)]) if constant is not None else 1.0
     maps = affine_maps(design, constant=constant, constant_value=constant_value, centres=centre_s,
                        scales=moment_scales, moments=moments)
-    Z, X_endog, Y = _working_arrays(design, lo, hi, maps)
+    if maps["moments"] is not None:
+        maps["moments"] = dataclasses.replace(maps["moments"], rows_per_unit=rows_per_unit)
+    Z, X_endog, Y = _working_arrays(rows, lo, hi, maps)
     return WorkingScale(built_checked=not getattr(design, "is_dask", False), bound_notes=tuple(resolved.notes()),
         route=route, bound_scales=scale_s, bound_centres=centre_s, source=source,
         clipped_values=pd.Series(dict(zip(names, counts)), name="clipped values (non-private)", dtype=np.int64),
-        Z=Z, X_endog=X_endog, Y=Y, n_exog=len(design.exog_names), **maps,
+        Z=Z, X_endog=X_endog, Y=Y, n_exog=len(design.exog_names), units=None if units is None else units.facts,
+        groups=None if units is None else units.groups,
+        n_eff=units.facts.n_units * rows_per_unit if unit_level else None, **maps,
     )
 
 
@@ -548,15 +611,17 @@ def _with_units(scales: pd.Series, free: list, unit: np.ndarray) -> pd.Series:
     return scaled
 
 
-def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float,
-                          rng: np.random.Generator) -> WorkingScale:
+def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float, rng: np.random.Generator,
+                          units: PrivacyUnits | None = None) -> WorkingScale:
     """A second, independent release (budget ``rho``) of the same box moments as ``scale``'s private release,
     combined with it by inverse-variance weights.
 
     Two Gaussian releases of one statistic with noise σ₁, σ₂ are, after this weighting, exactly one release
     with σ = (σ₁⁻² + σ₂⁻²)^(−1/2), i.e. at ρ₁ + ρ₂ (zCDP composes additively): nothing of the first release is
     wasted. The working scale (built from the first release) is kept; 2SLS on the moments does not depend on
-    it. Returns the scale with the combined moments and both records.
+    it. With privacy units (``units``, as for :func:`working_scale`) both releases are per-unit sums, combined
+    before they are divided by the combined k̂ (which then also gives the normaliser n̂). Returns the scale with
+    the combined moments and both records.
     """
     if scale.route != "private" or scale.moments is None:
         raise ValueError("a repeated moment release needs the private route's first release.")
@@ -568,21 +633,30 @@ def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float,
     free = free_positions(design, constant)
     d = len(names)
     lo, hi = np.full(d, -np.inf), np.full(d, np.inf)  # the release clips to [−1, 1], i.e. to the bounds
-    _, outer = design.blockwise_sum(preprocess_block, lo, hi, centres[names].to_numpy(), scales[names].to_numpy(),
-                                    free, np.ones(len(free)), first.released_constant)
-    second, record, sigma = moments_from_sum(outer, design.nobs, with_constant=first.released_constant,
-                                             route="private", rho=rho, rng=rng)
+    rows = design if units is None else units.rows_of(design)
+    unit_level = scale.unit_level
+    _, outer = rows.blockwise_sum(preprocess_block, lo, hi, centres[names].to_numpy(), scales[names].to_numpy(),
+                                  free, np.ones(len(free)), first.released_constant)
+    second, record, sigma, k2 = moments_from_sum(outer, scale.n_units if unit_level else design.nobs,
+                                                 with_constant=first.released_constant, route="private", rho=rho,
+                                                 rng=rng, max_rows=scale.units.max_rows if unit_level else None)
     record = dataclasses.replace(record, name=record.name + ", second release")
+    # per unit (undivided) scale: each release times its k̂ (1 at row level, where the constant's entry is known)
+    k1 = first.rows_per_unit
+    raw_first, raw_second = first.matrix * k1, second * k2
     # inverse-variance weights in overflow-free form: the second release's share is σ₁²/(σ₁² + σ₂²), the combined
     # σ = σ₁σ₂/√(σ₁² + σ₂²) (a noiseless release, σ = 0, takes all the weight)
-    s1, s2 = float(first.sigma), float(sigma)
+    s1, s2 = float(first.sigma) * k1, float(sigma) * k2
     ratio = s2 / s1 if s1 else math.inf
     share = 1.0 if s2 == 0 else 1.0 / (1.0 + ratio * ratio)  # ratio * ratio overflows to inf, ** would raise
-    combined = first.matrix + share * (second - first.matrix)
-    combined[0, 0] = 1.0
+    combined = raw_first + share * (raw_second - raw_first)
     joint = 0.0 if s1 == 0 or s2 == 0 else s1 * (s2 / math.hypot(s1, s2))
-    moments = ReleasedMoments(combined, joint, first.released_constant, first.working_map)
-    return dataclasses.replace(scale, moments=moments, releases=(*scale.releases, record))
+    k = float(min(max(combined[0, 0], 1.0), scale.units.max_rows)) if unit_level else 1.0
+    combined, joint = combined / k, joint / k
+    combined[0, 0] = 1.0
+    moments = ReleasedMoments(combined, joint, first.released_constant, first.working_map, k)
+    return dataclasses.replace(scale, moments=moments, releases=(*scale.releases, record),
+                               n_eff=scale.n_units * k if unit_level else scale.n_eff)
 
 
 def free_columns(design: IVDesign, constant: str | None) -> list:

@@ -2,7 +2,9 @@
 
 The privacy model
 -----------------
-Neighbouring datasets differ by *replacing* one row; the number of rows ``n`` is public.
+Neighbouring datasets differ by *replacing* one row; the number of rows ``n`` is public. With a privacy unit
+(``fit(privacy_unit=...)``, :mod:`dpivreg.units`) they differ by replacing all rows of one unit and the number of
+units is public: every release then sums per-unit contributions (:attr:`PrivacyBudget.unit` says which unit).
 Every release of dpivreg is a Gaussian mechanism applied to a mean of per-sample clipped
 vectors. With clipping threshold γ the mean has L2 sensitivity ``2γ/n`` (the replaced
 row's clipped vector can flip from ``+γ`` to ``−γ``), and a Gaussian mechanism with
@@ -481,9 +483,21 @@ class PrivacyBudget:
     and the default ε is exact, not an upper bound.
     """
 
-    def __init__(self, releases: Iterable[Release], target: dict[str, float] | None = None) -> None:
+    def __init__(self, releases: Iterable[Release], target: dict[str, float] | None = None, unit=None) -> None:
         self._releases = tuple(releases)
         self._target = dict(target or {})
+        self._unit = unit
+
+    @property
+    def unit(self):
+        """Whom the guarantee protects: :class:`dpivreg.units.UnitFacts` (the privacy unit, the public number of
+        units N and the rows each may contribute), or None for a row (neighbours replace one row)."""
+        return None if self._unit is None or self._unit.row_level else self._unit
+
+    @property
+    def protects(self) -> str:
+        """The guarantee's unit in words: "each row", or "each unit of 'hh_id' (N units, at most m rows each)"."""
+        return "each row" if self.unit is None else "each " + self.unit.describe()
 
     @property
     def releases(self) -> tuple[Release, ...]:
@@ -558,7 +572,7 @@ class PrivacyBudget:
         return pd.DataFrame(rows, columns=["release", "stage", "steps", "clip", "sensitivity", "noise_std", "rho"])
 
     def __repr__(self) -> str:
-        lines = [f"PrivacyBudget(rho={self.rho:.6g}, private={self.is_private})"]
+        lines = [f"PrivacyBudget(rho={self.rho:.6g}, private={self.is_private}, protects {self.protects})"]
         for r in self._releases:
             clip = "none" if r.clip is None else f"{r.clip:.4g}"
             lines.append(

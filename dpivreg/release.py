@@ -82,7 +82,7 @@ class FitRelease(PrivateTable):
     endog_names, instrument_names, exog_names : tuple of str
         The design's endogenous regressors, excluded instruments and exogenous regressors.
     nobs : int
-        The row count (public).
+        The row count (public), or with a privacy unit its released estimate (``unit``).
     estimator : str
         ``"DP-2S-GD"`` or ``"noisy moments"``.
     params : pandas.Series
@@ -113,6 +113,10 @@ class FitRelease(PrivateTable):
         The dpivreg version that made the fit.
     created : str
         When the record was made (ISO 8601).
+    unit : dict or None
+        With a privacy unit or clusters, their public facts (:meth:`dpivreg.units.UnitFacts.as_dict`: the unit,
+        the number of units, the rows each may contribute, the clusters and their number); ``nobs`` is then the
+        released estimate of the row count, and ε is per unit. None for row-level privacy without clusters.
     """
 
     dependent: str
@@ -135,6 +139,7 @@ class FitRelease(PrivateTable):
     inference_note: str = ""
     version: str = ""
     created: str = ""
+    unit: dict | None = None
 
     # ------------------------------------------------------------------ the statistics (post-processing)
     @property
@@ -205,6 +210,7 @@ class FitRelease(PrivateTable):
             "inference_note": self.inference_note,
             "version": self.version,
             "created": self.created,
+            "unit": self.unit,
         })
 
     def to_json(self, path: str | os.PathLike | None = None) -> str | None:
@@ -281,12 +287,13 @@ class FitRelease(PrivateTable):
             nobs=nobs, estimator=data["estimator"], params=params, cov=cov, cov_type=data["cov_type"],
             path=pd.DataFrame(path, index=pd.RangeIndex(path.shape[0], name="iteration"), columns=names),
             first_stage_path=theta,
-            privacy=PrivacyBudget(releases, {k: float(v) for k, v in data["budget_asked"].items()}),
+            privacy=PrivacyBudget(releases, {k: float(v) for k, v in data["budget_asked"].items()},
+                                  unit=_unit_facts(data.get("unit"))),
             delta=float(data["delta"]), settings=_decoded_settings(data["settings"]),
             scaling={k: {**v, "centre": float(v["centre"]), "scale": float(v["scale"])} if "centre" in v else v
                      for k, v in data["scaling"].items()},
             leaks=tuple(leaks), inference_note=data["inference_note"], version=data["version"],
-            created=data["created"],
+            created=data["created"], unit=data.get("unit"),
         )
 
     def equals(self, other: FitRelease) -> bool:
@@ -304,6 +311,20 @@ class FitRelease(PrivateTable):
         return (f"<FitRelease: {self.dependent} on {', '.join(self.regressor_names)}; n={self.nobs}, "
                 f"{self.estimator}, rho={self.privacy.rho:.6g}, epsilon={self.epsilon:.4g} at delta={self.delta:g}; "
                 f"{private}>")
+
+
+def _unit_facts(unit):
+    """The record's privacy unit (a dict of :meth:`dpivreg.units.UnitFacts.as_dict`) as UnitFacts; None when absent."""
+    if unit is None:
+        return None
+    from .units import UnitFacts  # noqa: PLC0415
+
+    if not isinstance(unit, dict) or set(unit) != {"unit", "n_units", "max_rows", "clusters", "n_clusters"}:
+        raise ValueError(f"field 'unit' must hold the privacy unit's facts, got {unit!r}")
+    for key in ("n_units", "max_rows"):
+        if isinstance(unit[key], bool) or not isinstance(unit[key], int) or unit[key] < 1:
+            raise ValueError(f"field 'unit' must hold a positive integer {key}, got {unit[key]!r}")
+    return UnitFacts(**unit)
 
 
 def _text(value, field: str) -> str:

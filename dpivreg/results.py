@@ -212,6 +212,7 @@ class DPIVResults(PrivateTable):
         inference: PrivateInference | None = None,
         inference_note: str = "",
         first_stage_meat: Any = None,
+        units: Any = None,
     ) -> None:
         self._model = model
         self._engine_path = engine_path
@@ -223,6 +224,7 @@ class DPIVResults(PrivateTable):
         self._inference = inference
         self._inference_note = inference_note
         self._first_stage_meat = first_stage_meat  # covariance.ReleasedMeat (rho_diag) or None
+        self._units = units  # units.PrivacyUnits (its reordering is data: for the NON-PRIVATE benchmark only) or None
         self._ar_grams = None  # the moment release's Gram matrix and simulated re-releases, on first use
         self._datetime = _dt.datetime.now()
 
@@ -239,8 +241,23 @@ class DPIVResults(PrivateTable):
 
     @property
     def nobs(self) -> int:
-        """Number of observations (public)."""
+        """Number of observations: public at row level; with a privacy unit (``fit(privacy_unit=...)``) the row
+        count is private and this is its released estimate n̂ = N·k̂, rounded (post-processing of the moment
+        release, :mod:`dpivreg.units`), which the private statistics use."""
+        if self._scale.unit_level:
+            return int(round(self._scale.n))
         return self.design.nobs
+
+    @property
+    def privacy_unit(self):
+        """Whom the fit protects: :class:`dpivreg.units.UnitFacts` (the unit, the public number of units
+        ``n_units``, the rows each may contribute ``max_rows``, and the clusters), or None for a row."""
+        return self._scale.units if self._scale.unit_level else None
+
+    @property
+    def n_units(self) -> int:
+        """The public number of privacy units (the rows at row level)."""
+        return self._scale.n_units
 
     @property
     def settings(self) -> FitSettings:
@@ -539,6 +556,9 @@ class DPIVResults(PrivateTable):
         the optimisation term multiplies the warm start's (smaller) error instead of ‖β̂‖.
         """
         self._require_iteration("the Theorem's error bound")
+        if self._scale.unit_level:
+            raise ValueError("the Theorem's error bound is stated for row-level privacy (neighbours replace one row) "
+                             "and independent rows; this fit protects privacy units, so it has no such bound.")
         d, priv = self.design, self.privacy
         n, p, q, tau = self.nobs, len(d.regressor_names), len(d.z_names), self._settings.tau
         start_error = theory.initial_error(self._settings.init, n, p, q, tau)
@@ -559,14 +579,16 @@ class DPIVResults(PrivateTable):
         """NON-PRIVATE benchmark: 2SLS on the same design with linearmodels' default robust (HC0) covariance.
 
         Computed from the raw data without noise: use it to validate the private estimate, never
-        publish it. It is built from the design's column factor and one residual pass
+        publish it. With privacy units or clusters it is 2SLS on the rows the fit keeps (at most
+        ``max_rows_per_unit`` per unit) with linearmodels' clustered covariance (``cov_type="clustered"``,
+        by the fit's clusters). It is built from the design's column factor and one residual pass
         (:func:`dpivreg.cross_products.iv2sls_benchmark`), in memory and on Dask alike, and equals
         ``linearmodels.iv.IV2SLS(...).fit()`` to rounding: ``params``, ``std_errors``, ``cov``,
         ``tstats``, ``pvalues``, ``conf_int()``, and ``unadjusted_cov`` / ``unadjusted_std_errors``
         for ``cov_type="unadjusted"``. linearmodels' own results object, with its first-stage
         diagnostics and tests, is :attr:`benchmark_linearmodels`.
         """
-        return iv2sls_benchmark(self.design)
+        return iv2sls_benchmark(self.design, units=self._units)
 
     @cached_property
     def benchmark_linearmodels(self) -> Any:
@@ -583,8 +605,15 @@ class DPIVResults(PrivateTable):
                              "res.benchmark (2SLS from cross-products) or compute the design and refit.")
         from linearmodels.iv import IV2SLS  # noqa: PLC0415 - built only on request
 
-        exog = d.exog if d.exog.shape[1] else None
-        return IV2SLS(d.dependent, exog, d.endog, d.instruments).fit()
+        if self._units is None:
+            exog = d.exog if d.exog.shape[1] else None
+            return IV2SLS(d.dependent, exog, d.endog, d.instruments).fit()
+        order, groups = self._units.order, self._units.groups  # the kept rows, clustered as the fit
+        dependent, exog, endog, instruments = (block.iloc[order] for block in (d.dependent, d.exog, d.endog,
+                                                                               d.instruments))
+        clusters = np.repeat(np.arange(groups.count("cluster")), np.diff(groups.starts("cluster")))
+        return IV2SLS(dependent, exog if exog.shape[1] else None, endog, instruments).fit(cov_type="clustered",
+                                                                                          clusters=clusters)
 
     @property
     def clipped_rows(self) -> pd.DataFrame:
@@ -603,11 +632,15 @@ class DPIVResults(PrivateTable):
         def budget(requested: float, spent: float) -> str:
             return f"{_fmt(spent)} (asked {_fmt(requested)})" if paper else _fmt(spent)
 
+        units = self._scale.units
         left = [
             ("Dep. Variable:", self.design.dependent_name),
             ("Estimator:", self.estimator),
-            ("No. Observations:", str(self.nobs)),
-            ("Cov. Estimator:", s.cov_type),
+            ("Privacy unit:", "row" if not self._scale.unit_level else
+             f"{units.unit} ({units.n_units:,} units, <= {units.max_rows} rows)"),
+            ("No. Observations:", f"~{self.nobs} (private)" if self._scale.unit_level else str(self.nobs)),
+            ("Cov. Estimator:", s.cov_type if s.cov_type != "clustered" or units is None else
+             f"clustered ({units.clusters}, {units.n_clusters:,})"),
         ]
         if s.selection is not None:
             left.append(("Chosen by:", f"predicted error ratio {_fmt(s.selection.error_ratio, 3)}"))
@@ -740,7 +773,12 @@ class DPIVResults(PrivateTable):
             f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); their coverage is "
             "not known and may be far below nominal. ")
         robust = inf.cov_type == "robust"
-        if robust:
+        if inf.cov_type == "clustered":
+            units = self._scale.units
+            sampling = (f"cluster-robust (sandwich) 2SLS sampling variance from a private meat of the instrument "
+                        f"scores summed by cluster ({units.clusters}, {units.n_clusters:,} clusters; rho_inf)")
+            errors = "independent clusters"
+        elif robust:
             sampling = "robust (sandwich) 2SLS sampling variance from a private meat of the instrument scores (rho_inf)"
             errors = "independent rows"
         elif self._settings.method == "moments":
@@ -812,16 +850,25 @@ class DPIVResults(PrivateTable):
         notes = [f"Private release: the {label} columns (the estimate and its inference); their cost is the total "
                  "rho above."]
         if benchmark:
+            kind = self.benchmark.cov_type
             notes += [
-                f"* NON-PRIVATE: the IV2SLS estimate, its robust std. err., the difference {label} - IV2SLS and that",
+                f"* NON-PRIVATE: the IV2SLS estimate, its {kind} std. err., the difference {label} - IV2SLS and that",
                 "  difference in IV2SLS std. errs. are computed from the raw data without noise. Use them to "
                 "validate;",
                 "  never publish them.",
             ]
+            if self._units is not None and self._units.dropped_rows:  # NON-PRIVATE counts
+                notes.append(f"  IV2SLS* is on the rows the fit keeps: {self._units.truncated_units} unit(s) had more "
+                             f"than {self._units.facts.max_rows} rows, {self._units.dropped_rows} row(s) left out "
+                             "(non-private counts).")
         notes.append(self._inference_text(benchmark))
         if self._scale.moments is not None:
             notes += self._first_stage_notes()
-        if self._settings.method != "moments":
+        if self.privacy_unit is not None:
+            notes.append(self._unit_note())
+        if self._settings.method != "moments" and self._scale.unit_level:
+            notes.append("Error bound: not shown; the Theorem is stated for row-level privacy and independent rows.")
+        elif self._settings.method != "moments":
             notes.append(
                 "Error bound: the Theorem's terms with all constants set to 1 (shapes, not calibrated errors); "
                 "no privacy cost. " + ("kappa from the released Theta^(T) (method 'gd')."
@@ -837,9 +884,10 @@ class DPIVResults(PrivateTable):
                 "the moment and clipping releases; both routes spend the same total budget).")
         if self._settings.adaptive_clip is not None:
             clip = self._settings.adaptive_clip
+            counted = "units (their summed gradients)" if self._scale.unit_level else "rows"
             notes.append(
                 "Clipping thresholds: private (rho_clip), from released histograms of the gradient norms at the "
-                f"start; each allows at most {_rows_allowed(clip.targets)} rows above it"
+                f"start; each allows at most {_rows_allowed(clip.targets)} {counted} above it"
                 + (" (exogenous rows and coordinates clipped as a group of their own, "
                    f"{self._settings.exog_share:.0%} of each stage's budget)." if clip.grouped else "."))
         notes += [
@@ -886,10 +934,19 @@ class DPIVResults(PrivateTable):
         smry.tables.append(self._parameter_table(benchmark))
         if self._scale.moments is not None:
             smry.tables.append(self._first_stage_table())
-        if self._settings.method != "moments":
+        if self._settings.method != "moments" and not self._scale.unit_level:
             smry.tables.append(self._bound_table())
         smry.add_extra_txt(self._notes(benchmark))
         return smry
+
+    def _unit_note(self) -> str:
+        """What the guarantee protects, with a privacy unit (public facts only)."""
+        u = self._scale.units
+        return (f"Privacy unit: {u.unit}. Neighbouring data sets replace all rows of one unit; the number of units "
+                f"(N = {u.n_units:,}) is public, the row count is not (No. Observations is its private estimate). "
+                f"Each unit contributes at most {u.max_rows} rows (a random subset of larger units); the gradients "
+                "and the clipping release are clipped per unit, the releases that sum rows have "
+                f"{u.max_rows} times their row-level sensitivity. epsilon is per unit.")
 
     # ------------------------------------------------------------------ exports (tables.PrivateTable) and the record
     @property
@@ -936,7 +993,8 @@ class DPIVResults(PrivateTable):
             instrument_names=tuple(d.instrument_names), exog_names=tuple(d.exog_names), nobs=int(self.nobs),
             estimator=self.estimator, params=self.params.copy(), cov=cov, cov_type=s.cov_type,
             path=self.path.copy(), first_stage_path=np.array(self.first_stage_path),
-            privacy=PrivacyBudget(self.privacy.releases, self.privacy.target), delta=self._delta,
+            privacy=PrivacyBudget(self.privacy.releases, self.privacy.target, unit=self.privacy.unit),
+            delta=self._delta, unit=None if self._scale.units is None else self._scale.units.as_dict(),
             settings=settings, scaling=self._public_scaling(), leaks=self._leaks,
             inference_note=self._inference_note, version=__version__, created=record_time(),
         )

@@ -64,7 +64,7 @@ def test_cov_type_names_follow_linearmodels(given, name):
     assert covariance.resolve_cov_type(given) == name
 
 
-@pytest.mark.parametrize("bad, error", [("clustered", ValueError), ("kernel", ValueError), ("hc1", ValueError),
+@pytest.mark.parametrize("bad, error", [("cluster", ValueError), ("kernel", ValueError), ("hc1", ValueError),
                                         (None, TypeError), (1, TypeError)])
 def test_unknown_cov_type_is_a_clear_error(bad, error):
     with pytest.raises(error, match="cov_type"):
@@ -250,7 +250,7 @@ VARIANTS = {
     "correct": {},
     "no_score_clipping": {"dpivreg.covariance.ball_moment_sum": _no_score_clipping},
     # Δ = C²/n, an add/remove bound, in the replace-one model: σ √2 too small, the record unchanged
-    "add_remove_sensitivity": {"dpivreg.covariance.score_meat_sensitivity": lambda bound, n: bound**2 / n},
+    "add_remove_sensitivity": {"dpivreg.covariance.score_meat_sensitivity": lambda bound, n, terms=1: terms * bound**2 / n},
     # only the diagonal noised: invisible to the diagonal canaries, caught by the off-diagonal ones
     "off_diagonal_not_noised": {"dpivreg.mechanisms.np": _NumpyWith(
         triu=lambda m, k=0: np.diag(np.diag(m)) if k == 0 else np.zeros_like(m))},

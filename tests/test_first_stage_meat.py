@@ -207,7 +207,7 @@ def test_total_budget_includes_rho_diag_and_its_two_records(method):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"rho": 2.0, "rho_diag": 0.2, "cov_type": "unadjusted"}, "cov_type='robust'"),
+    ({"rho": 2.0, "rho_diag": 0.2, "cov_type": "unadjusted"}, "cov_type 'robust' or 'clustered'"),
     ({"rho1": 1.0, "rho2": 1.0, "rho_diag": 0.2, "preprocess": "bounds", "inference": False}, "moment release"),
     ({"rho": 1.0, "rho_diag": 1.0}, "smaller than the total"),
     ({"rho": 1.0, "rho_diag": -0.1}, "rho_diag"),

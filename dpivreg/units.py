@@ -1,0 +1,447 @@
+"""Privacy units: whom a fit protects, and the grouping of rows that every release then respects.
+
+Row level (``fit(privacy_unit=None)``, the default)
+    Neighbouring data sets replace one row; the row count n is public. Right when each person (household,
+    firm) contributes one row, as in a cross-section of mothers.
+
+Unit level (``fit(privacy_unit="hh_id")``)
+    Neighbouring data sets replace *all* rows of one unit by the rows of any other unit; the number of units N
+    is public, the number of rows (overall and per unit) is not. A person in a panel, a household with
+    several members, a firm in matched data is then protected as a whole, not only up to the number of rows
+    they contribute (row-level privacy of a unit with k rows is, by group privacy, only k²ρ-zCDP for it).
+
+    Contribution bounding, before any statistic (as the trusted systems do: Tumult Analytics'
+    ``max_rows_per_id``, PipelineDP's ``max_contributions``): a unit with more than ``max_rows_per_unit`` = m
+    rows keeps m of them, chosen uniformly at random by a key that is a fixed function of the fit's seed and
+    the row's position (independent of the data, the same in memory and on Dask). Then every release is a sum
+    over units of the units' contributions:
+
+    * the gradient steps and the clipping release sum each unit's rows first and clip the *unit's* gradient
+      (sensitivity 2γ of the sum, as for a row);
+    * releases that sum bounded per-row terms (the moment release, a robust meat of per-row scores, the
+      residual variance) have m times the row-level sensitivity: replacing a unit replaces at most m rows,
+      each changing the sum by at most the row-level bound (pair the rows of the two units; an unpaired row
+      changes it by at most the same bound);
+    * a clustered meat sums the scores of each cluster (the unit, or a coarser public grouping of units) and
+      clips the cluster's sum: replacing a unit changes one cluster's term.
+
+    The sums are normalised by n̂ = N·k̂, with k̂ the mean number of (kept) rows per unit released as the
+    constant's own entry of the moment release: post-processing of a release, so the working scale, the step
+    sizes and the covariances keep their row-level meaning without publishing n.
+
+    What truncation does to the estimand: with units of more than m rows the fit estimates the 2SLS
+    coefficient of the data in which each such unit keeps m random rows, i.e. its rows are down-weighted by
+    m/kᵤ. When the coefficient is the same for every unit (no heterogeneity correlated with unit size) this
+    changes nothing in expectation; otherwise large units count for less. No unit with at most m rows is
+    changed.
+
+Clusters (``cov_type="clustered"``)
+    The clustered sandwich groups the scores by the privacy unit, or by ``clusters=``: a *public* grouping of
+    the units (each unit in one cluster, which cluster each unit belongs to declared public, as the row count
+    is; e.g. states), of which the number G is public. With row-level privacy every row is a unit, so any
+    public grouping of rows serves.
+
+The grouping itself (which rows belong to which unit or cluster, and their sizes) is data: it stays inside the
+privacy boundary and only shapes the sums (:class:`RowGroups`). Rows are reordered once, clusters and units
+contiguous (a sort of the codes, reused by every pass), so that a pass sums groups of consecutive rows with no
+Python loop over the groups (:func:`group_sums`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from .boundary import DATA_CHECK_NOTE
+
+__all__ = ["DEFAULT_MAX_ROWS", "UnitFacts", "RowGroups", "DaskGroups", "PrivacyUnits", "resolve_units",
+           "group_sums", "row_keys", "check_max_rows", "starts_of"]
+
+#: Default ``max_rows_per_unit``: the rows a unit may keep (see the docs' "Who is protected?" for the evidence).
+DEFAULT_MAX_ROWS = 10
+
+#: Largest ``max_rows_per_unit`` accepted: beyond it the m-fold sensitivity of the row-sum releases makes their
+#: noise useless anyway (the limit is public).
+MAX_MAX_ROWS = 10_000
+
+
+@dataclass(frozen=True)
+class UnitFacts:
+    """The public facts of a fit's privacy unit and clusters (printed in the summary, kept in release records).
+
+    Attributes
+    ----------
+    unit : str or None
+        The privacy unit's name (a column, or "array" for an array); None for row-level privacy.
+    n_units : int
+        N, the number of units (the rows, at row level): public.
+    max_rows : int
+        m, the rows a unit may contribute (1 at row level): public.
+    clusters : str or None
+        The clustered covariance's grouping: None (no clustering), the unit's name, or a coarser public grouping.
+    n_clusters : int or None
+        G, the number of clusters: public.
+    """
+
+    unit: str | None
+    n_units: int
+    max_rows: int
+    clusters: str | None = None
+    n_clusters: int | None = None
+
+    @property
+    def row_level(self) -> bool:
+        """Whether a row is the privacy unit."""
+        return self.unit is None
+
+    def describe(self) -> str:
+        """'row' or "unit 'hh_id' (1,234 units, at most 10 rows each)"."""
+        if self.row_level:
+            return "row"
+        return f"unit {self.unit!r} ({self.n_units:,} units, at most {self.max_rows} rows each)"
+
+    def as_dict(self) -> dict:
+        """JSON-ready public facts."""
+        return {"unit": self.unit, "n_units": int(self.n_units), "max_rows": int(self.max_rows),
+                "clusters": self.clusters, "n_clusters": None if self.n_clusters is None else int(self.n_clusters)}
+
+
+@dataclass(frozen=True)
+class RowGroups:
+    """Contiguous groups of consecutive rows (PRIVATE: which rows form a group, and the groups' sizes, are data).
+
+    Attributes
+    ----------
+    unit_starts : ndarray of int64 (N + 1,) or None
+        Offsets of the units in the (reordered) rows, the last one the row count; None when a row is the unit.
+    cluster_starts : ndarray of int64 (G + 1,) or None
+        Offsets of the clusters (each at a unit's start); None without clusters.
+    n_rows : int
+        The rows (after truncation).
+    """
+
+    unit_starts: np.ndarray | None
+    cluster_starts: np.ndarray | None
+    n_rows: int
+
+    def starts(self, level: str) -> np.ndarray:
+        """The offsets of ``level`` ("unit" or "cluster"): every row its own group at row level."""
+        starts = self.unit_starts if level == "unit" else self.cluster_starts
+        if starts is None:
+            if level == "cluster":
+                raise ValueError("these rows have no clusters.")
+            return np.arange(self.n_rows + 1, dtype=np.int64)
+        return starts
+
+    def count(self, level: str) -> int:
+        """The number of groups of ``level`` (public: N or G)."""
+        return int(self.starts(level).shape[0] - 1)
+
+    @property
+    def unit_level(self) -> bool:
+        """Whether the rows form privacy units of several rows (else each row is a unit)."""
+        return self.unit_starts is not None
+
+    def blocks(self, level: str = "cluster", rows: int = 1 << 16) -> list[slice]:
+        """Slices of about ``rows`` rows each (a pass's blocks), cut only at the coarsest groups' starts."""
+        return _cut(self.coarsest, self.n_rows, max(1, -(-self.n_rows // rows)))
+
+    @property
+    def coarsest(self) -> np.ndarray | None:
+        """Offsets that every grouping respects (clusters contain units): where pieces of the rows may be cut."""
+        return self.cluster_starts if self.cluster_starts is not None else self.unit_starts
+
+    def pieces(self, count: int) -> list[slice]:
+        """``count`` (or fewer) contiguous ranges of about equal length, cut only at the coarsest groups' starts."""
+        return _cut(self.coarsest, self.n_rows, count)
+
+    def local(self, rows: slice, level: str) -> np.ndarray:
+        """The offsets of ``level``'s groups that start inside ``rows`` (a piece cut at group starts), relative to
+        its start; the first is 0."""
+        starts = self.starts(level)
+        a, b = np.searchsorted(starts, [rows.start, rows.stop])
+        return (starts[a:b] - rows.start).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class DaskGroups:
+    """The groups of Dask rows (PRIVATE): per row the unit's and the cluster's 64-bit hashes, Dask arrays with the
+    rows' chunks, each unit (cluster) consecutive within one block; and their public counts."""
+
+    unit_codes: Any
+    cluster_codes: Any
+    n_units: int
+    n_clusters: int | None
+    unit_level: bool
+
+    def count(self, level: str) -> int:
+        """The number of groups of ``level`` (public: N or G)."""
+        return int(self.n_units if level == "unit" else self.n_clusters)
+
+    def codes(self, level: str):
+        """The per-row hashes of ``level`` (lazy)."""
+        return self.unit_codes if level == "unit" else self.cluster_codes
+
+
+def starts_of(codes: np.ndarray) -> np.ndarray:
+    """Offsets of the runs of equal values in a block's codes (first 0)."""
+    return np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]])).astype(np.int64)
+
+
+def _cut(starts: np.ndarray | None, n_rows: int, count: int) -> list[slice]:
+    """Up to ``count`` slices covering range(n_rows), each boundary one of ``starts`` (any row without)."""
+    count = max(1, min(count, n_rows))
+    targets = np.linspace(0, n_rows, count + 1)[1:-1]
+    if starts is None:
+        cuts = np.round(targets).astype(np.int64)
+    else:
+        cuts = starts[np.clip(np.searchsorted(starts, targets), 0, len(starts) - 1)]
+    edges = np.unique(np.concatenate([[0], cuts, [n_rows]]))
+    return [slice(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
+@dataclass(frozen=True)
+class PrivacyUnits:
+    """A fit's privacy unit and clusters: the public facts and the (private) reordering and grouping of the rows.
+
+    Attributes
+    ----------
+    facts : UnitFacts
+        Public: the unit, N, m, the clusters and G.
+    order : ndarray of int64 or None
+        PRIVATE: positions of the kept design rows, clusters and units contiguous (units truncated to m rows);
+        None on Dask, where the grouped rows are ``rows``.
+    groups : RowGroups or DaskGroups
+        PRIVATE: the groups of the reordered rows.
+    truncated_units : int
+        NON-PRIVATE diagnostic: units that had more than m rows (some of their rows were left out).
+    dropped_rows : int
+        NON-PRIVATE diagnostic: rows left out by the truncation.
+    rows : object
+        On Dask, the grouped design (:class:`dpivreg._dask.DaskGroupedRows`); None in memory.
+    """
+
+    facts: UnitFacts
+    order: np.ndarray
+    groups: RowGroups
+    truncated_units: int = 0
+    dropped_rows: int = 0
+    rows: Any = None
+
+    @property
+    def row_level(self) -> bool:
+        """Whether a row is the privacy unit (then the reordering only groups clusters)."""
+        return self.facts.row_level
+
+    def rows_of(self, design):
+        """The kept rows of ``design`` in the grouping's order, for the fit's passes: a gathering view
+        (:class:`dpivreg.design.ReorderedDesign`) in memory, the grouped Dask design (``rows``) on Dask."""
+        return self.rows if self.rows is not None else design.reordered(self.order, self.groups)
+
+
+def check_max_rows(value: Any) -> int:
+    """``max_rows_per_unit`` checked: an integer in [1, MAX_MAX_ROWS]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"max_rows_per_unit must be a positive integer (the rows a unit may contribute, public), "
+                        f"got {value!r}.")
+    if not 1 <= int(value) <= MAX_MAX_ROWS:
+        raise ValueError(f"max_rows_per_unit must be between 1 and {MAX_MAX_ROWS:,}, got {value}: the releases that "
+                         "sum rows have max_rows_per_unit times the row-level sensitivity.")
+    return int(value)
+
+
+def row_keys(seed: int, positions: np.ndarray) -> np.ndarray:
+    """A uniform 64-bit key per row from the seed and the row's position (SplitMix64, Steele, Lea & Flood 2014):
+    the same for a row wherever it is processed, independent of the data; the truncation keeps each unit's rows
+    with the smallest keys."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(positions, dtype=np.uint64) + np.uint64(seed % (1 << 64))
+        x = x * np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def resolve_units(design, *, privacy_unit: Any, clusters: Any, max_rows_per_unit: Any, data: Any,
+                  seed: int) -> PrivacyUnits | None:
+    """The fit's :class:`PrivacyUnits` for an in-memory design, or None for row-level privacy without clusters.
+
+    Parameters
+    ----------
+    design : IVDesign
+        The model's design (its rows are those kept by the missing-value policy).
+    privacy_unit, clusters : column name, array-like or None
+        A column of ``data`` (the frame the model was built from), or values with one entry per row of that
+        frame (or of the arrays given to the constructor). Missing values are errors: every row must belong to a
+        unit and cluster.
+    max_rows_per_unit : int
+        m (public).
+    data : pandas.DataFrame or None
+        The model's data frame, if it was built from one.
+    seed : int
+        The truncation's key seed (drawn from the fit's random stream).
+    """
+    if privacy_unit is None and clusters is None:
+        return None
+    m = 1 if privacy_unit is None else check_max_rows(max_rows_per_unit)
+    if getattr(design, "is_dask", False):
+        from ._dask import dask_units  # noqa: PLC0415 - dask is optional
+
+        return dask_units(design, data=data, privacy_unit=privacy_unit, clusters=clusters, max_rows=m, seed=seed)
+    n = design.nobs
+    unit_name = None if privacy_unit is None else _label(privacy_unit)
+    unit_codes = (np.arange(n, dtype=np.int64) if privacy_unit is None
+                  else _codes(_ids(privacy_unit, "privacy_unit", design, data), "privacy_unit", unit_name))
+    cluster_name = None if clusters is None else _label(clusters)
+    cluster_codes = None
+    if clusters is not None:
+        same = privacy_unit is not None and _same_column(clusters, privacy_unit)
+        cluster_codes = unit_codes if same else _codes(_ids(clusters, "clusters", design, data), "clusters",
+                                                       cluster_name)
+    keys = row_keys(seed, np.arange(n))
+    primary = [unit_codes] if cluster_codes is None else [unit_codes, cluster_codes]
+    order = np.lexsort([keys, *primary])
+    units_sorted = unit_codes[order]
+    unit_starts = _starts(units_sorted)
+    sizes = np.diff(unit_starts)
+    rank = np.arange(n, dtype=np.int64) - np.repeat(unit_starts[:-1], sizes)
+    kept = rank < m
+    truncated, dropped = int(np.count_nonzero(sizes > m)), int(n - np.count_nonzero(kept))
+    order = order[kept]
+    unit_starts = _starts(unit_codes[order]) if privacy_unit is not None else None
+    cluster_starts = None
+    n_clusters = None
+    if cluster_codes is not None:
+        clustered = cluster_codes[order]
+        cluster_starts = _starts(clustered)
+        n_clusters = len(cluster_starts) - 1
+        if unit_starts is not None:
+            _check_nested(unit_starts, cluster_starts, unit_codes[order], unit_name, cluster_name)
+        if n_clusters < 2:
+            raise ValueError(f"clusters {cluster_name!r} has {n_clusters} group: a clustered covariance needs at "
+                             f"least two. {DATA_CHECK_NOTE}")
+    n_units = n if privacy_unit is None else len(unit_starts) - 1
+    facts = UnitFacts(unit_name, int(n_units), m, cluster_name, n_clusters)
+    groups = RowGroups(unit_starts, cluster_starts, int(order.size))
+    return PrivacyUnits(facts, order.astype(np.int64), groups, truncated, dropped)
+
+
+def _label(value: Any) -> str:
+    """A name for the unit or clusters: the column's name, or the Series' name, or "array"."""
+    if isinstance(value, Hashable) and not isinstance(value, (np.ndarray, pd.Series, pd.Index)):
+        return str(value)
+    name = getattr(value, "name", None)
+    return "array" if name is None else str(name)
+
+
+def _same_column(a: Any, b: Any) -> bool:
+    if isinstance(a, Hashable) and isinstance(b, Hashable) and not isinstance(a, (pd.Series, np.ndarray)):
+        try:
+            return bool(a == b)
+        except Exception:  # noqa: BLE001 - an odd label
+            return False
+    return a is b
+
+
+def _ids(value: Any, argument: str, design, data: Any) -> np.ndarray:
+    """The ids of the design's rows: a column of ``data`` or values with one entry per row of the source data."""
+    source_rows = design.nobs + design.n_dropped
+    if isinstance(value, Hashable) and not isinstance(value, (np.ndarray, pd.Series, pd.Index)):
+        if data is None or not hasattr(data, "columns"):
+            raise TypeError(f"{argument}={value!r} names a column, but the model was not built from a data frame: "
+                            f"pass the ids as an array with one entry per row (of length {source_rows}).")
+        if value not in data.columns:
+            raise ValueError(f"{argument}={value!r} is not a column of the data (columns: "
+                             f"{list(data.columns)[:20]}{' ...' if len(data.columns) > 20 else ''}).")
+        values = data[value].to_numpy()
+    else:
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            raise TypeError(f"{argument} must be a column name or an array with one id per row, got "
+                            f"{type(value).__name__}.")
+        values = np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value)
+        if values.ndim != 1 or values.shape[0] != source_rows:
+            raise ValueError(f"{argument} must have one id per row of the data ({source_rows} rows), got shape "
+                             f"{values.shape}.")
+    positions = getattr(design, "source_rows", None)
+    return values if positions is None else values[positions]
+
+
+def _codes(values: np.ndarray, argument: str, name: str | None) -> np.ndarray:
+    """Integer codes 0 … k − 1 of the ids (first appearance order); missing ids are an error."""
+    codes, _ = pd.factorize(values, use_na_sentinel=True)
+    missing = int(np.count_nonzero(codes < 0))
+    if missing:
+        raise ValueError(f"{argument} {name!r} is missing in {missing:,} of the design's rows: every row must belong "
+                         f"to a unit (cluster). Fill the ids, or drop those rows before building the model. "
+                         f"{DATA_CHECK_NOTE}")
+    return codes.astype(np.int64)
+
+
+def _starts(sorted_codes: np.ndarray) -> np.ndarray:
+    """Offsets of the runs of equal values in ``sorted_codes`` (grouped), with the length appended."""
+    n = sorted_codes.shape[0]
+    change = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
+    return np.concatenate([[0], change, [n]]).astype(np.int64)
+
+
+def _check_nested(unit_starts: np.ndarray, cluster_starts: np.ndarray, units: np.ndarray, unit: str | None,
+                  cluster: str | None) -> None:
+    """Every unit lies in one cluster: sorted by (cluster, unit), a unit in two clusters makes two runs."""
+    if len(unit_starts) - 1 != len(np.unique(units)):
+        raise ValueError(f"clusters {cluster!r} is not a grouping of the privacy unit {unit!r}: some unit has rows "
+                         "in several clusters. Clusters must contain whole units (e.g. households within states), or "
+                         f"leave clusters out to cluster by the unit itself. {DATA_CHECK_NOTE}")
+    if not np.all(np.isin(cluster_starts, unit_starts)):  # pragma: no cover - implied by the sort
+        raise ValueError(f"clusters {cluster!r} cut through a unit. {DATA_CHECK_NOTE}")
+
+
+# ---------------------------------------------------------------------------- per-group sums of per-row terms
+#: Rows of per-row terms held at once by :func:`group_sums` (times the terms' width, in doubles: about 4 MB).
+GROUP_CHUNK_VALUES = 1 << 19
+
+
+def group_sums(row_terms: Callable[[slice], np.ndarray], starts: np.ndarray, n_rows: int,
+               consume: Callable[[np.ndarray], None], *, width: int) -> None:
+    """Call ``consume(S)`` with the per-group sums S (g, d) of the per-row terms, every group once, in order.
+
+    ``row_terms(rows)`` returns the terms (len(rows), d) of consecutive rows; ``starts`` are the groups' offsets
+    (first 0; without the final n_rows, or with it). The rows are taken in chunks of about
+    :data:`GROUP_CHUNK_VALUES` / ``width`` rows cut anywhere, a group that continues into the next chunk carried
+    over, so the memory held is a chunk's terms whatever the groups' sizes; no Python loop over the groups.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    starts = starts[starts < n_rows]
+    chunk = max(1, GROUP_CHUNK_VALUES // max(1, width))
+    carry = None
+    for a in range(0, n_rows, chunk):
+        b = min(a + chunk, n_rows)
+        terms = row_terms(slice(a, b))
+        lo, hi = np.searchsorted(starts, [a, b])
+        inside = starts[lo:hi] - a
+        if inside.size == 0 or inside[0] != 0:  # the chunk continues the previous group
+            inside = np.concatenate([[0], inside])
+            sums = np.add.reduceat(terms, inside, axis=0)
+            sums[0] += carry if carry is not None else 0.0
+        else:
+            sums = np.add.reduceat(terms, inside, axis=0)
+            if carry is not None:
+                consume(carry[None, :])
+        carry = sums[-1].copy()
+        if sums.shape[0] > 1:
+            consume(sums[:-1])
+    if carry is not None:
+        consume(carry[None, :])
+
+
+def clip_factors(norms: np.ndarray, clip: float) -> np.ndarray:
+    """min(1, γ/‖·‖) per group (1 for an infinite γ; 0 for a non-finite norm is not set here: see the callers)."""
+    if math.isinf(clip):
+        return np.ones_like(norms)
+    with np.errstate(divide="ignore"):
+        return np.minimum(1.0, clip / norms)
