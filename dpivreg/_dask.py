@@ -969,60 +969,64 @@ def dask_r_factor(values: Any) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # Privacy units (dpivreg.units): hash the ids, shuffle once, group per partition
 # ---------------------------------------------------------------------------
-_UNIT, _CLUSTER, _KEY, _SIZE = "_dpivreg_unit", "_dpivreg_cluster", "_dpivreg_key", "_dpivreg_size"
-
-
 def _id_hashes(ids: Any) -> tuple[np.ndarray, int]:
     """64-bit hashes of ids (pandas' ``hash_array``: the same in every process) and the number of missing ids."""
     values = np.asarray(ids.to_numpy() if hasattr(ids, "to_numpy") else ids)
-    missing = int(pd.isna(values).sum())
-    return pd.util.hash_array(values), missing
+    return pd.util.hash_array(values), int(pd.isna(values).sum())
 
 
-def _unit_partition(raw: np.ndarray, unit_ids: Any, cluster_ids: Any, offset: int, seed: int) -> pd.DataFrame:
-    """One source partition's kept design rows with their unit's and cluster's hashes and truncation keys (the
-    keys of :func:`dpivreg.units.row_keys` at the rows' positions in the design, as in memory)."""
+def _unit_buckets(raw: np.ndarray, unit_ids: Any, cluster_ids: Any, offset: int, seed: int, buckets: int) -> list:
+    """One source partition's kept design rows, with their unit's and cluster's hashes and truncation keys (the keys
+    of :func:`dpivreg.units.row_keys` at the rows' positions in the design, as in memory), split into ``buckets`` by
+    the hash of the cluster (which contains the unit): (values, units, clusters, keys, missing ids) per bucket.
+    ``unit_ids`` None: each row is its own unit (its design position its id)."""
     from .units import row_keys  # noqa: PLC0415
 
     kept = ~np.isnan(raw).any(axis=1)
-    frame = pd.DataFrame(raw[kept], columns=[f"v{j}" for j in range(raw.shape[1])])
-    units, missing = _id_hashes(np.asarray(unit_ids)[kept])
-    frame[_UNIT] = units
-    if cluster_ids is None:
-        frame[_CLUSTER] = units
+    values = raw[kept]
+    positions = offset + np.arange(values.shape[0])
+    if unit_ids is None:
+        units, missing = pd.util.hash_array(positions), 0
     else:
+        units, missing = _id_hashes(np.asarray(unit_ids)[kept])
+    clusters = units
+    if cluster_ids is not None:
         clusters, missing_clusters = _id_hashes(np.asarray(cluster_ids)[kept])
-        frame[_CLUSTER] = clusters
         missing += missing_clusters
-    frame[_KEY] = row_keys(seed, offset + np.arange(frame.shape[0]))
-    frame["_dpivreg_missing"] = np.uint8(1 if missing else 0)  # a flag the driver reads: ids cannot be grouped
-    return frame
+    keys = row_keys(seed, positions)
+    target = clusters % np.uint64(buckets)
+    return [(values[target == b], units[target == b], clusters[target == b], keys[target == b], missing)
+            for b in range(buckets)]
 
 
-def _group_partition(frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
-    """Sort a shuffled partition by (cluster, unit, key) and keep each unit's first ``max_rows`` rows (the truncation),
-    recording each unit's row count before it."""
-    frame = frame.sort_values([_CLUSTER, _UNIT, _KEY], kind="stable")
-    units = frame[_UNIT].to_numpy()
-    starts = np.flatnonzero(np.concatenate([[True], units[1:] != units[:-1]])) if units.size else np.zeros(0, int)
+def _group_bucket(pieces: list, max_rows: int, d: int, count_units: bool = True) -> dict:
+    """One bucket of every source partition, grouped: rows sorted by (cluster, unit, key), each unit's first
+    ``max_rows`` kept (the truncation); with its counts (rows, units, clusters, truncated units, dropped rows, missing
+    ids) and, with ``count_units``, its units' hashes, to count the units and check that clusters hold whole units."""
+    values = np.concatenate([p[0] for p in pieces]) if pieces else np.empty((0, d))
+    units, clusters, keys = (np.concatenate([p[i] for p in pieces]) for i in (1, 2, 3))
+    order = np.lexsort([keys, units, clusters])
+    values, units, clusters = values[order], units[order], clusters[order]
+    change = np.concatenate([[True], (units[1:] != units[:-1]) | (clusters[1:] != clusters[:-1])]) if units.size \
+        else np.zeros(0, dtype=bool)
+    starts = np.flatnonzero(change)
     sizes = np.diff(np.append(starts, units.size))
-    rank = np.arange(units.size) - np.repeat(starts, sizes)
-    frame = frame.assign(**{_SIZE: np.repeat(sizes, sizes)})
-    return frame[rank < max_rows]
+    kept = np.arange(units.size) - np.repeat(starts, sizes) < max_rows
+    return {"values": values[kept], "units": units[kept], "clusters": clusters[kept], "rows": int(kept.sum()),
+            "unit_runs": int(starts.size), "unit_ids": np.unique(units[starts]) if count_units else None,
+            "clusters_count": int(np.count_nonzero(np.concatenate([[True], clusters[1:] != clusters[:-1]])))
+            if units.size else 0,
+            "truncated": int(np.count_nonzero(sizes > max_rows)), "dropped": int(np.sum(np.maximum(sizes - max_rows, 0))),
+            "missing": int(sum(p[4] for p in pieces))}
 
 
-def _group_stats(frame: pd.DataFrame, max_rows: int) -> dict:
-    """Counts of one grouped partition: units, clusters (runs), truncated units and dropped rows, missing ids, and
-    whether a unit holds rows of several clusters (its hash then starts two runs within the partition)."""
-    units, clusters = frame[_UNIT].to_numpy(), frame[_CLUSTER].to_numpy()
-    unit_runs = np.concatenate([[True], (units[1:] != units[:-1]) | (clusters[1:] != clusters[:-1])]) if units.size \
-        else np.zeros(0, bool)
-    cluster_runs = np.concatenate([[True], clusters[1:] != clusters[:-1]]) if units.size else np.zeros(0, bool)
-    sizes = frame[_SIZE].to_numpy()[unit_runs]
-    return {"rows": int(units.size), "unit_runs": int(unit_runs.sum()), "units": set(units[unit_runs].tolist()),
-            "clusters": int(cluster_runs.sum()), "truncated": int(np.count_nonzero(sizes > max_rows)),
-            "dropped": int(np.sum(np.maximum(sizes - max_rows, 0))),
-            "missing": int(frame["_dpivreg_missing"].to_numpy().any()) if units.size else 0}
+def _field(result: dict, name: str):
+    return result[name]
+
+
+def _bucket_stats(result: dict) -> dict:
+    """A grouped bucket's counts, without its rows (what reaches the driver)."""
+    return {k: v for k, v in result.items() if k not in ("values", "units", "clusters")}
 
 
 class DaskGroupedRows:
@@ -1051,7 +1055,7 @@ class DaskGroupedRows:
 
         with one_pass():
             blocks = self.values.to_delayed().ravel()
-            codes = self.groups.codes(level).rechunk({0: self.values.chunks[0]}).to_delayed().ravel()
+            codes = self.groups.codes(level).to_delayed().ravel()
             return add_parts(list(dask.compute(*[dask.delayed(_on_grouped_rows)(func, block, code, *args)
                                                  for block, code in zip(blocks, codes)])))
 
@@ -1071,15 +1075,16 @@ def _on_grouped_rows(func: Any, block: np.ndarray, codes: np.ndarray, *args: Any
 def dask_units(design: DaskIVDesign, *, data: Any, privacy_unit: Any, clusters: Any, max_rows: int, seed: int):
     """The fit's :class:`dpivreg.units.PrivacyUnits` for a Dask design built from a formula on ``data``.
 
-    The units' (and clusters') ids are read on the design's rows, hashed (pandas' ``hash_array``, the same in every
+    The units' (and clusters') ids are read on the design's rows and hashed (pandas' ``hash_array``, the same in every
     process; two ids of equal hash, about one chance in 10⁸ for 10⁵ units, would be grouped as one unit, which
-    protects both), shuffled so that each cluster (else unit) lies in one partition, sorted and truncated per
-    partition: the grouping is built once, persisted when the design is (``model.persist()``; otherwise every pass
-    recomputes the shuffle, and a warning says so). The counts are the in-memory ones; the truncation keeps the
-    same rows (the keys are a function of the seed and the row's position in the design).
+    protects both); the rows are shuffled by the cluster's hash (the unit's without clusters) into as many blocks as
+    the design has partitions, so that every unit and cluster lies in one block, then sorted and truncated per block:
+    the grouping is built once, persisted when the design is (``model.persist()``; otherwise every pass recomputes
+    the shuffle, and a warning says so). The counts are the in-memory ones; the truncation keeps the same rows (the
+    keys are a function of the seed and the row's position in the design).
     """
     import dask  # noqa: PLC0415
-    import dask.dataframe as dd  # noqa: PLC0415
+    import dask.array as da  # noqa: PLC0415
 
     from .units import DaskGroups, PrivacyUnits, UnitFacts, _label  # noqa: PLC0415
 
@@ -1091,72 +1096,62 @@ def dask_units(design: DaskIVDesign, *, data: Any, privacy_unit: Any, clusters: 
         if value is None:
             names.append(None)
             continue
-        if not isinstance(value, Hashable) or value not in data.columns:
+        if not isinstance(value, Hashable):
+            raise ValueError(f"{argument} on Dask must be one of the column names of that Dask DataFrame, got "
+                             f"{type(value).__name__} (ids as arrays are for in-memory models).")
+        if value not in data.columns:
             raise ValueError(f"{argument}={value!r} must name a column of the Dask DataFrame (columns: "
                              f"{list(data.columns)[:20]}).")
         names.append(value)
     unit_name, cluster_name = names
-    row_level = unit_name is None
-    units_of = data[unit_name].to_delayed() if unit_name is not None else None
-    clusters_of = (None if cluster_name is None or cluster_name == unit_name else data[cluster_name].to_delayed())
-    clusters_of = clusters_of if clusters_of is not None else [None] * len(design.partitions)
     if len(design.partitions) != data.npartitions:
         raise ValueError("the Dask DataFrame's partitions changed since the model was built: build the model again.")
+    parts = len(design.partitions)
+    none = [None] * parts
+    units_of = none if unit_name is None else data[unit_name].to_delayed()
+    clusters_of = none if cluster_name is None or cluster_name == unit_name else data[cluster_name].to_delayed()
     offsets = np.concatenate([[0], np.cumsum([m for _, m in design.partitions])[:-1]])
     d = len(design.column_names)
-    frames = []
-    for i, ((raw, _), offset) in enumerate(zip(design.partitions, offsets)):
-        if row_level:  # each row its own unit: its position in the design is its id
-            frames.append(dask.delayed(_unit_partition_rows)(raw, clusters_of[i], int(offset), seed))
-        else:
-            frames.append(dask.delayed(_unit_partition)(raw, units_of[i], clusters_of[i], int(offset), seed))
-    meta = pd.DataFrame({**{f"v{j}": pd.Series(dtype=np.float64) for j in range(d)}, _UNIT: pd.Series(dtype=np.uint64),
-                         _CLUSTER: pd.Series(dtype=np.uint64), _KEY: pd.Series(dtype=np.uint64),
-                         "_dpivreg_missing": pd.Series(dtype=np.uint8)})
-    source = dd.from_delayed(frames, meta=meta, verify_meta=False)
-    by = _CLUSTER if cluster_name is not None else _UNIT
-    grouped = source.shuffle(on=by, npartitions=source.npartitions).map_partitions(
-        _group_partition, max_rows, meta=meta.assign(**{_SIZE: pd.Series(dtype=np.int64)}))
+    split = [dask.delayed(_unit_buckets, nout=parts)(raw, units_of[i], clusters_of[i], int(offsets[i]), seed, parts)
+             for i, (raw, _) in enumerate(design.partitions)]
+    row_level = unit_name is None
+    grouped = [dask.delayed(_group_bucket)([split[i][b] for i in range(parts)], max_rows, d, not row_level)
+               for b in range(parts)]
     if design.persisted:
-        grouped = grouped.persist()
+        grouped = list(dask.persist(*grouped))
     else:
         warnings.warn("grouping the rows by privacy unit on Dask shuffles them, and every pass of the fit repeats the "
                       "shuffle unless the model is persisted first: model.persist().fit(...) groups them once (it "
                       "needs the data's size in the cluster's memory).", UserWarning, stacklevel=4)
     with one_pass():
-        stats = dask.compute(*[dask.delayed(_group_stats)(part, max_rows) for part in grouped.to_delayed()])
+        stats = dask.compute(*[dask.delayed(_bucket_stats)(g) for g in grouped])
     if any(s["missing"] for s in stats):
         which = "privacy_unit" if unit_name is not None else "clusters"
         raise ValueError(f"{which} has missing ids in the design's rows: every row must belong to a unit (cluster). "
                          f"Fill the ids, or drop those rows before building the model. {DATA_CHECK_NOTE}")
-    n_units = sum(len(s["units"]) for s in stats)
     unit_runs = sum(s["unit_runs"] for s in stats)
-    if unit_name is not None and cluster_name is not None and cluster_name != unit_name:
-        if unit_runs != len(set().union(*[s["units"] for s in stats])):
-            raise ValueError(f"clusters {cluster_name!r} is not a grouping of the privacy unit {unit_name!r}: some "
-                             "unit has rows in several clusters. Clusters must contain whole units, or leave "
-                             f"clusters out to cluster by the unit itself. {DATA_CHECK_NOTE}")
-    n_clusters = sum(s["clusters"] for s in stats) if cluster_name is not None else None
+    n_units = design.nobs if row_level else len(np.unique(np.concatenate([s["unit_ids"] for s in stats])))
+    if unit_name is not None and cluster_name not in (None, unit_name) and unit_runs != n_units:
+        raise ValueError(f"clusters {cluster_name!r} is not a grouping of the privacy unit {unit_name!r}: some unit "
+                         "has rows in several clusters. Clusters must contain whole units, or leave clusters out to "
+                         f"cluster by the unit itself. {DATA_CHECK_NOTE}")
+    n_clusters = sum(s["clusters_count"] for s in stats) if cluster_name is not None else None
     if n_clusters is not None and n_clusters < 2:
         raise ValueError(f"clusters {cluster_name!r} has {n_clusters} group: a clustered covariance needs at least "
                          f"two. {DATA_CHECK_NOTE}")
-    lengths = tuple(s["rows"] for s in stats)
-    values = grouped[[f"v{j}" for j in range(d)]].to_dask_array(lengths=lengths)
-    unit_codes = grouped[_UNIT].to_dask_array(lengths=lengths)
-    cluster_codes = grouped[_CLUSTER].to_dask_array(lengths=lengths)
-    facts = UnitFacts(None if row_level else _label(unit_name), int(n_units) if not row_level else design.nobs,
+    rows = [s["rows"] for s in stats]
+    blocks = [(g, int(m)) for g, m in zip(grouped, rows) if m > 0]
+
+    def column(name: str, shape_tail: tuple, dtype) -> Any:
+        pieces = [da.from_delayed(dask.delayed(_field)(g, name), shape=(m, *shape_tail), dtype=dtype)
+                  for g, m in blocks]
+        return pieces[0] if len(pieces) == 1 else da.concatenate(pieces, axis=0)
+
+    values = column("values", (d,), np.float64)
+    facts = UnitFacts(None if row_level else _label(unit_name), int(n_units),
                       1 if row_level else int(max_rows), None if cluster_name is None else _label(cluster_name),
                       n_clusters)
-    groups = DaskGroups(unit_codes, cluster_codes if cluster_name is not None else None, facts.n_units, n_clusters,
-                        not row_level)
-    rows = DaskGroupedRows(design, values, groups, sum(lengths))
+    groups = DaskGroups(column("units", (), np.uint64), column("clusters", (), np.uint64) if cluster_name else None,
+                        facts.n_units, n_clusters, not row_level)
     return PrivacyUnits(facts, None, groups, sum(s["truncated"] for s in stats), sum(s["dropped"] for s in stats),
-                        rows=rows)
-
-
-def _unit_partition_rows(raw: np.ndarray, cluster_ids: Any, offset: int, seed: int) -> pd.DataFrame:
-    """:func:`_unit_partition` at row level (clusters only): each row is its own unit, identified by its position."""
-    kept = ~np.isnan(raw).any(axis=1)
-    ids = np.zeros(raw.shape[0], dtype=np.int64)  # the dropped rows' ids are never read
-    ids[kept] = offset + np.arange(int(kept.sum()))
-    return _unit_partition(raw, ids, cluster_ids, offset, seed)
+                        rows=DaskGroupedRows(design, values, groups, int(sum(rows))))

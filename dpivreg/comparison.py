@@ -158,7 +158,7 @@ class DPIVComparison:
 
     @property
     def benchmark_std_errors(self) -> pd.DataFrame:
-        """NON-PRIVATE: the IV2SLS robust standard errors of each distinct design."""
+        """NON-PRIVATE: the IV2SLS standard errors of each distinct design (robust, or clustered as the fit)."""
         return self._benchmark_frame("std_errors")
 
     def _benchmark_frame(self, attr: str) -> pd.DataFrame:
@@ -187,7 +187,9 @@ class DPIVComparison:
             ("Estimator", [res.estimator for res in fits]),
             ("Instruments", [", ".join(res.design.instrument_names if isinstance(res, DPIVResults)
                                        else res.instrument_names) for res in fits]),
-            ("No. Observations", [str(res.nobs) for res in fits]),
+            ("Privacy unit", [_unit_label(res.privacy.unit) for res in fits]),
+            ("No. Observations", [str(res.nobs) if res.privacy.unit is None else f"~{res.nobs} (private)"
+                                  for res in fits]),
             ("Cov. Est.", [res.cov_type if not _statistic(res, "bse").isna().all() else "none" for res in fits]),
             ("Iterations T", [str(setting(res, "T")) if res.estimator == "DP-2S-GD" else "" for res in fits]),
             ("rho (zCDP)", [_fmt(res.privacy.rho) for res in fits]),
@@ -195,9 +197,9 @@ class DPIVComparison:
             ("Private", ["yes" if res.is_private else "NO" for res in fits]),
         ]
         for res in self._benchmarks.values():
-            d = res.design
-            values = [d.dependent_name, "IV2SLS", ", ".join(d.instrument_names), str(d.nobs), "robust", "",
-                      "NON-PRIVATE", "", "NO"]
+            d, bench = res.design, res.benchmark
+            values = [d.dependent_name, "IV2SLS", ", ".join(d.instrument_names), "", str(bench.nobs), bench.cov_type,
+                      "", "NON-PRIVATE", "", "NO"]
             rows = [(key, cells + [value]) for (key, cells), value in zip(rows, values)]
         return rows
 
@@ -304,3 +306,8 @@ def compare(results, *, benchmark: bool = True, precision: Precision = "std_erro
                       "private; the notes list the leaks.", PrivacyLeakWarning, stacklevel=2)
     precision = spelled
     return DPIVComparison(named, benchmark=benchmark, precision=precision, stars=stars)
+
+
+def _unit_label(unit) -> str:
+    """A fit's privacy unit for the table: "row", or the unit and its public number of units."""
+    return "row" if unit is None else f"{unit.unit} ({unit.n_units:,})"

@@ -225,8 +225,9 @@ def iv2sls_benchmark(design, *, units=None) -> CrossProductIV2SLS:
     (not identified by these rows).
 
     ``units`` (:class:`dpivreg.units.PrivacyUnits`, with privacy units or clusters): 2SLS on the rows the fit
-    keeps, with linearmodels' clustered covariance (``debiased=False``) by the fit's clusters instead of HC0: the
-    meat Σ_c ξ_c ξ_cᵀ of the clusters' summed x̂ᵢeᵢ (one pass over the rows in the fit's order)."""
+    keeps, with linearmodels' clustered covariance (``debiased=False``) by the fit's clusters, when it has any,
+    instead of HC0: the meat Σ_c ξ_c ξ_cᵀ of the clusters' summed x̂ᵢeᵢ (one pass over the rows in the fit's
+    order)."""
     zero = set(design.zero_columns)
     positions = {key: [c for c in cols if c not in zero] for key, cols in design.positions.items()}
     names = design.column_names
@@ -236,12 +237,14 @@ def iv2sls_benchmark(design, *, units=None) -> CrossProductIV2SLS:
     else:
         rows = units.rows_of(design)
         factor = design.factor if units.dropped_rows == 0 else rows.factor  # the kept rows' (order is irrelevant)
+        if units.facts.clusters is None:
+            fit = iv2sls_from_factor(factor, positions, rows.nobs, kept, rows.blockwise_sum)
+        else:
+            def clustered_pass(_, *args):
+                return rows.grouped_sum(clustered_residual_block, "cluster", *args)
 
-        def clustered_pass(_, *args):
-            return rows.grouped_sum(clustered_residual_block, "cluster", *args)
-
-        fit = dataclasses.replace(iv2sls_from_factor(factor, positions, rows.nobs, kept, clustered_pass),
-                                  cov_type="clustered")
+            fit = dataclasses.replace(iv2sls_from_factor(factor, positions, rows.nobs, kept, clustered_pass),
+                                      cov_type="clustered")
     if not zero:
         return fit
     everyone = design.regressor_names

@@ -9,7 +9,8 @@ import pandas as pd
 
 from .validation import check_count
 
-__all__ = ["load_labsup", "simulate_iv", "SimulatedIV", "LABSUP_DESCRIPTION", "LABSUP_CITATION", "LABSUP_BOUNDS"]
+__all__ = ["load_labsup", "simulate_iv", "SimulatedIV", "simulate_panel", "SimulatedPanel", "LABSUP_DESCRIPTION",
+           "LABSUP_CITATION", "LABSUP_BOUNDS"]
 
 #: Citation of the labour-supply data (Angrist & Evans 1998, as distributed by Wooldridge).
 LABSUP_CITATION = (
@@ -145,3 +146,90 @@ def simulate_iv(n: int, p: int, q: int, r: int | None = None, *, seed) -> Simula
     bounds.update({c: (-4.0, 4.0) for c in z_names})
     formula = f"y ~ [{' + '.join(x_names)} ~ {' + '.join(z_names)}]"
     return SimulatedIV(data, beta, theta, Phi, phi, formula, {k: (float(a), float(b)) for k, (a, b) in bounds.items()})
+
+
+class SimulatedPanel(NamedTuple):
+    """A simulated panel with several rows per unit and errors correlated within units (:func:`simulate_panel`).
+
+    Attributes
+    ----------
+    data : pandas.DataFrame
+        Columns ``unit`` (the unit's id), ``period``, ``y``, ``x`` (endogenous), ``w`` (exogenous), ``z``
+        (instrument), one row per unit and period, rows in random order.
+    beta : pandas.Series
+        True coefficients ``Intercept``, ``w``, ``x`` (``x``: the mean effect over units).
+    formula : str
+        ``"y ~ 1 + w + [x ~ z]"``.
+    bounds : dict
+        Public bounds at ±5 population standard deviations around the means (from the true parameters).
+    sizes : ndarray
+        Rows of each unit.
+    """
+
+    data: pd.DataFrame
+    beta: pd.Series
+    formula: str
+    bounds: dict
+    sizes: np.ndarray
+
+
+def simulate_panel(n_units: int, *, rows=(1, 10), seed, within: float = 0.5,
+                   heterogeneity: float = 0.0) -> SimulatedPanel:
+    """Simulate an IV panel: units with several rows each, the structural error correlated within units.
+
+    Unit u has kᵤ rows (uniform on ``rows`` = (lowest, highest), or exactly ``rows`` when an int), a unit effect aᵤ
+    and an instrument component ξᵤ; row t of unit u::
+
+        z = 0.6ξᵤ + 0.8ζ,   w ~ N(0, 1),   x = 0.5z + 0.3w + 0.5aᵤ + v,
+        y = 1 + 0.5w + βᵤx + √within·aᵤ + √(1 − within)·ε + 0.5v,
+
+    with ζ, v, ε standard normal: the error's within-unit correlation is ``within``, x is endogenous through aᵤ
+    and v, and z is a valid instrument. βᵤ = 1 + ``heterogeneity``·(kᵤ − k̄)/sd(k): with heterogeneity ≠ 0 the
+    effect grows with the unit's size, so truncating large units (``max_rows_per_unit``) changes the estimand.
+
+    Parameters
+    ----------
+    n_units : int
+        Number of units.
+    rows : (int, int) or int
+        Rows per unit: uniform between the two (inclusive), or this many for every unit (a balanced panel).
+    seed : None, int >= 0, SeedSequence or Generator
+        Randomness.
+    within : float in [0, 1]
+        Share of the error's variance that is the unit effect (its within-unit correlation).
+    heterogeneity : float
+        How much the effect of x varies with the unit's size (0: the same for every unit).
+    """
+    from .engine import make_rng  # here, not at the top: engine may import this module
+
+    n_units = check_count(n_units, "n_units")
+    if not 0.0 <= within <= 1.0:
+        raise ValueError(f"within must be in [0, 1], got {within!r}.")
+    rng = make_rng(seed)
+    low, high = (rows, rows) if isinstance(rows, (int, np.integer)) else rows
+    low, high = check_count(low, "rows"), check_count(high, "rows")
+    if high < low:
+        raise ValueError(f"rows must be (lowest, highest) with lowest <= highest, got {rows!r}.")
+    sizes = rng.integers(low, high + 1, size=n_units)
+    unit = np.repeat(np.arange(n_units), sizes)
+    period = np.arange(unit.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    n = unit.size
+    effect, xi = rng.standard_normal(n_units), rng.standard_normal(n_units)
+    spread = sizes.std() if sizes.std() > 0 else 1.0
+    slope = 1.0 + heterogeneity * (sizes - sizes.mean()) / spread
+    z = 0.6 * xi[unit] + 0.8 * rng.standard_normal(n)
+    w = rng.standard_normal(n)
+    v = rng.standard_normal(n)
+    x = 0.5 * z + 0.3 * w + 0.5 * effect[unit] + v
+    error = np.sqrt(within) * effect[unit] + np.sqrt(1.0 - within) * rng.standard_normal(n)
+    y = 1.0 + 0.5 * w + slope[unit] * x + error + 0.5 * v
+    data = pd.DataFrame({"unit": unit, "period": period, "y": y, "x": x, "w": w, "z": z})
+    data = data.iloc[rng.permutation(n)].reset_index(drop=True)
+    # population standard deviations (slope at its mean 1): var x = 0.25 + 0.09 + 0.25 + 1, var y from the terms
+    sd_x = np.sqrt(0.25 + 0.09 + 0.25 + 1.0)
+    sd_y = np.sqrt((0.5 + 0.3) ** 2 + 0.25 * (0.36 + 0.64) + (0.5 + np.sqrt(within)) ** 2 + (1.5) ** 2
+                   + (1.0 - within) + (heterogeneity * sd_x) ** 2)
+    bounds = {"y": (1.0 - 5 * sd_y, 1.0 + 5 * sd_y), "x": (-5 * sd_x, 5 * sd_x), "w": (-5.0, 5.0), "z": (-5.0, 5.0)}
+    beta = pd.Series({"Intercept": 1.0, "w": 0.5, "x": float(np.average(slope, weights=sizes))}, name="beta")
+    return SimulatedPanel(data, beta, "y ~ 1 + w + [x ~ z]", {k: (float(a), float(b)) for k, (a, b) in bounds.items()},
+                          sizes)

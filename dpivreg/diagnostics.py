@@ -59,6 +59,8 @@ of F. The release's noise is known, so it is simulated (post-processing of publi
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -232,7 +234,9 @@ def _f_noise_interval(G: np.ndarray, noise: np.ndarray, q: int, n_exog: int, n: 
         return f_from_rss(*rss)
 
     def quantile(t: float, which: int) -> float:  # which 0: lower, 1: upper end of the released F's law at t
-        return float(np.quantile(simulated_f(np.array([t]))[0], [tail, 1.0 - tail][which]))
+        with np.errstate(invalid="ignore"):  # worlds with an infinite F (no residual left): inf - inf is NaN
+            value = float(np.quantile(simulated_f(np.array([t]))[0], [tail, 1.0 - tail][which]))
+        return math.inf if math.isnan(value) else value
 
     def last_true(condition) -> float:
         """The t where ``condition`` (true at t = 0, false for large t) turns false, by doubling then bisection."""

@@ -736,10 +736,11 @@ def _fused_units(Z, X_endog, Y, M, clips, split, starts, S1, s2, counts):  # pra
 
 @lru_cache(maxsize=1)
 def _numba_unit_kernel():
-    """Compile :func:`_fused_units` on first use (cached on disk); no fastmath, so that overflowing norms show."""
+    """Compile :func:`_fused_units` on first use (cached on disk); no fastmath, so that overflowing norms show, and
+    numpy's error model, so that a zero norm gives min(1, γ/0) = 1 as in numpy."""
     import numba
 
-    return numba.njit(nogil=True, cache=True)(_fused_units)
+    return numba.njit(nogil=True, cache=True, error_model="numpy")(_fused_units)
 
 
 def safe_unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: np.ndarray, theta: np.ndarray,

@@ -611,9 +611,11 @@ class DPIVResults(PrivateTable):
         order, groups = self._units.order, self._units.groups  # the kept rows, clustered as the fit
         dependent, exog, endog, instruments = (block.iloc[order] for block in (d.dependent, d.exog, d.endog,
                                                                                d.instruments))
+        model = IV2SLS(dependent, exog if exog.shape[1] else None, endog, instruments)
+        if self._units.facts.clusters is None:
+            return model.fit()
         clusters = np.repeat(np.arange(groups.count("cluster")), np.diff(groups.starts("cluster")))
-        return IV2SLS(dependent, exog if exog.shape[1] else None, endog, instruments).fit(cov_type="clustered",
-                                                                                          clusters=clusters)
+        return model.fit(cov_type="clustered", clusters=clusters)
 
     @property
     def clipped_rows(self) -> pd.DataFrame:
@@ -866,6 +868,11 @@ class DPIVResults(PrivateTable):
             notes += self._first_stage_notes()
         if self.privacy_unit is not None:
             notes.append(self._unit_note())
+        units = self._scale.units
+        if units is not None and units.clusters is not None and units.clusters != units.unit:
+            notes.append(f"Clusters: {units.clusters} ({units.n_clusters:,}), declared a public grouping of the "
+                         f"{'units' if self.privacy_unit is not None else 'rows'}: which cluster each belongs to and "
+                         "the number of clusters are public; each cluster's summed scores are clipped.")
         if self._settings.method != "moments" and self._scale.unit_level:
             notes.append("Error bound: not shown; the Theorem is stated for row-level privacy and independent rows.")
         elif self._settings.method != "moments":

@@ -190,7 +190,9 @@ class DaskGroups:
 
 
 def starts_of(codes: np.ndarray) -> np.ndarray:
-    """Offsets of the runs of equal values in a block's codes (first 0)."""
+    """Offsets of the runs of equal values in a block's codes (first 0; none for an empty block)."""
+    if codes.size == 0:
+        return np.zeros(0, dtype=np.int64)
     return np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]])).astype(np.int64)
 
 
@@ -304,16 +306,20 @@ def resolve_units(design, *, privacy_unit: Any, clusters: Any, max_rows_per_unit
         same = privacy_unit is not None and _same_column(clusters, privacy_unit)
         cluster_codes = unit_codes if same else _codes(_ids(clusters, "clusters", design, data), "clusters",
                                                        cluster_name)
-    keys = row_keys(seed, np.arange(n))
+    if cluster_codes is not None and privacy_unit is not None:
+        _check_nested(unit_codes, cluster_codes, unit_name, cluster_name)
     primary = [unit_codes] if cluster_codes is None else [unit_codes, cluster_codes]
-    order = np.lexsort([keys, *primary])
-    units_sorted = unit_codes[order]
-    unit_starts = _starts(units_sorted)
-    sizes = np.diff(unit_starts)
-    rank = np.arange(n, dtype=np.int64) - np.repeat(unit_starts[:-1], sizes)
-    kept = rank < m
-    truncated, dropped = int(np.count_nonzero(sizes > m)), int(n - np.count_nonzero(kept))
-    order = order[kept]
+    truncated = dropped = 0
+    if privacy_unit is not None and int(np.bincount(unit_codes).max()) > m:
+        # the rows each unit keeps: the m with the smallest keys (independent of the data)
+        order = np.lexsort([row_keys(seed, np.arange(n)), *primary])
+        unit_starts = _starts(unit_codes[order])
+        sizes = np.diff(unit_starts)
+        kept = np.arange(n, dtype=np.int64) - np.repeat(unit_starts[:-1], sizes) < m
+        truncated, dropped = int(np.count_nonzero(sizes > m)), int(n - np.count_nonzero(kept))
+        order = order[kept]
+    else:
+        order = np.argsort(primary[0], kind="stable") if len(primary) == 1 else np.lexsort(primary)
     unit_starts = _starts(unit_codes[order]) if privacy_unit is not None else None
     cluster_starts = None
     n_clusters = None
@@ -321,8 +327,6 @@ def resolve_units(design, *, privacy_unit: Any, clusters: Any, max_rows_per_unit
         clustered = cluster_codes[order]
         cluster_starts = _starts(clustered)
         n_clusters = len(cluster_starts) - 1
-        if unit_starts is not None:
-            _check_nested(unit_starts, cluster_starts, unit_codes[order], unit_name, cluster_name)
         if n_clusters < 2:
             raise ValueError(f"clusters {cluster_name!r} has {n_clusters} group: a clustered covariance needs at "
                              f"least two. {DATA_CHECK_NOTE}")
@@ -390,15 +394,14 @@ def _starts(sorted_codes: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], change, [n]]).astype(np.int64)
 
 
-def _check_nested(unit_starts: np.ndarray, cluster_starts: np.ndarray, units: np.ndarray, unit: str | None,
-                  cluster: str | None) -> None:
-    """Every unit lies in one cluster: sorted by (cluster, unit), a unit in two clusters makes two runs."""
-    if len(unit_starts) - 1 != len(np.unique(units)):
+def _check_nested(units: np.ndarray, clusters: np.ndarray, unit: str | None, cluster: str | None) -> None:
+    """Every unit lies in one cluster: as many distinct (unit, cluster) pairs as units (before any truncation,
+    which could hide a unit's rows in a second cluster)."""
+    pairs = np.unique(units * (int(clusters.max()) + 1) + clusters).shape[0]
+    if pairs != int(units.max()) + 1:
         raise ValueError(f"clusters {cluster!r} is not a grouping of the privacy unit {unit!r}: some unit has rows "
                          "in several clusters. Clusters must contain whole units (e.g. households within states), or "
                          f"leave clusters out to cluster by the unit itself. {DATA_CHECK_NOTE}")
-    if not np.all(np.isin(cluster_starts, unit_starts)):  # pragma: no cover - implied by the sort
-        raise ValueError(f"clusters {cluster!r} cut through a unit. {DATA_CHECK_NOTE}")
 
 
 # ---------------------------------------------------------------------------- per-group sums of per-row terms

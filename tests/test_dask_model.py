@@ -485,3 +485,66 @@ def test_first_stage_meat_release_equals_the_in_memory_one(frames):
     assert lazy.privacy.rho == pytest.approx(eager.privacy.rho, rel=1e-12)
     pd.testing.assert_frame_equal(lazy.first_stage_diagnostics, eager.first_stage_diagnostics, rtol=1e-8)
     assert lazy.first_stage_diagnostics["f.dist"].iloc[0].startswith("chi2")
+
+
+# ----------------------------------------------------------------------------------------
+# privacy units (dpivreg.units): hashed ids, one shuffle, per-partition groups
+# ----------------------------------------------------------------------------------------
+def _panel_frames(n_units: int = 600, seed: int = 3):
+    from dpivreg.datasets import simulate_panel
+
+    panel = simulate_panel(n_units, seed=seed)
+    df = panel.data.assign(region=panel.data["unit"] % 7)  # a grouping of the units, for coarser clusters
+    return panel, df, dd.from_pandas(df, npartitions=4)
+
+
+@pytest.mark.parametrize("options", [
+    {"privacy_unit": "unit"},
+    {"privacy_unit": "unit", "max_rows_per_unit": 3},
+    {"privacy_unit": "unit", "clusters": "region"},
+    {"privacy_unit": "unit", "cov_type": "robust", "method": "moments"},
+    {"clusters": "unit"},
+], ids=["unit", "truncated", "coarser-clusters", "robust-moments", "row-level-clusters"])
+def test_unit_level_fit_equals_pandas_for_the_same_seed(options):
+    """Units spread over every partition (the rows are in random order): the Dask fit groups them by a shuffle and
+    must release the same numbers as pandas, to rounding (the sums are added in another order), keep the same
+    rows when it truncates (the keys are a function of the seed and the row's position) and make the same
+    records; the clustered benchmark is the same too."""
+    panel, df, ddf = _panel_frames()
+    kwargs = {"rho": 2.0, "bounds": panel.bounds, "seed": 11, **options}
+    eager = _quiet(DPIV2SLS.from_formula(panel.formula, df).fit, **kwargs)
+    lazy = _quiet(DPIV2SLS.from_formula(panel.formula, ddf).persist().fit, **kwargs)
+    _assert_close(lazy.params, eager.params)
+    _assert_close(lazy.path, eager.path)
+    _assert_close(lazy.bse, eager.bse)
+    assert [r.name for r in lazy.privacy.releases] == [r.name for r in eager.privacy.releases]
+    assert [r.sensitivity for r in lazy.privacy.releases] == pytest.approx(
+        [r.sensitivity for r in eager.privacy.releases], rel=1e-12)
+    assert lazy.privacy.rho == pytest.approx(eager.privacy.rho, rel=1e-12)
+    assert lazy.nobs == eager.nobs and lazy.n_units == eager.n_units
+    assert lazy.scale.units == eager.scale.units
+    _assert_close(lazy.benchmark.params, eager.benchmark.params)
+    _assert_close(lazy.benchmark.cov, eager.benchmark.cov)
+
+
+def test_unit_level_dask_fit_without_persist_warns_and_still_agrees():
+    """Without persist() every pass repeats the shuffle: the fit says so, and its numbers are the same."""
+    panel, df, ddf = _panel_frames(200)
+    kwargs = {"rho": 2.0, "bounds": panel.bounds, "seed": 5, "privacy_unit": "unit", "inference": False}
+    with pytest.warns(UserWarning, match="persist"):
+        lazy = DPIV2SLS.from_formula(panel.formula, ddf).fit(**kwargs)
+    eager = _quiet(DPIV2SLS.from_formula(panel.formula, df).fit, **kwargs)
+    _assert_close(lazy.params, eager.params)
+
+
+def test_unit_level_dask_errors_name_the_argument():
+    panel, df, ddf = _panel_frames(100)
+    model = DPIV2SLS.from_formula(panel.formula, ddf).persist()
+    with pytest.raises(ValueError, match="privacy_unit='household'"):
+        model.fit(rho=1.0, bounds=panel.bounds, privacy_unit="household")
+    with pytest.raises(ValueError, match="column names of that Dask DataFrame"):
+        model.fit(rho=1.0, bounds=panel.bounds, privacy_unit=df["unit"].to_numpy())
+    mixed = df.assign(region=np.arange(len(df)) % 3)  # units cut across the clusters
+    with pytest.raises(ValueError, match="not a grouping of the privacy unit"):
+        DPIV2SLS.from_formula(panel.formula, dd.from_pandas(mixed, npartitions=3)).persist().fit(
+            rho=1.0, bounds=panel.bounds, privacy_unit="unit", clusters="region")
