@@ -327,16 +327,19 @@ def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.ra
                                  threshold=_EMPTY_BIN_SIGMAS) if visible.any() else float(edges[-1]))
     bound = float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)])
     total = _score_outer_sum(rows, scores, args, bound, clustered)
-    kind = "clustered " if clustered else ""
-    name = ("robust meat (clipped instrument scores)" if scores is structural_scores
-            else "first-stage meat (clipped first-stage scores)")
-    if clustered:
-        name = f"{kind}{name.replace('clipped', 'clipped cluster sums of')}"
-    elif terms > 1:
-        name += f", per unit of at most {terms} rows"
-    meat, record, sigma = _gaussian_meat(total, n, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho, rng=rng, name=name,
-                                         stage=stage, terms=terms)
+    meat, record, sigma = _gaussian_meat(total, n, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho, rng=rng,
+                                         name=_meat_name(scores, clustered, terms), stage=stage, terms=terms)
     return ReleasedMeat(_positive_definite(meat, floor=sigma), sigma, bound, (histogram, record))
+
+
+def _meat_name(scores, clustered: bool, terms: int) -> str:
+    """The accountant's name of a meat release: which scores, clipped per row (per unit of ``terms`` rows) or per
+    cluster."""
+    what = "instrument scores" if scores is structural_scores else "first-stage scores"
+    meat = "robust meat" if scores is structural_scores else "first-stage meat"
+    if clustered:
+        return f"clustered {meat} (clipped cluster sums of {what})"
+    return f"{meat} (clipped {what})" + (f", per unit of at most {terms} rows" if terms > 1 else "")
 
 
 def score_meat_sensitivity(bound: float, n: float, terms: int = 1) -> float:
@@ -352,8 +355,9 @@ def release_score_meat(rows, beta: np.ndarray, n_exog: int, *, bound: float, rho
     the clusters' summed scores) with symmetric noise of standard deviation :func:`score_meat_sensitivity`/√(2ρ).
     Returns the released matrix (not yet projected), its record and σ."""
     total = _score_outer_sum(rows, structural_scores, (beta, n_exog), bound, clustered)
-    return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, name="robust meat (clipped instrument scores)",
-                          stage="rho_inf", terms=1 if clustered else rows.max_rows)
+    terms = 1 if clustered else rows.max_rows
+    return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, stage="rho_inf", terms=terms,
+                          name=_meat_name(structural_scores, clustered, terms))
 
 
 def release_first_stage_meat(rows, theta: np.ndarray, *, bound: float, rho: float,
@@ -361,9 +365,9 @@ def release_first_stage_meat(rows, theta: np.ndarray, *, bound: float, rho: floa
     """The Gaussian mechanism of the first stage's meat at threshold C = ``bound``, as
     :func:`release_score_meat` for the scores v̂ᵢ ⊗ z̃ᵢ at ``theta`` (stage ``"rho_diag"``)."""
     total = _score_outer_sum(rows, first_stage_scores, (theta,), bound, clustered)
-    return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng,
-                          name="first-stage meat (clipped first-stage scores)", stage="rho_diag",
-                          terms=1 if clustered else rows.max_rows)
+    terms = 1 if clustered else rows.max_rows
+    return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, stage="rho_diag", terms=terms,
+                          name=_meat_name(first_stage_scores, clustered, terms))
 
 
 def _gaussian_meat(total: np.ndarray, n: float, *, bound: float, rho: float, rng: np.random.Generator, name: str,

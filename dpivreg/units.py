@@ -13,8 +13,14 @@ Unit level (``fit(privacy_unit="hh_id")``)
     Contribution bounding, before any statistic (as the trusted systems do: Tumult Analytics'
     ``max_rows_per_id``, PipelineDP's ``max_contributions``): a unit with more than ``max_rows_per_unit`` = m
     rows keeps m of them, chosen uniformly at random by a key that is a fixed function of the fit's seed and
-    the row's position (independent of the data, the same in memory and on Dask). Then every release is a sum
-    over units of the units' contributions:
+    the row's position (independent of the data, the same in memory and on Dask). Why that is private although
+    replacing a unit by one with another number of rows shifts the positions, hence the keys, of the rows after
+    it: the keys are independent and uniform (the seed, like the noise's, is secret), so in either data set every
+    unit keeps a uniformly random subset of min(kᵤ, m) rows, independently of the others; coupling the two data
+    sets' truncations so that every other unit keeps the same rows, the truncated data sets are unit neighbours
+    almost surely, and the guarantee of the releases below carries over. (A public seed would publish which rows
+    were kept: keep it as secret as the noise.) Then every release is a sum over units of the units'
+    contributions:
 
     * the gradient steps and the clipping release sum each unit's rows first and clip the *unit's* gradient
       (sensitivity 2γ of the sum, as for a row);
@@ -39,7 +45,9 @@ Clusters (``cov_type="clustered"``)
     The clustered sandwich groups the scores by the privacy unit, or by ``clusters=``: a *public* grouping of
     the units (each unit in one cluster, which cluster each unit belongs to declared public, as the row count
     is; e.g. states), of which the number G is public. With row-level privacy every row is a unit, so any
-    public grouping of rows serves.
+    public grouping of rows serves. The meat's sensitivity (one cluster's clipped term changes) rests on that
+    declaration: were a unit's cluster private, a neighbour could move it to another cluster and change two
+    terms (twice the sensitivity). Clustering by the privacy unit itself needs no declaration.
 
 The grouping itself (which rows belong to which unit or cluster, and their sizes) is data: it stays inside the
 privacy boundary and only shapes the sums (:class:`RowGroups`). Rows are reordered once, clusters and units
