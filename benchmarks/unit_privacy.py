@@ -12,7 +12,7 @@ clustered 2SLS interval on the same data (the data draws' own luck) and of the r
 interval on the same data (which ignores the within-unit correlation and under-covers), the median ratio of the
 private s.e. to the clustered 2SLS one and the median noise share of the private variance.
 
-    python benchmarks/unit_privacy.py --coverage --runs 1000 --out docs/_static/unit_coverage.csv
+    python benchmarks/unit_privacy.py --coverage --runs 500 --jobs 2 --out docs/_static/unit_coverage.csv
     python benchmarks/unit_privacy.py --quick
 
 ``--max-rows``: the default's evidence. For each design and budget, the fits with max_rows_per_unit m ∈
@@ -22,7 +22,7 @@ fresh data. Designs: units of 1–10 rows (the issue's); a balanced panel of 5 r
 rows whose effect grows with the unit's size (``heterogeneity`` 0.3: truncating large units then shifts the
 estimand, which the RMSE around the full data's mean effect shows).
 
-    python benchmarks/unit_privacy.py --max-rows --runs 100 --out docs/_static/unit_max_rows.csv
+    python benchmarks/unit_privacy.py --max-rows --runs 50 --jobs 2 --out docs/_static/unit_max_rows.csv
 """
 
 from __future__ import annotations
@@ -144,18 +144,21 @@ def main() -> None:
     parser.add_argument("--max-rows", action="store_true", help="the evidence for the default max_rows_per_unit")
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--sizes", type=str, default=None, help="numbers of units, comma-separated")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out")
     args = parser.parse_args()
+    sizes = None if args.sizes is None else tuple(int(s) for s in args.sizes.split(","))
     if args.max_rows:
         runs = args.runs or (3 if args.quick else 100)
-        table = max_rows_study(runs=runs, sizes=(500,) if args.quick else (1_000, 10_000),
+        table = max_rows_study(runs=runs, sizes=sizes or ((500,) if args.quick else (1_000, 10_000)),
                                rhos=(2.0,) if args.quick else (0.5, 2.0), jobs=args.jobs)
         with pd.option_context("display.width", 200, "display.max_rows", 500):
             print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     else:
         runs = args.runs or (3 if args.quick else 1000)
-        table = coverage_study(runs=runs, sizes=(500,) if args.quick else (1_000, 10_000, 100_000), jobs=args.jobs)
+        table = coverage_study(runs=runs, sizes=sizes or ((500,) if args.quick else (1_000, 10_000, 100_000)),
+                               jobs=args.jobs)
     if args.out:
         table.to_csv(args.out, index=False, float_format="%.4g")
 

@@ -309,14 +309,13 @@ def resolve_units(design, *, privacy_unit: Any, clusters: Any, max_rows_per_unit
     unit_codes = (np.arange(n, dtype=np.int64) if privacy_unit is None
                   else _codes(_ids(privacy_unit, "privacy_unit", design, data), "privacy_unit", unit_name))
     cluster_name = None if clusters is None else _label(clusters)
-    cluster_codes = None
-    if clusters is not None:
-        same = privacy_unit is not None and _same_column(clusters, privacy_unit)
-        cluster_codes = unit_codes if same else _codes(_ids(clusters, "clusters", design, data), "clusters",
-                                                       cluster_name)
-    if cluster_codes is not None and privacy_unit is not None:
-        _check_nested(unit_codes, cluster_codes, unit_name, cluster_name)
-    primary = [unit_codes] if cluster_codes is None else [unit_codes, cluster_codes]
+    same = clusters is not None and privacy_unit is not None and _same_column(clusters, privacy_unit)
+    cluster_codes = unit_codes if same else None  # clustered by the unit itself: nothing more to sort or check
+    if clusters is not None and not same:
+        cluster_codes = _codes(_ids(clusters, "clusters", design, data), "clusters", cluster_name)
+        if privacy_unit is not None:
+            _check_nested(unit_codes, cluster_codes, unit_name, cluster_name)
+    primary = [unit_codes] if cluster_codes is None or same else [unit_codes, cluster_codes]
     truncated = dropped = 0
     if privacy_unit is not None and int(np.bincount(unit_codes).max()) > m:
         # the rows each unit keeps: the m with the smallest keys (independent of the data)
@@ -332,8 +331,7 @@ def resolve_units(design, *, privacy_unit: Any, clusters: Any, max_rows_per_unit
     cluster_starts = None
     n_clusters = None
     if cluster_codes is not None:
-        clustered = cluster_codes[order]
-        cluster_starts = _starts(clustered)
+        cluster_starts = unit_starts if same else _starts(cluster_codes[order])
         n_clusters = len(cluster_starts) - 1
         if n_clusters < 2:
             raise ValueError(f"clusters {cluster_name!r} has {n_clusters} group: a clustered covariance needs at "
