@@ -760,7 +760,7 @@ def test_noiseless_moments_give_the_exact_rows_per_unit(panel):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, 4])
 def test_the_default_switch_to_noisy_moments_combines_per_unit_releases(panel, seed):
     """method="auto" choosing noisy moments (it does for these seeds): both moment releases have sensitivity
     m·D/N, and the combined k̂ is within 4 of its noise sd of the kept rows' exact mean (k̂ is released)."""
