@@ -43,6 +43,10 @@ The private adaptive rule (``"adaptive"``, the default with a warm start)
     0.082 → 0.091 at n = 10⁵); with √d, K is unchanged there. With an infinite stage budget K = 0: nothing
     visible is clipped.
 
+    With privacy units (:mod:`dpivreg.units`) the histograms count units: each unit's summed gradient, normed as
+    a row's is (:func:`unit_gradient_norm_counts`), one count per unit in each histogram (sensitivity √(2G) as
+    before); the grid reaches two bins higher per doubling of ``max_rows_per_unit`` and K counts units (N for n).
+
     Why groups. The whitened instruments of a rare category (e.g. the 196 mothers coded both black and
     Hispanic among 31,857) have norms of 13 where the rest have 2–3; clipping every row's gradient as a whole
     either clips those rows (distorting the controls' coefficients) or spends 5 times the noise on every

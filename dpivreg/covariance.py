@@ -1,6 +1,6 @@
 """The sampling part of the private estimate's covariance: one small unit per ``cov_type``.
 
-Both are 2SLS covariances on the whitened working scale (Z̃ᵀZ̃/n = S = I), where the fitted regressors
+All are 2SLS covariances on the whitened working scale (Z̃ᵀZ̃/n = S = I), where the fitted regressors
 are x̂ᵢ = Θ̄ᵀz̃ᵢ with Θ̄ = [I_exog | Θ] the released full first stage, so that X̂ᵀX̂/n = Θ̄ᵀΘ̄:
 
 ``"unadjusted"`` (homoskedastic errors; :func:`unadjusted_covariance`)
@@ -15,7 +15,17 @@ are x̂ᵢ = Θ̄ᵀz̃ᵢ with Θ̄ = [I_exog | Θ] the released full first sta
     degrees-of-freedom correction). Ω is a q×q release of the instrument scores sᵢ = z̃ᵢũᵢ
     (:func:`score_meat_release`), the same whatever the number of regressors.
 
-The privacy-noise part is added to either by :mod:`dpivreg.inference`.
+``"clustered"`` (cluster-robust sandwich; :func:`robust_covariance` with a clustered meat)
+    (Θ̄ᵀΘ̄)⁻¹ Θ̄ᵀΩ_cΘ̄ (Θ̄ᵀΘ̄)⁻¹/n with Ω_c = (1/n)Σ_c g_c g_cᵀ, g_c = Σ_{i∈c} z̃ᵢũᵢ the cluster's summed scores:
+    Θ̄ᵀΩ_cΘ̄ is Σ_c ξ_c ξ_cᵀ/n with ξ_c = Σ_{i∈c} x̂ᵢũᵢ, linearmodels' ``cov_type="clustered"`` (``debiased=False``)
+    and Stata's ``vce(cluster ...)``. The clusters are the privacy unit or a coarser public grouping
+    (:mod:`dpivreg.units`); the release clips each cluster's summed score (:func:`score_meat_release` with
+    ``clustered=True``), so a neighbour, who replaces one unit, changes one cluster's term.
+
+With privacy units the normaliser n is n̂ = N·k̂ (:mod:`dpivreg.units`), and a release that clips rows (the robust
+meat, its histogram) has ``max_rows_per_unit`` times the sensitivity stated below.
+
+The privacy-noise part is added to each by :mod:`dpivreg.inference`.
 
 The score release (:func:`score_meat_release`, budget ``rho_inf``)
     Two Gaussian mechanisms on the scores at the released β̃ (public), adaptively composed:
