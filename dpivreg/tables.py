@@ -151,9 +151,12 @@ class PrivateTable:
 
     def _export_notes(self, benchmark: bool, level: float) -> list[str]:
         priv, delta = self.privacy, self.delta
-        notes = [(f"Private estimates ({self.estimator}) of {self._dependent_label}; n = {self.nobs}; total privacy "
+        size = f"n = {self.nobs}"
+        if priv.unit is not None:  # the row count is private: its released estimate, beside the public unit count
+            size = f"N = {priv.unit.n_units} units ({priv.unit.unit}), n ~ {self.nobs} rows (private estimate)"
+        notes = [(f"Private estimates ({self.estimator}) of {self._dependent_label}; {size}; total privacy "
                   f"spent rho = {format_number(priv.rho)} (zCDP), epsilon = {format_number(priv.epsilon(delta))} at "
-                  f"delta = {delta:g}.")]
+                  f"delta = {delta:g}, protecting {priv.protects}.")]
         if self._has_inference:
             notes.append(f"Private standard errors ({self.cov_type}) and {level:.0%} normal intervals, including the "
                          "privacy noise.")
