@@ -236,7 +236,8 @@ class DPIVComparison:
             notes.append("Stars: *** p < 0.01, ** p < 0.05, * p < 0.1 (private p-values).")
         notes.append("Each fit's privacy is its own: fits of the same data compose, their rho add up.")
         if self._benchmarks:
-            notes.append("NON-PRIVATE: the IV2SLS column(s) are computed from the raw data without noise (robust "
+            kinds = " or ".join(sorted({res.benchmark.cov_type for res in self._benchmarks.values()}))
+            notes.append(f"NON-PRIVATE: the IV2SLS column(s) are computed from the raw data without noise ({kinds} "
                          "std. errors below); use them to validate, never publish them (benchmark=False).")
         for name, res in self._results.items():
             if res.leaks:

@@ -25,6 +25,9 @@ DEFAULT_OUTDIR_SCRIPT = "error_vs_n.py"  # run without --outdir
 # script -> {output file: expected CSV columns (None for a figure)}
 EXPECTED = {
     "quickstart.py": {},
+    "panel.py": {"panel.csv": ["coefficient", "true", "row-level estimate", "row-level s.e.", "household-level estimate",
+                               "household-level s.e.", "clustered 2SLS (NON-PRIVATE)",
+                               "clustered 2SLS s.e. (NON-PRIVATE)"]},
     "error_vs_n.py": {
         "error_vs_n.png": None,
         "error_vs_n.csv": ["setting", "p", "q", "n", "rho1", "rho2", "rho0", "rho_total_asked", "rho_total_spent",
