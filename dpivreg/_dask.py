@@ -978,31 +978,40 @@ def _id_hashes(ids: Any) -> tuple[np.ndarray, int]:
 def _unit_buckets(raw: np.ndarray, unit_ids: Any, cluster_ids: Any, offset: int, seed: int, buckets: int) -> list:
     """One source partition's kept design rows, with their unit's and cluster's hashes and truncation keys (the keys
     of :func:`dpivreg.units.row_keys` at the rows' positions in the design, as in memory), split into ``buckets`` by
-    the hash of the cluster (which contains the unit): (values, units, clusters, keys, missing ids) per bucket.
-    ``unit_ids`` None: each row is its own unit (its design position its id)."""
+    the hash of the cluster (which contains the unit): (values, units, clusters, keys) per bucket; then the
+    partition's census over ALL its rows (the dropped ones too: the public counts N and G are over the whole data):
+    its distinct unit and cluster hashes, (unit, cluster) pairs and missing ids. ``unit_ids`` None: each row is its
+    own unit (its design position its id)."""
     from .units import row_keys  # noqa: PLC0415
 
     kept = ~np.isnan(raw).any(axis=1)
     values = raw[kept]
     positions = offset + np.arange(values.shape[0])
+    census = {"units": np.zeros(0, np.uint64), "clusters": np.zeros(0, np.uint64), "pairs": np.zeros((0, 2), np.uint64),
+              "missing": 0}
     if unit_ids is None:
-        units, missing = pd.util.hash_array(positions), 0
+        units = pd.util.hash_array(positions)
     else:
-        units, missing = _id_hashes(np.asarray(unit_ids)[kept])
+        all_units, census["missing"] = _id_hashes(unit_ids)
+        units = all_units[kept]
+        census["units"] = np.unique(all_units)
     clusters = units
     if cluster_ids is not None:
-        clusters, missing_clusters = _id_hashes(np.asarray(cluster_ids)[kept])
-        missing += missing_clusters
+        all_clusters, missing_clusters = _id_hashes(cluster_ids)
+        clusters = all_clusters[kept]
+        census["missing"] += missing_clusters
+        census["clusters"] = np.unique(all_clusters)
+        if unit_ids is not None:
+            census["pairs"] = np.unique(np.column_stack([all_units, all_clusters]), axis=0)
     keys = row_keys(seed, positions)
     target = clusters % np.uint64(buckets)
-    return [(values[target == b], units[target == b], clusters[target == b], keys[target == b], missing)
-            for b in range(buckets)]
+    return [*[(values[target == b], units[target == b], clusters[target == b], keys[target == b])
+              for b in range(buckets)], census]
 
 
-def _group_bucket(pieces: list, max_rows: int, d: int, count_units: bool = True) -> dict:
+def _group_bucket(pieces: list, max_rows: int, d: int) -> dict:
     """One bucket of every source partition, grouped: rows sorted by (cluster, unit, key), each unit's first
-    ``max_rows`` kept (the truncation); with its counts (rows, units, clusters, truncated units, dropped rows, missing
-    ids) and, with ``count_units``, its units' hashes, to count the units and check that clusters hold whole units."""
+    ``max_rows`` kept (the truncation); with its counts of rows, truncated units and dropped rows."""
     values = np.concatenate([p[0] for p in pieces]) if pieces else np.empty((0, d))
     units, clusters, keys = (np.concatenate([p[i] for p in pieces]) for i in (1, 2, 3))
     order = np.lexsort([keys, units, clusters])
@@ -1013,11 +1022,7 @@ def _group_bucket(pieces: list, max_rows: int, d: int, count_units: bool = True)
     sizes = np.diff(np.append(starts, units.size))
     kept = np.arange(units.size) - np.repeat(starts, sizes) < max_rows
     return {"values": values[kept], "units": units[kept], "clusters": clusters[kept], "rows": int(kept.sum()),
-            "unit_runs": int(starts.size), "unit_ids": np.unique(units[starts]) if count_units else None,
-            "clusters_count": int(np.count_nonzero(np.concatenate([[True], clusters[1:] != clusters[:-1]])))
-            if units.size else 0,
-            "truncated": int(np.count_nonzero(sizes > max_rows)), "dropped": int(np.sum(np.maximum(sizes - max_rows, 0))),
-            "missing": int(sum(p[4] for p in pieces))}
+            "truncated": int(np.count_nonzero(sizes > max_rows)), "dropped": int(np.sum(np.maximum(sizes - max_rows, 0)))}
 
 
 def _field(result: dict, name: str):
@@ -1112,11 +1117,11 @@ def dask_units(design: DaskIVDesign, *, data: Any, privacy_unit: Any, clusters: 
     clusters_of = none if cluster_name is None or cluster_name == unit_name else data[cluster_name].to_delayed()
     offsets = np.concatenate([[0], np.cumsum([m for _, m in design.partitions])[:-1]])
     d = len(design.column_names)
-    split = [dask.delayed(_unit_buckets, nout=parts)(raw, units_of[i], clusters_of[i], int(offsets[i]), seed, parts)
+    split = [dask.delayed(_unit_buckets, nout=parts + 1)(raw, units_of[i], clusters_of[i], int(offsets[i]), seed,
+                                                          parts)
              for i, (raw, _) in enumerate(design.partitions)]
     row_level = unit_name is None
-    grouped = [dask.delayed(_group_bucket)([split[i][b] for i in range(parts)], max_rows, d, not row_level)
-               for b in range(parts)]
+    grouped = [dask.delayed(_group_bucket)([split[i][b] for i in range(parts)], max_rows, d) for b in range(parts)]
     if design.persisted:
         grouped = list(dask.persist(*grouped))
     else:
@@ -1124,18 +1129,22 @@ def dask_units(design: DaskIVDesign, *, data: Any, privacy_unit: Any, clusters: 
                       "shuffle unless the model is persisted first: model.persist().fit(...) groups them once (it "
                       "needs the data's size in the cluster's memory).", UserWarning, stacklevel=4)
     with one_pass():
-        stats = dask.compute(*[dask.delayed(_bucket_stats)(g) for g in grouped])
-    if any(s["missing"] for s in stats):
+        stats, census = dask.compute([dask.delayed(_bucket_stats)(g) for g in grouped],
+                                     [split[i][parts] for i in range(parts)])
+    if any(c["missing"] for c in census):
         which = "privacy_unit" if unit_name is not None else "clusters"
-        raise ValueError(f"{which} has missing ids in the design's rows: every row must belong to a unit (cluster). "
+        raise ValueError(f"{which} has missing ids in the data's rows: every row must belong to a unit (cluster). "
                          f"Fill the ids, or drop those rows before building the model. {DATA_CHECK_NOTE}")
-    unit_runs = sum(s["unit_runs"] for s in stats)
-    n_units = design.nobs if row_level else len(np.unique(np.concatenate([s["unit_ids"] for s in stats])))
-    if unit_name is not None and cluster_name not in (None, unit_name) and unit_runs != n_units:
-        raise ValueError(f"clusters {cluster_name!r} is not a grouping of the privacy unit {unit_name!r}: some unit "
-                         "has rows in several clusters. Clusters must contain whole units, or leave clusters out to "
-                         f"cluster by the unit itself. {DATA_CHECK_NOTE}")
-    n_clusters = sum(s["clusters_count"] for s in stats) if cluster_name is not None else None
+    n_units = design.nobs if row_level else len(np.unique(np.concatenate([c["units"] for c in census])))
+    n_clusters = None
+    if cluster_name is not None:
+        n_clusters = n_units if cluster_name == unit_name else len(np.unique(np.concatenate([c["clusters"]
+                                                                                            for c in census])))
+    if not row_level and cluster_name not in (None, unit_name):
+        if len(np.unique(np.concatenate([c["pairs"] for c in census]), axis=0)) != n_units:
+            raise ValueError(f"clusters {cluster_name!r} is not a grouping of the privacy unit {unit_name!r}: some "
+                             "unit has rows in several clusters. Clusters must contain whole units, or leave clusters "
+                             f"out to cluster by the unit itself. {DATA_CHECK_NOTE}")
     if n_clusters is not None and n_clusters < 2:
         raise ValueError(f"clusters {cluster_name!r} has {n_clusters} group: a clustered covariance needs at least "
                          f"two. {DATA_CHECK_NOTE}")
@@ -1151,7 +1160,8 @@ def dask_units(design: DaskIVDesign, *, data: Any, privacy_unit: Any, clusters: 
     facts = UnitFacts(None if row_level else _label(unit_name), int(n_units),
                       1 if row_level else int(max_rows), None if cluster_name is None else _label(cluster_name),
                       n_clusters)
-    groups = DaskGroups(column("units", (), np.uint64), column("clusters", (), np.uint64) if cluster_name else None,
+    groups = DaskGroups(column("units", (), np.uint64),
+                        column("clusters", (), np.uint64) if cluster_name is not None else None,
                         facts.n_units, n_clusters, not row_level)
     return PrivacyUnits(facts, None, groups, sum(s["truncated"] for s in stats), sum(s["dropped"] for s in stats),
                         rows=DaskGroupedRows(design, values, groups, int(sum(rows))))

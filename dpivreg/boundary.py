@@ -272,27 +272,29 @@ def unit_columns(names: Sequence[Hashable], categorical: Sequence[str], data: An
 
 
 def design_leaks(design: Any, units: Any = None) -> list[str]:
-    """The boundary's leaks that a design carries into a fit (messages for :class:`PrivacyLeakWarning`); ``units``
-    (:class:`dpivreg.units.UnitFacts`, with privacy units) names the public count the dropped rows change."""
+    """The boundary's leaks that a design carries into a fit (messages for :class:`PrivacyLeakWarning`).
+
+    With a privacy unit (``units``, :class:`dpivreg.units.UnitFacts` of a unit-level fit) dropping rows with a missing
+    value is no leak: the public count is the number of units in the whole data, and a dropped row changes only its
+    own unit's contribution (:func:`dpivreg.units.resolve_units`)."""
     leaks = []
     how = design.missing
     # rows dropped although none of their values was missing: the formula made one missing (e.g. log of 0);
     # under "fill" every dropped row is one (no value is missing after filling)
     lost = design.n_dropped if how == "fill" else design.n_lost
     total = design.nobs + design.n_dropped
-    count = f"nobs = {design.nobs}"
-    if units is not None and not units.row_level:  # with privacy units the unit count is the published one
-        count = f"the number of units with a complete row, N = {units.n_units}"
-    if how == "drop" and design.n_dropped > 0:
+    per_unit = units is not None and not units.row_level
+    if how == "drop" and design.n_dropped > 0 and not per_unit:
         leaks.append(
             f"missing='drop': {design.n_dropped} of {total} rows had a missing value and were dropped, so the "
-            f"number of complete rows ({count}) is published exactly, and every release is "
-            "computed on those rows. Keep every row with missing='fill' and public fill_values, or declare which "
-            "rows are complete public with missing='drop-public'.")
-    elif lost > 0:
+            f"number of complete rows (nobs = {design.nobs}) is published exactly, and every release is "
+            "computed on those rows. Keep every row with missing='fill' and public fill_values, declare which "
+            "rows are complete public with missing='drop-public', or protect privacy units (fit(privacy_unit=...)), "
+            "whose count does not depend on the dropped rows.")
+    elif lost > 0 and not per_unit:
         leaks.append(
             f"missing={how!r}: {lost} of {total} rows were dropped because the formula turned one of their values "
-            f"into a missing one (e.g. np.log of a value <= 0), so {count} depends on the values and "
+            f"into a missing one (e.g. np.log of a value <= 0), so nobs = {design.nobs} depends on the values and "
             "is published exactly. Transform the column so that every value in its bounds stays defined (e.g. "
             "np.log1p, or clip before the log), or drop those rows by a public rule first.")
     stateful = design.stateful

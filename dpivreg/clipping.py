@@ -45,7 +45,7 @@ The private adaptive rule (``"adaptive"``, the default with a warm start)
 
     With privacy units (:mod:`dpivreg.units`) the histograms count units: each unit's summed gradient, normed as
     a row's is (:func:`unit_gradient_norm_counts`), one count per unit in each histogram (sensitivity √(2G) as
-    before); the grid reaches two bins higher per doubling of ``max_rows_per_unit`` and K counts units (N for n).
+    before); the grid reaches ``max_rows_per_unit`` times higher and K counts units (N for n).
 
     Why groups. The whitened instruments of a rare category (e.g. the 196 mothers coded both black and
     Hispanic among 31,857) have norms of 13 where the rest have 2–3; clipping every row's gradient as a whole
@@ -126,9 +126,9 @@ def _group_dimensions(q: int, p: int, n_exog: int, p_endog: int, grouped: bool) 
 
 def _group_edges(dims: list[int], max_rows: int = 1) -> list[np.ndarray]:
     """Public bin edges per group, around each group's unit scale on the working scale (√(dimension)); with privacy
-    units of up to ``max_rows`` rows two more bins above per doubling (a unit's summed gradient grows with its
-    rows)."""
-    above = 12 + 2 * math.ceil(math.log2(max_rows))
+    units of up to ``max_rows`` rows reaching higher by a factor ``max_rows`` (rounded up to a power of 2: a unit's
+    summed gradient is at most that many rows' gradients)."""
+    above = 12 + math.ceil(math.log2(max_rows))  # log_grid's above counts doublings (two bins each)
     return [log_grid(math.sqrt(dim), above=above) for dim in dims]
 
 

@@ -234,7 +234,8 @@ class DPIVComparison:
         notes = [f"{what.capitalize()} in parentheses (normal approximation, including the privacy noise)."]
         if self._stars:
             notes.append("Stars: *** p < 0.01, ** p < 0.05, * p < 0.1 (private p-values).")
-        notes.append("Each fit's privacy is its own: fits of the same data compose, their rho add up.")
+        notes.append("Each fit's privacy is its own: fits of the same data compose, their rho add up (for the same "
+                     "privacy unit; a row-level rho costs a unit of k rows k^2 rho).")
         if self._benchmarks:
             kinds = " or ".join(sorted({res.benchmark.cov_type for res in self._benchmarks.values()}))
             notes.append(f"NON-PRIVATE: the IV2SLS column(s) are computed from the raw data without noise ({kinds} "

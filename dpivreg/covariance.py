@@ -135,9 +135,9 @@ def robust_covariance(theta_endog: np.ndarray, n_exog: int, meat: np.ndarray, n:
 
 
 def score_edges(q: int, rows_per_group: float = 1.0) -> np.ndarray:
-    """The score histogram's public bin edges: √2 apart around √q (the scores' unit scale), extended upwards by
-    two bins per doubling of ``rows_per_group`` (public: a cluster's summed score grows with its rows)."""
-    return log_grid(math.sqrt(q), above=12 + 2 * max(0, math.ceil(math.log2(max(rows_per_group, 1.0)))))
+    """The score histogram's public bin edges: √2 apart around √q (the scores' unit scale), reaching ``rows_per_group``
+    times higher (rounded up to a power of 2; public: a cluster's summed score grows with its rows)."""
+    return log_grid(math.sqrt(q), above=12 + max(0, math.ceil(math.log2(max(rows_per_group, 1.0)))))
 
 
 def meat_clipped_rows(n: int) -> float:
@@ -336,9 +336,9 @@ def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.ra
     bound = (clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(groups), sigma=sigma_h,
                                  threshold=_EMPTY_BIN_SIGMAS) if visible.any() else float(edges[-1]))
     bound = float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)])
-    total = _score_outer_sum(rows, scores, args, bound, clustered)
-    meat, record, sigma = _gaussian_meat(total, n, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho, rng=rng,
-                                         name=_meat_name(scores, clustered, terms), stage=stage, terms=terms)
+    release = release_score_meat if scores is structural_scores else release_first_stage_meat
+    meat, record, sigma = release(rows, *args, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho, rng=rng,
+                                  clustered=clustered)
     return ReleasedMeat(_positive_definite(meat, floor=sigma), sigma, bound, (histogram, record))
 
 

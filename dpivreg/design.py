@@ -381,7 +381,7 @@ class ReorderedDesign:
         def run(rows: slice):
             return func(self.row_block(rows), groups.local(rows, level), *args)
 
-        return add_parts(map_row_blocks(run, self.nobs, blocks=groups.blocks(level)))
+        return add_parts(map_row_blocks(run, self.nobs, blocks=groups.blocks()))
 
     @cached_property
     def factor(self) -> ColumnFactor:

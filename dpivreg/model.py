@@ -145,6 +145,8 @@ class DPIV2SLS:
         model = cls.__new__(cls)
         model._design = design
         model._data = data  # the frame a formula was applied to: fit(privacy_unit=...) reads a column of it
+        if data is not None and not is_dask_collection(data):  # its rows as they were (see _checked_data)
+            model._index, model._shape = data.index.copy(), data.shape
         return model
 
     @classmethod
@@ -201,6 +203,18 @@ class DPIV2SLS:
     def design(self) -> IVDesign:
         """The named design blocks (dependent, exog, endog, instruments)."""
         return self._design
+
+    def _checked_data(self):
+        """The frame the model was built from, for reading a privacy unit's or clusters' column, refused when its
+        rows changed since (sorted, filtered, appended in place): the ids would no longer line up with the design's
+        rows, and a person's rows could be split over several units."""
+        data = self._data
+        if data is not None and not is_dask_collection(data):
+            if data.shape[0] != self._shape[0] or not data.index.equals(self._index):
+                raise ValueError("the data frame's rows changed since the model was built (sorted, filtered or "
+                                 "appended in place?): build the model again from the frame as it is now, so that "
+                                 "privacy_unit and clusters line up with the design's rows.")
+        return data
 
     @property
     def formula(self) -> str | None:
@@ -284,8 +298,8 @@ class DPIV2SLS:
             ``method="moments"`` spends all of it on its one release.
         rho0 : float, optional
             Budget of the moment release (``preprocess="private"``). Default ``0.2·(rho1 + rho2)``, times
-            ``max_rows_per_unit`` with a privacy unit (the release's sensitivity is that many times the row
-            level's; :func:`default_shares`).
+            ``max_rows_per_unit`` (at most 10) with a privacy unit (the release's sensitivity is that many times
+            the row level's; :func:`default_shares`).
         rho_clip : float, optional
             Budget of the clipping release (``clip="adaptive"``). Default ``0.05·(rho1 + rho2)``.
         rho_inf : float, optional
@@ -445,14 +459,11 @@ class DPIV2SLS:
         rng = make_rng(seed)
         units = None
         if privacy_unit is not None or clusters is not None:
-            if privacy_unit is not None and preprocess == "bounds":
-                raise ValueError("privacy_unit needs the moment release, which preprocess='bounds' does not make: its "
-                                 "constant entry gives the mean number of rows per unit, which normalises every "
-                                 "release. Use preprocess='private' (the default).")
-            # the truncation's keys come from a child stream: the fit's own noise stream is untouched
+            # the truncation's keys come from a child stream (privacy units only: a row-level fit with clusters
+            # truncates nothing, and its later children must stay those of the same fit without clusters)
             units = resolve_units(self._design, privacy_unit=privacy_unit, clusters=clusters,
-                                  max_rows_per_unit=max_rows_per_unit, data=self._data,
-                                  seed=int(_child(rng).integers(2**63)))
+                                  max_rows_per_unit=max_rows_per_unit, data=self._checked_data(),
+                                  seed=int(_child(rng).integers(2**63)) if privacy_unit is not None else 0)
         with _pass_progress(self._design, progress) as passes:
             if method == "moments":
                 return self._fit_moments(budget, bounds=bounds, preprocess=preprocess, inference=inference,
@@ -824,6 +835,12 @@ def _resolve_schedule(schedule: str | None, init: str) -> str:
     return schedule
 
 
+#: Most the moment release's default share is multiplied by with privacy units (:func:`default_shares`): beyond
+#: it the two stages' budgets would shrink for the moments' sake (and an m in the hundreds would multiply the total
+#: budget of a fit given rho1 and rho2).
+MAX_MOMENT_WEIGHT = 10
+
+
 def default_shares(max_rows: int = 1) -> dict:
     """The default budgets of the releases besides the two stages, as shares of rho1 + rho2: :data:`DEFAULT_SHARES`,
     with the moment release's share times m = ``max_rows`` for privacy units (:mod:`dpivreg.units`).
@@ -835,10 +852,11 @@ def default_shares(max_rows: int = 1) -> dict:
     1,000 units the median reported s.e. was 198 times the clustered 2SLS one with the share 0.2, 9.3 with 0.5, 4.0
     with 1, 1.9 with 2 and 1.5 with 4 (median errors 0.96, 0.93, 0.82, 0.99, 0.87; 20-30 data sets each); with N =
     10,000 it was 1.03 with 0.2 and 1.09 with 2, the errors alike. The share m·0.2 (2 at m = 10) is that
-    compromise, and the row level's at m = 1.
+    compromise, and the row level's at m = 1; the factor is capped at :data:`MAX_MOMENT_WEIGHT` (share 2), the
+    largest measured.
     """
     shares = dict(DEFAULT_SHARES)
-    shares["rho0"] *= max_rows
+    shares["rho0"] *= min(max_rows, MAX_MOMENT_WEIGHT)
     return shares
 
 

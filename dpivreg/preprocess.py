@@ -386,7 +386,7 @@ def moments_from_sum(outer_sum: np.ndarray, n: float, *, with_constant: bool, ro
     if max_rows is not None:
         if not with_constant:
             raise ValueError("internal error: a per-unit moment release must hold the constant. Please report this bug.")
-        rows_per_unit = float(min(max(M[0, 0], 1.0), max_rows))
+        rows_per_unit = _rows_per_unit(M[0, 0], max_rows)
         M, sigma = M / rows_per_unit, sigma / rows_per_unit
     full = np.zeros((d + 1, d + 1))
     if with_constant:
@@ -395,6 +395,12 @@ def moments_from_sum(outer_sum: np.ndarray, n: float, *, with_constant: bool, ro
         full[1:, 1:] = M
     full[0, 0] = 1.0
     return full, release, sigma, rows_per_unit
+
+
+def _rows_per_unit(released: float, max_rows: int) -> float:
+    """k̂: the released mean rows per unit (the constant's own entry of a per-unit moment release) clipped to [1, m],
+    where the truth lies (post-processing)."""
+    return float(min(max(released, 1.0), max_rows))
 
 
 def moment_units(largest: np.ndarray, rho: float) -> np.ndarray:
@@ -651,7 +657,7 @@ def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float, 
     share = 1.0 if s2 == 0 else 1.0 / (1.0 + ratio * ratio)  # ratio * ratio overflows to inf, ** would raise
     combined = raw_first + share * (raw_second - raw_first)
     joint = 0.0 if s1 == 0 or s2 == 0 else s1 * (s2 / math.hypot(s1, s2))
-    k = float(min(max(combined[0, 0], 1.0), scale.units.max_rows)) if unit_level else 1.0
+    k = _rows_per_unit(combined[0, 0], scale.units.max_rows) if unit_level else 1.0
     combined, joint = combined / k, joint / k
     combined[0, 0] = 1.0
     moments = ReleasedMoments(combined, joint, first.released_constant, first.working_map, k)

@@ -308,7 +308,9 @@ class FitRelease(PrivateTable):
 
     def __repr__(self) -> str:
         private = "private" if self.is_private else "NOT private"
-        return (f"<FitRelease: {self.dependent} on {', '.join(self.regressor_names)}; n={self.nobs}, "
+        size = f"n={self.nobs}" if self.unit is None or self.unit["unit"] is None else (
+            f"N={self.unit['n_units']} units, n~{self.nobs}")
+        return (f"<FitRelease: {self.dependent} on {', '.join(self.regressor_names)}; {size}, "
                 f"{self.estimator}, rho={self.privacy.rho:.6g}, epsilon={self.epsilon:.4g} at delta={self.delta:g}; "
                 f"{private}>")
 

@@ -192,6 +192,11 @@ def _plain(clip):
 _fmt = format_number
 
 
+def _size(nobs: int, unit) -> str:
+    """"n=31857", or with a privacy unit "N=2000 units, n~11203" (the row count's released estimate)."""
+    return f"n={nobs}" if unit is None else f"N={unit.n_units} units, n~{nobs}"
+
+
 class DPIVResults(PrivateTable):
     """Results of :meth:`DPIV2SLS.fit <dpivreg.DPIV2SLS.fit>`.
 
@@ -619,11 +624,13 @@ class DPIVResults(PrivateTable):
 
     @property
     def clipped_rows(self) -> pd.DataFrame:
-        """NON-PRIVATE diagnostic: rows whose gradient was clipped, per iteration and stage."""
+        """NON-PRIVATE diagnostic: rows (with a privacy unit: units) whose gradient was clipped, per iteration and
+        stage."""
         counts = self._engine_path.clipped_rows
+        what = " (units)" if self._scale.unit_level else ""
         return pd.DataFrame(
             counts, index=pd.RangeIndex(1, counts.shape[0] + 1, name="iteration"),
-            columns=["first stage", "second stage"],
+            columns=[f"first stage{what}", f"second stage{what}"],
         )
 
     # ------------------------------------------------------------------ summary
@@ -844,6 +851,10 @@ class DPIVResults(PrivateTable):
             notes.append(
                 f"Anderson-Rubin 95% set for {ar.variable} (robust to weak instruments; homoskedastic errors; "
                 f"{source}): {ar} ({ar.kind}).")
+        if self.cov_type == "clustered":
+            notes.append("The first-stage F and the Anderson-Rubin set assume independent rows: with the within-cluster "
+                         "correlation that the clustered standard errors allow they overstate the evidence "
+                         "(fit(rho_diag=...) releases a clustered first-stage Wald statistic instead of the F).")
         return notes
 
     def _notes(self, benchmark: bool = True) -> list[str]:
@@ -1026,7 +1037,7 @@ class DPIVResults(PrivateTable):
     def __repr__(self) -> str:
         return (
             f"<DPIVResults: {self.design.dependent_name} on {', '.join(self.design.regressor_names)}; "
-            f"n={self.nobs}, T={self._settings.T}, rho={_fmt(self.privacy.rho)}, "
+            f"{_size(self.nobs, self.privacy.unit)}, T={self._settings.T}, rho={_fmt(self.privacy.rho)}, "
             f"epsilon={_fmt(self.epsilon)} at delta={_fmt(self._delta)}>"
         )
 

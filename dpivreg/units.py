@@ -132,11 +132,16 @@ class RowGroups:
         Offsets of the clusters (each at a unit's start); None without clusters.
     n_rows : int
         The rows (after truncation).
+    n_units, n_clusters : int or None
+        The public counts N and G (over every source row: a unit or cluster whose rows were all dropped for a
+        missing value has no run here but is counted).
     """
 
     unit_starts: np.ndarray | None
     cluster_starts: np.ndarray | None
     n_rows: int
+    n_units: int | None = None
+    n_clusters: int | None = None
 
     def starts(self, level: str) -> np.ndarray:
         """The offsets of ``level`` ("unit" or "cluster"): every row its own group at row level."""
@@ -148,15 +153,16 @@ class RowGroups:
         return starts
 
     def count(self, level: str) -> int:
-        """The number of groups of ``level`` (public: N or G)."""
-        return int(self.starts(level).shape[0] - 1)
+        """The public number of groups of ``level``: N or G."""
+        public = self.n_units if level == "unit" else self.n_clusters
+        return int(self.starts(level).shape[0] - 1) if public is None else int(public)
 
     @property
     def unit_level(self) -> bool:
         """Whether the rows form privacy units of several rows (else each row is a unit)."""
         return self.unit_starts is not None
 
-    def blocks(self, level: str = "cluster", rows: int = 1 << 16) -> list[slice]:
+    def blocks(self, rows: int = 1 << 16) -> list[slice]:
         """Slices of about ``rows`` rows each (a pass's blocks), cut only at the coarsest groups' starts."""
         return _cut(self.coarsest, self.n_rows, max(1, -(-self.n_rows // rows)))
 
@@ -282,6 +288,11 @@ def resolve_units(design, *, privacy_unit: Any, clusters: Any, max_rows_per_unit
                   seed: int) -> PrivacyUnits | None:
     """The fit's :class:`PrivacyUnits` for an in-memory design, or None for row-level privacy without clusters.
 
+    The number of units N (and of clusters G) is counted over every row of the data the model was built from,
+    the rows that a missing value dropped included: it is the public count. Dropping a row is a function of that
+    row alone, so at unit level it changes only its unit's contribution (a unit whose rows were all dropped
+    contributes nothing): no leak, unlike the row count at row level.
+
     Parameters
     ----------
     design : IVDesign
@@ -305,16 +316,23 @@ def resolve_units(design, *, privacy_unit: Any, clusters: Any, max_rows_per_unit
 
         return dask_units(design, data=data, privacy_unit=privacy_unit, clusters=clusters, max_rows=m, seed=seed)
     n = design.nobs
+    positions = getattr(design, "source_rows", None)  # the design's rows in the source (None: all, in order)
     unit_name = None if privacy_unit is None else _label(privacy_unit)
-    unit_codes = (np.arange(n, dtype=np.int64) if privacy_unit is None
-                  else _codes(_ids(privacy_unit, "privacy_unit", design, data), "privacy_unit", unit_name))
+    n_units, unit_codes = n, np.arange(n, dtype=np.int64)  # at row level a row is the unit
+    if privacy_unit is not None:
+        n_units, unit_codes = _codes(_ids(privacy_unit, "privacy_unit", design, data), "privacy_unit", unit_name,
+                                     positions)
     cluster_name = None if clusters is None else _label(clusters)
     same = clusters is not None and privacy_unit is not None and _same_column(clusters, privacy_unit)
-    cluster_codes = unit_codes if same else None  # clustered by the unit itself: nothing more to sort or check
+    n_clusters, cluster_codes = (n_units, unit_codes) if same else (None, None)  # by the unit: nothing more to do
     if clusters is not None and not same:
-        cluster_codes = _codes(_ids(clusters, "clusters", design, data), "clusters", cluster_name)
+        ids = _ids(clusters, "clusters", design, data)
+        n_clusters, cluster_codes = _codes(ids, "clusters", cluster_name, positions)
         if privacy_unit is not None:
-            _check_nested(unit_codes, cluster_codes, unit_name, cluster_name)
+            _check_nested(_ids(privacy_unit, "privacy_unit", design, data), ids, unit_name, cluster_name)
+    if n_clusters is not None and n_clusters < 2:
+        raise ValueError(f"clusters {cluster_name!r} has {n_clusters} group: a clustered covariance needs at least "
+                         f"two. {DATA_CHECK_NOTE}")
     primary = [unit_codes] if cluster_codes is None or same else [unit_codes, cluster_codes]
     truncated = dropped = 0
     if privacy_unit is not None and int(np.bincount(unit_codes).max()) > m:
@@ -329,16 +347,10 @@ def resolve_units(design, *, privacy_unit: Any, clusters: Any, max_rows_per_unit
         order = np.argsort(primary[0], kind="stable") if len(primary) == 1 else np.lexsort(primary)
     unit_starts = _starts(unit_codes[order]) if privacy_unit is not None else None
     cluster_starts = None
-    n_clusters = None
     if cluster_codes is not None:
         cluster_starts = unit_starts if same else _starts(cluster_codes[order])
-        n_clusters = len(cluster_starts) - 1
-        if n_clusters < 2:
-            raise ValueError(f"clusters {cluster_name!r} has {n_clusters} group: a clustered covariance needs at "
-                             f"least two. {DATA_CHECK_NOTE}")
-    n_units = n if privacy_unit is None else len(unit_starts) - 1
     facts = UnitFacts(unit_name, int(n_units), m, cluster_name, n_clusters)
-    groups = RowGroups(unit_starts, cluster_starts, int(order.size))
+    groups = RowGroups(unit_starts, cluster_starts, int(order.size), int(n_units), n_clusters)
     return PrivacyUnits(facts, order.astype(np.int64), groups, truncated, dropped)
 
 
@@ -360,7 +372,8 @@ def _same_column(a: Any, b: Any) -> bool:
 
 
 def _ids(value: Any, argument: str, design, data: Any) -> np.ndarray:
-    """The ids of the design's rows: a column of ``data`` or values with one entry per row of the source data."""
+    """The ids of every row of the source data (the frame the model was built from, or the arrays given to the
+    constructor): a column of ``data`` or values with one entry per source row."""
     source_rows = design.nobs + design.n_dropped
     if isinstance(value, Hashable) and not isinstance(value, (np.ndarray, pd.Series, pd.Index)):
         if data is None or not hasattr(data, "columns"):
@@ -375,36 +388,36 @@ def _ids(value: Any, argument: str, design, data: Any) -> np.ndarray:
             raise TypeError(f"{argument} must be a column name or an array with one id per row, got "
                             f"{type(value).__name__}.")
         values = np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value)
-        if values.ndim != 1 or values.shape[0] != source_rows:
-            raise ValueError(f"{argument} must have one id per row of the data ({source_rows} rows), got shape "
-                             f"{values.shape}.")
-    positions = getattr(design, "source_rows", None)
-    return values if positions is None else values[positions]
+    if values.ndim != 1 or values.shape[0] != source_rows:
+        raise ValueError(f"{argument} must have one id per row of the data ({source_rows} rows), got shape "
+                         f"{values.shape}.")
+    return values
 
 
-def _codes(values: np.ndarray, argument: str, name: str | None) -> np.ndarray:
-    """Integer codes 0 … k − 1 of the ids (first appearance order); missing ids are an error."""
-    codes, _ = pd.factorize(values, use_na_sentinel=True)
+def _codes(values: np.ndarray, argument: str, name: str | None, positions: np.ndarray | None) -> tuple[int, np.ndarray]:
+    """The number of distinct ids over every source row (public: N or G), and the integer codes 0 … N − 1 (first
+    appearance order) of the design's rows (``positions`` in the source; None: all rows). A missing id is an error."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
     missing = int(np.count_nonzero(codes < 0))
     if missing:
-        raise ValueError(f"{argument} {name!r} is missing in {missing:,} of the design's rows: every row must belong "
+        raise ValueError(f"{argument} {name!r} is missing in {missing:,} of the data's rows: every row must belong "
                          f"to a unit (cluster). Fill the ids, or drop those rows before building the model. "
                          f"{DATA_CHECK_NOTE}")
-    return codes.astype(np.int64)
+    codes = codes.astype(np.int64)
+    return len(uniques), codes if positions is None else codes[positions]
 
 
 def _starts(sorted_codes: np.ndarray) -> np.ndarray:
     """Offsets of the runs of equal values in ``sorted_codes`` (grouped), with the length appended."""
-    n = sorted_codes.shape[0]
-    change = np.flatnonzero(sorted_codes[1:] != sorted_codes[:-1]) + 1
-    return np.concatenate([[0], change, [n]]).astype(np.int64)
+    return np.append(starts_of(sorted_codes), sorted_codes.shape[0]).astype(np.int64)
 
 
 def _check_nested(units: np.ndarray, clusters: np.ndarray, unit: str | None, cluster: str | None) -> None:
-    """Every unit lies in one cluster: as many distinct (unit, cluster) pairs as units (before any truncation,
-    which could hide a unit's rows in a second cluster)."""
-    pairs = np.unique(units * (int(clusters.max()) + 1) + clusters).shape[0]
-    if pairs != int(units.max()) + 1:
+    """Every unit lies in one cluster, over every source row: as many distinct (unit, cluster) pairs as units
+    (checked before any row is dropped or truncated, which could hide a unit's rows in a second cluster)."""
+    unit_codes, cluster_codes = pd.factorize(units)[0], pd.factorize(clusters)[0]
+    pairs = np.unique(unit_codes.astype(np.int64) * (int(cluster_codes.max()) + 1) + cluster_codes).shape[0]
+    if pairs != int(unit_codes.max()) + 1:
         raise ValueError(f"clusters {cluster!r} is not a grouping of the privacy unit {unit!r}: some unit has rows "
                          "in several clusters. Clusters must contain whole units (e.g. households within states), or "
                          f"leave clusters out to cluster by the unit itself. {DATA_CHECK_NOTE}")
@@ -446,11 +459,3 @@ def group_sums(row_terms: Callable[[slice], np.ndarray], starts: np.ndarray, n_r
             consume(sums[:-1])
     if carry is not None:
         consume(carry[None, :])
-
-
-def clip_factors(norms: np.ndarray, clip: float) -> np.ndarray:
-    """min(1, γ/‖·‖) per group (1 for an infinite γ; 0 for a non-finite norm is not set here: see the callers)."""
-    if math.isinf(clip):
-        return np.ones_like(norms)
-    with np.errstate(divide="ignore"):
-        return np.minimum(1.0, clip / norms)

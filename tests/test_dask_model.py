@@ -529,7 +529,7 @@ def test_unit_level_fit_equals_pandas_for_the_same_seed(options):
 
 def test_unit_level_dask_fit_without_persist_warns_and_still_agrees():
     """Without persist() every pass repeats the shuffle: the fit says so, and its numbers are the same."""
-    panel, df, ddf = _panel_frames(200)
+    panel, df, ddf = _panel_frames(600)
     kwargs = {"rho": 2.0, "bounds": panel.bounds, "seed": 5, "privacy_unit": "unit", "inference": False}
     with pytest.warns(UserWarning, match="persist"):
         lazy = DPIV2SLS.from_formula(panel.formula, ddf).fit(**kwargs)
@@ -548,3 +548,15 @@ def test_unit_level_dask_errors_name_the_argument():
     with pytest.raises(ValueError, match="not a grouping of the privacy unit"):
         DPIV2SLS.from_formula(panel.formula, dd.from_pandas(mixed, npartitions=3)).persist().fit(
             rho=1.0, bounds=panel.bounds, privacy_unit="unit", clusters="region")
+
+
+def test_unit_columns_with_falsy_names_work_on_dask():
+    """Integer column names (what dd.from_dask_array gives), 0 among them, as the unit and the clusters."""
+    panel, df, _ = _panel_frames(200)
+    renamed = df.rename(columns={"unit": 0, "region": 1})
+    kwargs = {"rho": 2.0, "bounds": panel.bounds, "seed": 5, "privacy_unit": 0, "clusters": 1, "inference": False}
+    lazy = _quiet(DPIV2SLS.from_formula(panel.formula, dd.from_pandas(renamed, npartitions=3)).persist().fit,
+                  **kwargs)
+    eager = _quiet(DPIV2SLS.from_formula(panel.formula, renamed).fit, **kwargs)
+    _assert_close(lazy.params, eager.params)
+    assert lazy.scale.units == eager.scale.units

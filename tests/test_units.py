@@ -276,7 +276,7 @@ def test_missing_ids_are_an_error_naming_the_argument(argument):
     frame["hh"] = frame["hh"] if argument == "privacy_unit" else ["a", "a", "a", "b", "b", "c"]
     model = DPIV2SLS.from_formula("y ~ 1 + [x ~ z]", frame)
     column = "hh" if argument == "privacy_unit" else "c"
-    with pytest.raises(ValueError, match=rf"^{argument} '{column}' is missing in 1 of the design's rows"):
+    with pytest.raises(ValueError, match=rf"^{argument} '{column}' is missing in 1 of the data's rows"):
         resolve_units(model.design, privacy_unit="hh", clusters="c", max_rows_per_unit=3, data=frame, seed=0)
     with pytest.raises(ValueError, match=rf"^{argument} '{column}' is missing"):
         quiet_fit(model, rho=1.0, seed=0, privacy_unit="hh", clusters="c")
@@ -533,7 +533,7 @@ def test_unit_gradient_norm_histograms_equal_a_loop(grouped, m):
     G1, g2 = reference_unit_gradients(Z, X_endog, Y, starts, theta, beta, root, n_exog)
     k = n_exog if grouped else 0
     parts = ([G1[:, :k], G1[:, k:], g2[:, :k], g2[:, k:]] if grouped else [G1, g2])
-    edges = [log_grid(math.sqrt(part[0].size), above=12 + 2 * math.ceil(math.log2(m))) for part in parts]
+    edges = [log_grid(math.sqrt(part[0].size), above=12 + math.ceil(math.log2(m))) for part in parts]
     (counts,) = unit_gradient_norm_counts(Z, X_endog, Y, starts, M, n_exog, grouped, edges)
     assert counts.shape == (len(parts), edges[0].size - 1)
     for c, part, e in zip(counts, parts, edges):
@@ -689,10 +689,11 @@ def test_clipping_histograms_count_units(unit_fits, case):
     (record,) = found
     assert "per-unit gradients" in record.name
     assert record.sensitivity == pytest.approx(math.sqrt(2 * G), rel=1e-15)
-    # the public grid reaches m times further up (a unit's summed gradient): 2^(8 + 12 + 2⌈log2 m⌉) top/bottom
+    # the public grid reaches m times further up (a unit's summed gradient, m rounded up to a power of 2):
+    # 2^(8 + 12 + ⌈log2 m⌉) top/bottom
     m = options["max_rows_per_unit"]
     for edges in res.settings.adaptive_clip.edges:
-        assert edges[-1] / edges[0] == pytest.approx(2.0 ** (20 + 2 * math.ceil(math.log2(m))), rel=1e-12)
+        assert edges[-1] / edges[0] == pytest.approx(2.0 ** (20 + math.ceil(math.log2(m))), rel=1e-12)
     assert record.noise_std == pytest.approx(math.sqrt(2 * G) / math.sqrt(2 * record.rho), rel=1e-14)
 
 
@@ -1214,3 +1215,49 @@ def test_clustered_private_intervals_cover_where_row_level_ones_do_not():
     se = math.sqrt(0.95 * 0.05 / runs)
     assert 0.95 - 3 * se <= unit <= 0.95 + 3 * se, covered
     assert row < 0.95 - 3 * se, covered
+
+
+# ----------------------------------------------------------------------------------------
+# 8. found by review: the public count with dropped rows, a frame changed after the build, clusters' randomness
+# ----------------------------------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore::dpivreg.design.DroppedRowsWarning")
+def test_dropped_rows_are_no_leak_at_unit_level_and_units_count_over_the_whole_frame():
+    """missing='drop' publishes the complete rows' count at row level (a leak), but at unit level the public count is
+    the number of units in the whole frame (a unit whose rows were all dropped counts, contributing nothing), and a
+    dropped row changes only its own unit's contribution: no leak, and no row count in any message."""
+    frame = households(120, seed=3)
+    frame.loc[frame.index[:40], "y"] = np.nan  # some households lose rows, some all of theirs
+    whole = frame["hh"].nunique()
+    model = DPIV2SLS.from_formula(FORMULA, frame)
+    kept = frame.dropna(subset=["y"])["hh"].nunique()
+    assert kept < whole
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        row = model.fit(rho=RHO, bounds=BOUNDS, seed=1)
+        unit = model.fit(rho=RHO, bounds=BOUNDS, seed=1, privacy_unit="hh")
+    assert any("missing='drop'" in leak for leak in row.leaks)
+    assert unit.leaks == () and unit.n_units == whole
+    for moments in records(unit, "rho0"):  # (two when the default switched to noisy moments)
+        assert moments.sensitivity == pytest.approx(10 * 6 / whole, rel=1e-14)  # m·D/N with the whole frame's N
+    text = unit.summary(benchmark=False).as_text()
+    assert str(model.design.nobs) not in text and str(model.design.nobs + model.design.n_dropped) not in text
+
+
+def test_a_frame_changed_after_the_model_was_built_is_refused():
+    frame = households(60, seed=4)
+    model = DPIV2SLS.from_formula(FORMULA, frame)
+    frame.sort_values("hh", inplace=True)  # the ids would no longer line up with the design's rows
+    with pytest.raises(ValueError, match="rows changed since the model was built"):
+        model.fit(rho=RHO, bounds=BOUNDS, seed=1, privacy_unit="hh")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_clusters_do_not_change_a_row_level_fit_s_estimate():
+    """A row-level fit draws no truncation keys: with clusters= its estimate, path and T are those of the same fit
+    without clusters, up to the rows' summation order (the rows are grouped by cluster)."""
+    frame = households(300, seed=5)
+    model = DPIV2SLS.from_formula(FORMULA, frame)
+    plain = model.fit(rho=RHO, bounds=BOUNDS, seed=3)
+    clustered = model.fit(rho=RHO, bounds=BOUNDS, seed=3, clusters="state")
+    assert clustered.settings.T == plain.settings.T and clustered.estimator == plain.estimator
+    np.testing.assert_allclose(clustered.path.to_numpy(), plain.path.to_numpy(), rtol=1e-9, atol=1e-12)
