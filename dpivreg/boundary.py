@@ -13,7 +13,9 @@ the rows carries a leak that :meth:`dpivreg.DPIV2SLS.fit` announces with a
   pattern) and drops without a leak; ``missing="fill"`` keeps every row (``nobs`` = the row count) by
   replacing each missing value with a public fill value, optionally with a missing-value indicator.
   A frame without missing values under ``"drop"`` is read as coming from a schema without missing
-  values (a public fact): nothing is announced.
+  values (a public fact): nothing is announced. With a privacy unit (``fit(privacy_unit=...)``) dropping
+  is no leak: the public count is the number of units in the whole frame, and a dropped row changes only
+  its own unit's contribution (:func:`dpivreg.units.resolve_units`).
 * levels of a category read from the data (a text column, ``C(x)`` of a column that is not a pandas
   ``Categorical``, levels computed in the formula): which levels occur decides the parameters' names
   and number;
