@@ -118,8 +118,7 @@ def coverage_study(*, runs: int, sizes=(1_000, 10_000, 100_000), rho: float = RH
         summary["median se / clustered 2SLS se (x)"] = results["se ratio x"].median()
         summary["median noise share (x)"] = results["noise share x"].median()
         summary["reliable"] = results["reliable"].mean()
-        summary["seconds"] = round(time.perf_counter() - start, 1)
-        print(pd.Series(summary).to_string(), flush=True)
+        print(pd.Series(summary).to_string(), f"\n({time.perf_counter() - start:.0f} s)", flush=True)
         rows.append(summary)
     return pd.DataFrame(rows)
 
