@@ -264,6 +264,20 @@ class Audit:
         return math.sqrt(2.0 * self.rho_requested)
 
 
+def add_step_llr(S, mu2, d_norms, noise: list, w: int, t: int, G: tuple, gD: tuple, gE: tuple, lams: tuple) -> None:
+    """Add step t of world w to the audit's statistics: S += Σ⟨G − mid, d⟩/λ² over both stages (the exact
+    log-likelihood ratio of the claimed mechanism), μ² += ‖d‖²/λ², the steps' ‖d‖, and the standardised noise the
+    world's own clipped means leave in the recovered gradients G (stage 1's (R, q, p), stage 2's (R, p))."""
+    own = gD if w == 0 else gE
+    for stage, (g, a, b, lam, o) in enumerate(zip(G, gD, gE, lams, own)):
+        axes = tuple(range(1, g.ndim))
+        d = a - b
+        S[w] += np.sum((g - (a + b) / 2) * d, axis=axes) / lam**2
+        mu2[w] += np.sum(d * d, axis=axes) / lam**2
+        d_norms[w, :, t, stage] = np.sqrt(np.sum(d * d, axis=axes))
+        noise.append(((g - o) / lam).ravel())
+
+
 def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: int = RUNS,
               rho1: float = RHO1, rho2: float = RHO2, method: str = "gd", second_moment: str = "identity",
               blank: bool = False) -> Audit:
@@ -306,14 +320,7 @@ def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: i
             G2 = (beta[:, t] - beta[:, t + 1]) / ALPHA
             if half is not None:
                 G2 = np.einsum("rjk,rk->rj", half, G2)  # R_t⁻¹ = P_t^(1/2)
-            d1, d2 = gD1 - gE1, gD2 - gE2
-            S[w] += np.sum((G1 - (gD1 + gE1) / 2) * d1, axis=(1, 2)) / lam1**2
-            S[w] += np.sum((G2 - (gD2 + gE2) / 2) * d2, axis=1) / lam2**2
-            mu2[w] += np.sum(d1 * d1, axis=(1, 2)) / lam1**2 + np.sum(d2 * d2, axis=1) / lam2**2
-            d_norms[w, :, t, 0] = np.sqrt(np.sum(d1 * d1, axis=(1, 2)))
-            d_norms[w, :, t, 1] = np.sqrt(np.sum(d2 * d2, axis=1))
-            own1, own2 = (gD1, gD2) if w == 0 else (gE1, gE2)
-            noise += [((G1 - own1) / lam1).ravel(), ((G2 - own2) / lam2).ravel()]
+            add_step_llr(S, mu2, d_norms, noise, w, t, (G1, G2), (gD1, gD2), (gE1, gE2), (lam1, lam2))
     assert len(accountant) == 1 and len(released) == 1
     fp = int(np.count_nonzero(S[1] > 0))
     fn = int(np.count_nonzero(S[0] <= 0))

@@ -91,7 +91,7 @@ from dpivreg.kernels import block_sums, numba_available
 from dpivreg.preprocess import moments_from_sum, working_scale
 from dpivreg.units import MAX_MAX_ROWS, RowGroups, resolve_units
 
-from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_bound
+from test_privacy_audit import CONF, add_step_llr, assert_llr_law, assert_tight, mu_lower_bound
 
 # ----------------------------------------------------------------------------------------
 # design (public, fixed in advance)
@@ -267,14 +267,7 @@ def run_gradient_audit(seed: int, runs: int = RUNS) -> GradientAudit:
             gE1, gE2 = unit_clipped_means(worlds[1], theta[:, t], beta[:, t])
             G1 = (theta[:, t] - theta[:, t + 1]) / ETA
             G2 = (beta[:, t] - beta[:, t + 1]) / ALPHA
-            d1, d2 = gD1 - gE1, gD2 - gE2
-            S[w] += np.sum((G1 - (gD1 + gE1) / 2) * d1, axis=(1, 2)) / lam1**2
-            S[w] += np.sum((G2 - (gD2 + gE2) / 2) * d2, axis=1) / lam2**2
-            mu2[w] += np.sum(d1 * d1, axis=(1, 2)) / lam1**2 + np.sum(d2 * d2, axis=1) / lam2**2
-            d_norms[w, :, t, 0] = np.sqrt(np.sum(d1 * d1, axis=(1, 2)))
-            d_norms[w, :, t, 1] = np.sqrt(np.sum(d2 * d2, axis=1))
-            own1, own2 = (gD1, gD2) if w == 0 else (gE1, gE2)
-            noise += [((G1 - own1) / lam1).ravel(), ((G2 - own2) / lam2).ravel()]
+            add_step_llr(S, mu2, d_norms, noise, w, t, (G1, G2), (gD1, gD2), (gE1, gE2), (lam1, lam2))
     assert len(accountant) == 1 and len(released) == 1
     fp, fn = int(np.count_nonzero(S[1] > 0)), int(np.count_nonzero(S[0] <= 0))
     return GradientAudit(runs, fp, fn, mu_lower_bound(fp, fn, runs), accountant.pop(), released.pop(), mu2, S,
