@@ -31,6 +31,7 @@ import ast
 import contextlib
 import dataclasses
 import math
+import threading
 import uuid
 import warnings
 from collections.abc import Hashable, Mapping
@@ -424,6 +425,13 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
 
 
 
+#: Held while a formula is evaluated on a partition. Formula engines parse expressions with the ast module
+#: (formulaic's ``literal_eval``), which CPython 3.11 does not make thread-safe: two of Dask's threads parsing at
+#: once failed a test with "SystemError: AST constructor recursion depth mismatch". The evaluation mostly holds the
+#: GIL anyway; worker processes (distributed) still evaluate in parallel.
+_FORMULA_LOCK = threading.Lock()
+
+
 @dataclass(frozen=True)
 class _FormulaicBuilder:
     """Apply the blocks' formulaic ``ModelSpec``s (built once) to a pandas partition.
@@ -441,7 +449,7 @@ class _FormulaicBuilder:
         # with EncodedMissingWarning); replaying a spec, formulaic also warns per partition. Its
         # warning is silenced only where it can occur, since catch_warnings is not thread-safe.
         missing_category = any(data[c].isna().any() for c in self.categorical if c in data.columns)
-        with warnings.catch_warnings() if missing_category else contextlib.nullcontext():
+        with warnings.catch_warnings() if missing_category else contextlib.nullcontext(), _FORMULA_LOCK:
             if missing_category:
                 from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
 
@@ -627,14 +635,17 @@ class _PatsyBuilder:
 
         positional = data.reset_index(drop=True)
         blocks = {}
-        for block, info in zip(_BLOCKS, self.infos()):
+        with _FORMULA_LOCK:  # see _FORMULA_LOCK
+            infos = self.infos()
+        for block, info in zip(_BLOCKS, infos):
             if info is None:
                 blocks[block] = _empty_block(data.index)
                 continue
             values = np.full((data.shape[0], len(info.column_names)), np.nan)
             if data.shape[0]:
-                matrix = patsy.build_design_matrices([info], positional, NA_action="drop",
-                                                     return_type="dataframe")[0]
+                with _FORMULA_LOCK:
+                    matrix = patsy.build_design_matrices([info], positional, NA_action="drop",
+                                                         return_type="dataframe")[0]
                 values[np.asarray(matrix.index, dtype=np.intp)] = matrix.to_numpy(dtype=np.float64)
             blocks[block] = pd.DataFrame(values, index=data.index, columns=list(info.column_names))
         return blocks
