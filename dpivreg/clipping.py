@@ -63,7 +63,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .kernels import fused_norm_counts, pass_matrix, resolve_kernel, unit_gradient_terms
+from .kernels import fused_norm_counts, pass_matrix, resolve_kernel, unit_gradient_groups, unit_gradient_terms
 from .mechanisms import clip_from_histogram, histogram_counts, log_grid, release_histogram_counts
 from .privacy import Release
 from .units import group_sums
@@ -169,11 +169,9 @@ def unit_gradient_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray,
     counts = np.zeros((len(edges), edges[0].shape[0] - 1))
 
     def consume(G: np.ndarray) -> None:
-        G1, g2 = G[:, :q * p_endog].reshape(-1, q, p_endog), G[:, q * p_endog:]
-        parts = [G1[:, :k], G1[:, k:], g2[:, :k], g2[:, k:]] if grouped else [G1, g2]
-        for c, part, e in zip(counts, parts, edges):
-            flat = part.reshape(part.shape[0], -1)
-            c += histogram_counts(np.sqrt(np.einsum("ij,ij->i", flat, flat)), e)
+        parts = unit_gradient_groups(G, q, p_endog, k)
+        for c, part, e in zip(counts, parts if grouped else parts[1::2], edges):
+            c += histogram_counts(np.sqrt(np.einsum("ij,ij->i", part, part)), e)
 
     group_sums(lambda rows: unit_gradient_terms(Z[rows], X_endog[rows], Y[rows], M), starts, Z.shape[0], consume,
                width=q * p_endog + M.shape[1] - p_endog - 1)

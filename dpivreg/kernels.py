@@ -43,7 +43,7 @@ import numpy as np
 
 __all__ = ["KERNELS", "numba_available", "resolve_kernel", "block_sums", "safe_block_sums", "pass_matrix",
            "fused_norm_counts", "fused_product_norm_counts", "numba_simulation_steps", "unit_gradient_terms",
-           "unit_block_sums", "safe_unit_block_sums"]
+           "unit_gradient_groups", "unit_block_sums", "safe_unit_block_sums"]
 
 KERNELS = ("auto", "numba", "numpy")
 
@@ -602,6 +602,15 @@ def unit_gradient_terms(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np
     return terms
 
 
+def unit_gradient_groups(G: np.ndarray, q: int, p_endog: int, lead: int) -> tuple[np.ndarray, ...]:
+    """Per-unit summed gradients G (u, q·p_endog + p; :func:`unit_gradient_terms` summed by unit) split into the
+    clipping groups, each flattened to (u, ·): stage 1's leading ``lead`` (exogenous) rows of Σ zᵢrᵢᵀ and its other
+    rows, stage 2's leading ``lead`` coordinates of Σ x̃ᵢeᵢ and its others (``lead`` 0: each stage whole, second)."""
+    units = G.shape[0]
+    G1, g2 = G[:, :q * p_endog].reshape(units, q, p_endog), G[:, q * p_endog:]
+    return G1[:, :lead].reshape(units, -1), G1[:, lead:].reshape(units, -1), g2[:, :lead], g2[:, lead:]
+
+
 def unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: np.ndarray, M: np.ndarray, clip1,
                     clip2, split: int | None = None,
                     kernel: str = "numpy") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -632,19 +641,15 @@ def unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: n
         return S1, s2, counts
 
     def consume(G: np.ndarray) -> None:
-        G1 = G[:, :q * p_endog].reshape(-1, q, p_endog)
-        g2 = G[:, q * p_endog:]
         ones = np.ones(G.shape[0])
-        f1_lead, f1_rest = _group_factors(np.einsum("uij,uij->u", G1[:, :lead], G1[:, :lead]),
-                                          np.einsum("uij,uij->u", G1[:, lead:], G1[:, lead:]), ones, clips[0],
-                                          clips[1], k, counts, 0)
-        f2_lead, f2_rest = _group_factors(np.einsum("ui,ui->u", g2[:, :lead], g2[:, :lead]),
-                                          np.einsum("ui,ui->u", g2[:, lead:], g2[:, lead:]), ones, clips[2],
-                                          clips[3], k, counts, 1)
-        S1[:lead] += np.einsum("u,uij->ij", f1_lead, G1[:, :lead])
-        S1[lead:] += np.einsum("u,uij->ij", f1_rest, G1[:, lead:])
-        s2[:lead] += f2_lead @ g2[:, :lead]
-        s2[lead:] += f2_rest @ g2[:, lead:]
+        groups = unit_gradient_groups(G, q, p_endog, lead)
+        squares = [np.einsum("ui,ui->u", part, part) for part in groups]
+        factors = (*_group_factors(squares[0], squares[1], ones, clips[0], clips[1], k, counts, 0),
+                   *_group_factors(squares[2], squares[3], ones, clips[2], clips[3], k, counts, 1))
+        S1[:lead] += (factors[0] @ groups[0]).reshape(lead, p_endog)
+        S1[lead:] += (factors[1] @ groups[1]).reshape(q - lead, p_endog)
+        s2[:lead] += factors[2] @ groups[2]
+        s2[lead:] += factors[3] @ groups[3]
 
     group_sums(lambda rows: unit_gradient_terms(Z[rows], X_endog[rows], Y[rows], M), starts, Z.shape[0], consume,
                width=width)

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release
-from .tables import PrivateTable
+from .tables import PrivateTable, size_text
 
 __all__ = ["RELEASE_FORMAT", "FitRelease", "load_release"]
 
@@ -308,9 +308,8 @@ class FitRelease(PrivateTable):
 
     def __repr__(self) -> str:
         private = "private" if self.is_private else "NOT private"
-        size = f"n={self.nobs}" if self.unit is None or self.unit["unit"] is None else (
-            f"N={self.unit['n_units']} units, n~{self.nobs}")
-        return (f"<FitRelease: {self.dependent} on {', '.join(self.regressor_names)}; {size}, "
+        return (f"<FitRelease: {self.dependent} on {', '.join(self.regressor_names)}; "
+                f"{size_text(self.nobs, self.privacy.unit)}, "
                 f"{self.estimator}, rho={self.privacy.rho:.6g}, epsilon={self.epsilon:.4g} at delta={self.delta:g}; "
                 f"{private}>")
 

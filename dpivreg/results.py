@@ -38,7 +38,7 @@ from .design import IVDesign
 from .engine import DP2SGDPath
 from .preprocess import WorkingScale
 from .inference import PrivateInference
-from .tables import PrivateTable, check_level, format_number
+from .tables import PrivateTable, check_level, format_number, size_text
 from .privacy import PrivacyBudget, PrivacyLeakWarning
 from .release import FitRelease, record_time
 from .validation import check_flag
@@ -190,11 +190,6 @@ def _plain(clip):
 
 
 _fmt = format_number
-
-
-def _size(nobs: int, unit) -> str:
-    """"n=31857", or with a privacy unit "N=2000 units, n~11203" (the row count's released estimate)."""
-    return f"n={nobs}" if unit is None else f"N={unit.n_units} units, n~{nobs}"
 
 
 class DPIVResults(PrivateTable):
@@ -1037,7 +1032,7 @@ class DPIVResults(PrivateTable):
     def __repr__(self) -> str:
         return (
             f"<DPIVResults: {self.design.dependent_name} on {', '.join(self.design.regressor_names)}; "
-            f"{_size(self.nobs, self.privacy.unit)}, T={self._settings.T}, rho={_fmt(self.privacy.rho)}, "
+            f"{size_text(self.nobs, self.privacy.unit)}, T={self._settings.T}, rho={_fmt(self.privacy.rho)}, "
             f"epsilon={_fmt(self.epsilon)} at delta={_fmt(self._delta)}>"
         )
 

@@ -19,7 +19,7 @@ from scipy import stats
 from .privacy import PrivacyBudget, PrivacyLeakWarning
 from .validation import check_flag
 
-__all__ = ["PrivateTable", "check_level", "format_number"]
+__all__ = ["PrivateTable", "check_level", "format_number", "size_text"]
 
 
 def check_level(level) -> float:
@@ -27,6 +27,12 @@ def check_level(level) -> float:
     if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), e.g. 0.95 for 95% intervals; got {level!r}.")
     return float(level)
+
+
+def size_text(nobs: int, unit) -> str:
+    """A fit's size for a repr: "n=31857", or with a privacy unit (:class:`dpivreg.units.UnitFacts`)
+    "N=2000 units, n~11203" (the row count's released estimate)."""
+    return f"n={nobs}" if unit is None else f"N={unit.n_units} units, n~{nobs}"
 
 
 def format_number(value, digits: int = 4) -> str:
