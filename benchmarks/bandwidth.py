@@ -1,4 +1,5 @@
-"""The memory-bandwidth yardstick shared by the benchmarks: the speed of a large numpy copy."""
+"""The yardsticks shared by the benchmarks: the speed of a large numpy copy (memory bandwidth) and of a large
+matrix product (arithmetic throughput)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,22 @@ def copy_bandwidth(n_bytes: int = 800_000_000, repeats: int = 5) -> float:
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - start)
     return 2 * src.nbytes / best
+
+
+def dgemm_rate(size: int = 2048, repeats: int = 5, threads: int | None = None) -> float:
+    """Multiply-adds per second of a square float64 matrix product (BLAS dgemm, ``size`` × ``size``), best of
+    ``repeats``, with BLAS held to ``threads`` threads (default: BLAS's own setting). No code doing the same
+    multiply-adds on this machine can run faster than this, so it is the arithmetic floor's yardstick."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, size, size))
+    out = np.empty((size, size))
+    with threadpool_limits(limits=threads, user_api="blas"):
+        np.matmul(a, b, out=out)  # warm-up: BLAS threads started, pages touched
+        best = math.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            np.matmul(a, b, out=out)
+            best = min(best, time.perf_counter() - start)
+    return size**3 / best

@@ -8,6 +8,11 @@ For each cell (n, p = q) of the grid n ∈ {10⁴, 10⁵, 10⁶, 10⁷} × p = q
                   (p + q + 1)·8·n bytes, at the bandwidth of a large ``np.copyto`` measured once in this
                   run (best of 5 copies of 800 MB, counting the read and the write; single-threaded, so a
                   multi-threaded kernel can in principle beat it);  ``iter/floor`` = s/iter ÷ floor;
+* ``arith s/iter`` the arithmetic floor of one iteration: its multiply-adds, n·(q·(2p+1) + q·p + p + q + 2p)
+                  (uᵢ = Mᵀzᵢ, the first stage's zᵢrᵢᵀ, the second stage's x̃ᵢeᵢ and the squared norms; p
+                  endogenous regressors, no exogenous ones), at the multiply-add rate of a 2048² float64 matrix
+                  product (BLAS dgemm on ``--threads`` threads, best of 5) measured once in this run;
+                  ``iter/arith`` = s/iter ÷ arith s/iter. Whichever floor is larger binds;
 * ``fit s``       wall time of one whole ``dp_2s_gd(..., T=20, method="preconditioned")`` call,
                   validation included. Every time is the best of repeats: up to 10 (3 for IV2SLS)
                   while they fit in ``--budget`` seconds, so a slow cell runs once;
@@ -35,12 +40,14 @@ Y = X·β + u with u correlated with V (X endogenous). The DP call is a realisti
 Cells whose data exceed ``--max-gb`` (or 1/4 of the memory available when the cell starts) are
 skipped with the reason printed.
 
-Targets (issue 9) at n = 10⁶, p = q = 5: iter/floor ≤ 3 and fit/IV2SLS ≤ 0.5; peak/data O(1).
+Targets (issue 9) at n = 10⁶, p = q = 5: iter/floor ≤ 3 and fit/IV2SLS ≤ 0.5; peak/data O(1). Issue 15, item 6:
+iter/floor ≤ 2 at p = q = 5 and iter/arith ≤ 1.5 at p = q = 50.
 
     python benchmarks/engine_speed.py                  # full grid, printed (no file written)
     python benchmarks/engine_speed.py --csv docs/_static/engine_speed.csv   # ... and the docs' table
     python benchmarks/engine_speed.py --quick          # n ≤ 10⁵, p = q ≤ 5: a few seconds
     python benchmarks/engine_speed.py --max-n 1000000  # the grid up to n = 10⁶
+    python benchmarks/engine_speed.py --n 1e6 1e7 --pq 5 50   # issue 15 item 6's cells
     python benchmarks/engine_speed.py --kernel numpy --threads 1 --csv /tmp/numpy1.csv
 
 ``--kernel {auto,numba,numpy}`` is passed to ``dp_2s_gd`` only when given and when the installed
@@ -68,7 +75,7 @@ from typing import Callable
 
 import numpy as np
 
-from bandwidth import copy_bandwidth  # benchmarks/bandwidth.py, beside this script
+from bandwidth import copy_bandwidth, dgemm_rate  # benchmarks/bandwidth.py, beside this script
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS_CSV = REPO / "docs" / "_static" / "engine_speed.csv"  # committed: written only when --csv names it
@@ -89,6 +96,8 @@ COLUMNS = [  # (CSV key, table header, width, format)
     ("s_per_iter", "s/iter", 9, ".2e"),
     ("floor_s_per_iter", "floor s/iter", 12, ".2e"),
     ("iter_over_floor", "iter/floor", 10, ".1f"),
+    ("arith_s_per_iter", "arith s/iter", 12, ".2e"),
+    ("iter_over_arith", "iter/arith", 10, ".2f"),
     ("fit_s", "fit s", 8, ".3g"),
     ("iv2sls_s", "IV2SLS s", 8, ".3g"),
     ("fit_over_iv2sls", "fit/IV2SLS", 10, ".2f"),
@@ -107,6 +116,13 @@ CSV_ONLY_COLUMNS = [("iv2sls_peak_mb", "IV2SLS peak MB"), ("threads", "threads")
 def data_bytes(n: int, p: int, q: int) -> int:
     """Bytes of Z (n×q), X (n×p) and Y (n) in float64: what one iteration must read."""
     return (p + q + 1) * 8 * n
+
+
+def multiply_adds_per_row(p: int, q: int) -> int:
+    """Multiply-adds one iteration makes per row with p endogenous regressors, no exogenous ones, q instruments:
+    uᵢ = Mᵀzᵢ with M of width 2p + 1 ([Θ | Θ̄R | Θ̄β]), the first stage's zᵢrᵢᵀ, the second stage's x̃ᵢeᵢ, and the
+    squared norms of zᵢ, rᵢ and x̃ᵢ (:mod:`dpivreg.kernels`)."""
+    return q * (2 * p + 1) + q * p + p + q + 2 * p
 
 
 def iv2sls_bytes_estimate(n: int, p: int, q: int) -> int:
@@ -283,6 +299,8 @@ def cell_main(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------------------
 def grid(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     ns, pqs = (QUICK_N, QUICK_PQ) if args.quick else (FULL_N, FULL_PQ)
+    ns = ns if args.n is None else [int(n) for n in args.n]
+    pqs = pqs if args.pq is None else args.pq
     return [(n, k, k) for n in ns if n <= args.max_n for k in pqs]
 
 
@@ -317,12 +335,14 @@ def launch_cell(n: int, p: int, q: int, args: argparse.Namespace, pass_kernel: b
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def add_ratios(row: dict, bandwidth: float) -> dict:
+def add_ratios(row: dict, bandwidth: float, madd_rate: float) -> dict:
     n, p, q = row["n"], row["p"], row["q"]
     row["data_mb"] = data_bytes(n, p, q) / MB
     row["floor_s_per_iter"] = data_bytes(n, p, q) / bandwidth
+    row["arith_s_per_iter"] = n * multiply_adds_per_row(p, q) / madd_rate
     if "s_per_iter" in row:
         row["iter_over_floor"] = row["s_per_iter"] / row["floor_s_per_iter"]
+        row["iter_over_arith"] = row["s_per_iter"] / row["arith_s_per_iter"]
         row["peak_over_data"] = row["peak_mb"] / row["data_mb"]
     if row.get("iv2sls_s"):
         row["fit_over_iv2sls"] = row["fit_s"] / row["iv2sls_s"]
@@ -390,6 +410,11 @@ def report_targets(rows: list[dict]) -> None:
         if (row["n"], row["p"], row["q"]) == TARGET_CELL and "s_per_iter" in row:
             print(f"\ntargets at n = 10^6, p = q = 5: iter/floor = {verdict(row['iter_over_floor'], 3)}; "
                   f"fit/IV2SLS = {verdict(row.get('fit_over_iv2sls'), 0.5)}; peak/data = {row['peak_over_data']:.2f}")
+    for row in rows:
+        if "s_per_iter" in row and row["n"] >= 10**6 and row["p"] == row["q"] in (5, 50):
+            measured, limit = ("iter/floor", 2) if row["p"] == 5 else ("iter/arith", 1.5)
+            key = "iter_over_floor" if row["p"] == 5 else "iter_over_arith"
+            print(f"issue 15 item 6 at n = {row['n']:.0e}, p = q = {row['p']}: {measured} = {verdict(row[key], limit)}")
 
 
 def parent_main(args: argparse.Namespace) -> None:
@@ -399,8 +424,10 @@ def parent_main(args: argparse.Namespace) -> None:
         print(f"note: this dp_2s_gd has no kernel= argument; --kernel {args.kernel} is ignored")
     pass_threads = args.threads_given and engine_accepts("n_threads")
     bandwidth = args.bandwidth * 1e9 if args.bandwidth else copy_bandwidth()
+    madd_rate = dgemm_rate(threads=args.threads)
     kernel_label = args.kernel if pass_kernel else ("default" if not accepts else "auto (default)")
-    print(f"numpy copy bandwidth {bandwidth / 1e9:.2f} GB/s; T = {T_FIT}; kernel {kernel_label}; "
+    print(f"numpy copy bandwidth {bandwidth / 1e9:.2f} GB/s; dgemm {madd_rate / 1e9:.1f} G multiply-adds/s on "
+          f"{args.threads} threads; T = {T_FIT}; kernel {kernel_label}; "
           f"threads {args.threads} (BLAS {args.blas_threads}); numba {numba_version()}; "
           f"load average {os.getloadavg()[0]:.2f}")
     print(header(), flush=True)
@@ -413,7 +440,7 @@ def parent_main(args: argparse.Namespace) -> None:
             row = launch_cell(n, p, q, args, pass_kernel, pass_threads)
         row.update(kernel=kernel_label, threads=args.threads, blas_threads=args.blas_threads,
                    bandwidth_gb_s=bandwidth / 1e9, numba=numba_version(), load=os.getloadavg()[0])
-        rows.append(add_ratios(row, bandwidth))
+        rows.append(add_ratios(row, bandwidth, madd_rate))
         print(format_row(row), flush=True)
     report_targets(rows)
     print(f"load average {os.getloadavg()[0]:.2f} at the end on {os.cpu_count()} CPUs (other processes share the "
@@ -428,6 +455,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="n ∈ {1e4, 1e5}, p = q ∈ {1, 5}; no CSV unless --csv")
     parser.add_argument("--max-n", type=float, default=math.inf, help="largest n of the grid")
+    parser.add_argument("--n", type=float, nargs="+", default=None, help="these n instead of the grid's")
+    parser.add_argument("--pq", type=int, nargs="+", default=None, help="these p = q instead of the grid's")
     parser.add_argument("--max-gb", type=float, default=6.0, help="skip cells whose data exceed this (GB)")
     parser.add_argument("--iv2sls-max-gb", type=float, default=12.0,
                         help="skip IV2SLS where its estimated peak memory exceeds this (GB)")
