@@ -95,3 +95,17 @@ def test_cluster_pass_quick_reports_both_schedulers():
         ("threads", "per block"), ("LocalCluster", "per worker thread"), ("LocalCluster", "per block")]
     for row in rows:
         assert 0 < row["best_s"] <= row["median_s"] and row["ratio_best"] == row["best_s"] / rows[0]["best_s"]
+
+
+def test_engine_speed_floors():
+    """The two floors of ``engine_speed.py``: bytes read at the copy bandwidth, and multiply-adds at the dgemm rate.
+    The counts by hand from :mod:`dpivreg.kernels`' docstring: at p = q = 5, uᵢ = Mᵀzᵢ is 5·11, zᵢrᵢᵀ 5·5, x̃ᵢeᵢ 5,
+    the squared norms of zᵢ, rᵢ, x̃ᵢ 5 + 5 + 5: 100 (7,750 at p = q = 50)."""
+    import engine_speed as es
+    from bandwidth import dgemm_rate
+
+    assert es.multiply_adds_per_row(5, 5) == 100 and es.multiply_adds_per_row(50, 50) == 7750
+    row = es.add_ratios({"n": 10**6, "p": 5, "q": 5, "s_per_iter": 0.01, "peak_mb": 1.0}, 88e9, 1e10)
+    assert row["floor_s_per_iter"] == pytest.approx(1e-3) and row["iter_over_floor"] == pytest.approx(10.0)
+    assert row["arith_s_per_iter"] == pytest.approx(1e-2) and row["iter_over_arith"] == pytest.approx(1.0)
+    assert dgemm_rate(size=128, repeats=1, threads=1) > 1e6
