@@ -41,6 +41,19 @@ def persisted_data(n: int, block_rows: int, q: int = 5, p: int = 5):
     return arrays
 
 
+def blocks_per_worker(array, placed) -> str:
+    """How many of a persisted array's blocks each worker holds, and how many each worker's tasks of a pass take
+    (``DaskRows._placed``), e.g. ``held 7/3 -> run 5/5``."""
+    from distributed import default_client, futures_of
+
+    client = default_client()
+    workers = sorted(client.nthreads())
+    owners = [min(holders) for holders in client.who_has(futures_of(array)).values() if holders]
+    runs = [worker for worker, share in placed.groups for _ in share]
+    return (f"held {'/'.join(str(owners.count(w)) for w in workers)} -> "
+            f"run {'/'.join(str(runs.count(w)) for w in workers)}")
+
+
 def time_passes(rows, repeats: int) -> tuple[float, float]:
     """(best, median) seconds of a pass; the public matrix changes between passes, as in a fit."""
     from dpivreg.kernels import pass_matrix
@@ -75,6 +88,7 @@ def measure(n: int, block_rows: int, repeats: int) -> list[dict]:
         rows = DaskRows(*data)
         if rows._placed is None:
             raise RuntimeError("the persisted arrays did not take the per-worker tasks (DaskRows._placed is None)")
+        spread = blocks_per_worker(data[0], rows._placed)
         placed = time_passes(rows, repeats)
         rows.close()
         graph_rows = DaskRows(*data)
@@ -82,9 +96,11 @@ def measure(n: int, block_rows: int, repeats: int) -> list[dict]:
         graph = time_passes(graph_rows, repeats)
         graph_rows.close()
     for tasks, (best, median) in (("per worker thread", placed), ("per block", graph)):
-        rows_out.append({"scheduler": "LocalCluster", "tasks": tasks, "best_s": best, "median_s": median})
+        rows_out.append({"scheduler": "LocalCluster", "tasks": tasks, "best_s": best, "median_s": median,
+                         "blocks": spread if tasks == "per worker thread" else ""})
     for row in rows_out:
-        row.update(n=n, blocks=-(-n // block_rows), ratio_best=row["best_s"] / threads[0],
+        row.setdefault("blocks", "")
+        row.update(n=n, n_blocks=-(-n // block_rows), ratio_best=row["best_s"] / threads[0],
                    ratio_median=row["median_s"] / threads[1])
     return rows_out
 
@@ -100,10 +116,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                                                     args.repeats)
     rows = [row for size in sizes for row in measure(n, size, repeats)]
     print(f"{'n':>8} {'blocks':>6} {'scheduler':>13} {'tasks':>18} {'best s':>8} {'median s':>9} "
-          f"{'÷ threads (best)':>17} {'(median)':>9}")
+          f"{'÷ threads (best)':>17} {'(median)':>9}  blocks per worker")
     for row in rows:
-        print(f"{row['n']:>8.0e} {row['blocks']:>6} {row['scheduler']:>13} {row['tasks']:>18} {row['best_s']:>8.3f} "
-              f"{row['median_s']:>9.3f} {row['ratio_best']:>17.2f} {row['ratio_median']:>9.2f}")
+        print(f"{row['n']:>8.0e} {row['n_blocks']:>6} {row['scheduler']:>13} {row['tasks']:>18} {row['best_s']:>8.3f} "
+              f"{row['median_s']:>9.3f} {row['ratio_best']:>17.2f} {row['ratio_median']:>9.2f}  {row['blocks']}")
     return rows
 
 

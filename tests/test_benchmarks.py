@@ -86,7 +86,7 @@ def test_inference_cost_quick_reports_both_fits():
 
 def test_cluster_pass_quick_reports_both_schedulers():
     """``cluster_pass.py --quick`` times a pass on threads and on a 2-worker LocalCluster (per-worker and per-block
-    tasks), ratios against the threaded pass."""
+    tasks), ratios against the threaded pass, and how the blocks are held and run on the two workers."""
     pytest.importorskip("distributed")
     import cluster_pass as cp
 
@@ -95,6 +95,9 @@ def test_cluster_pass_quick_reports_both_schedulers():
         ("threads", "per block"), ("LocalCluster", "per worker thread"), ("LocalCluster", "per block")]
     for row in rows:
         assert 0 < row["best_s"] <= row["median_s"] and row["ratio_best"] == row["best_s"] / rows[0]["best_s"]
+    held, run = (part.split()[-1].split("/") for part in rows[1]["blocks"].split(" -> "))
+    assert sum(map(int, held)) == sum(map(int, run)) == rows[1]["n_blocks"] == 4
+    assert sorted(map(int, run)) == [2, 2]  # the 4 equal blocks' tasks are split evenly, however they are held
 
 
 def test_engine_speed_floors():

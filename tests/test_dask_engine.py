@@ -203,3 +203,48 @@ def test_persisted_blocks_on_a_cluster_take_one_task_per_worker_thread(monkeypat
         assert len(placed_passes) == KW["T"]  # every iteration took the placed blocks
     eager = dp_2s_gd(Z, X, Y, **KW)
     np.testing.assert_allclose(on_cluster.beta, eager.beta, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(("owners", "rows", "threads", "expected"), [
+    # a 10-block array held 7/3 (seen on a 2-worker LocalCluster): two of the busier worker's last blocks move
+    ("ABBBABBBAB", [10] * 10, {"A": 1, "B": 1}, "ABBBABBAAA"),
+    ("AAAAAAAAAA", [10] * 10, {"A": 1, "B": 1}, "AAAAABBBBB"),  # a worker holding nothing takes half
+    ("AAAAAAAAA", [10] * 9, {"A": 2, "B": 1}, "AAAAAABBB"),  # shares follow the threads (20 rows per thread each)
+    ("ABABAB", [10] * 6, {"A": 1, "B": 1}, "ABABAB"),  # balanced: nothing moves
+    ("AAAB", [10, 10, 10, 25], {"A": 1, "B": 1}, "AAAB"),  # 30 against 25: a move would make 35 against 20
+    # the last (short) block moves first, to the idlest (ties by name); loads end 20, 13, 10 rows
+    ("AAAAA", [10, 10, 10, 10, 3], {"A": 1, "B": 1, "C": 1}, "AABCB"),
+])
+def test_balanced_owners_moves_the_fewest_blocks_to_even_the_rows_per_thread(owners, rows, threads, expected):
+    """Worked by hand: a block moves from the busiest worker (rows per thread) to the idlest, the busiest's last
+    block first, while that lowers the busier of the two loads."""
+    from dpivreg.backends import balanced_owners
+
+    assert "".join(balanced_owners(list(owners), rows, threads)) == expected
+
+
+def test_blocks_persisted_on_one_worker_are_spread_over_the_cluster():
+    """All blocks persisted on one of two workers: half the blocks' tasks run on the other worker (which fetches
+    them once), and the sums are still those of the per-block graph, bit for bit."""
+    distributed = pytest.importorskip("distributed")
+    from dpivreg.backends import DaskRows
+    from dpivreg.kernels import pass_matrix
+
+    Z, X, Y = _data(n=4_000)
+    M, _ = pass_matrix(np.full((Z.shape[1], X.shape[1]), 0.2), np.ones(X.shape[1]), np.eye(X.shape[1]), 0)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        first = sorted(client.nthreads())[0]
+        lazy = [da.from_array(Z, chunks=(500, -1)), da.from_array(X, chunks=(500, -1)), da.from_array(Y, chunks=500)]
+        persisted = client.persist(lazy, workers=[first])
+        distributed.wait(persisted)
+        assert {w for holders in client.who_has().values() for w in holders} == {first}
+        rows = DaskRows(*persisted)
+        workers = [worker for worker, share in rows._placed.groups for _ in share]
+        assert sorted(workers).count(first) == 4 and len(workers) == 8
+        graph = DaskRows(*persisted)
+        graph._placed = None
+        for a, b in zip(rows.clipped_sums(M, 1.0, 1.0), graph.clipped_sums(M, 1.0, 1.0)):
+            np.testing.assert_array_equal(a, b)
+        rows.close()
+        graph.close()
