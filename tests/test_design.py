@@ -174,7 +174,7 @@ def _plain_frame(synthetic: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.mark.parametrize("text", PLAIN_BLOCKS)
 def test_plain_column_block_equals_formulaic(synthetic: pd.DataFrame, text: str) -> None:
-    from dpivreg.design import _as_float_blocks, formulaic_block_matrix, plain_column_block
+    from dpivreg.design import _as_float_blocks, _copy_on_write, formulaic_block_matrix, plain_column_block
 
     frame = _plain_frame(synthetic)
     before = frame.copy()
@@ -183,9 +183,18 @@ def test_plain_column_block_equals_formulaic(synthetic: pd.DataFrame, text: str)
     assert ours is not None
     pd.testing.assert_frame_equal(_as_float_blocks({"exog": ours})["exog"], theirs)
     assert ours.attrs == {}  # the fast path's marker is consumed, not carried into the design
-    assert not any(np.shares_memory(ours.to_numpy(), frame[c].to_numpy()) for c in frame.columns
-                   if frame[c].dtype.kind == "f")
     pd.testing.assert_frame_equal(frame, before)
+    shared = [c for c in ours.columns if c != "Intercept" and frame[c].dtype == np.float64]  # (not the frame's)
+    if _copy_on_write():  # the block holds the caller's float64 columns, no copy of them ...
+        assert all(np.shares_memory(ours[c].to_numpy(), frame[c].to_numpy()) for c in shared)
+    else:
+        assert not any(np.shares_memory(ours[c].to_numpy(), frame[c].to_numpy()) for c in shared)
+    kept = ours.copy(deep=True)
+    for column in frame.columns:  # ... and the caller's later writes, in place, do not reach the design
+        if frame[column].dtype.kind in "fiu":
+            frame.loc[frame.index[0], column] = 99
+            frame[column] *= 2
+    pd.testing.assert_frame_equal(ours, kept)
 
 
 @pytest.mark.parametrize("text", NOT_PLAIN_BLOCKS)
