@@ -21,7 +21,7 @@ import numpy as np
 
 from .kernels import block_sums, resolve_kernel, safe_block_sums, safe_unit_block_sums, unit_block_sums
 
-__all__ = ["RowSource", "InMemoryRows", "DaskRows", "is_dask_collection", "map_row_blocks", "add_parts",
+__all__ = ["RowSource", "InMemoryRows", "BuiltRows", "DaskRows", "is_dask_collection", "map_row_blocks", "add_parts",
            "DESIGN_BLOCK_ROWS", "count_passes", "PassCounter", "balanced_owners"]
 
 # Below this many rows per thread, starting threads costs more than it saves.
@@ -265,7 +265,11 @@ class InMemoryRows(_MappedRows):
         ranges are then cut at group starts. ``n``, ``n_units``, ``max_rows``: the public normaliser, unit count
         (default: the row count) and rows per unit."""
         self.Z, self.X_endog, self.Y = Z, X_endog, Y
-        rows, self.q = Z.shape
+        self._start(Z.shape[0], Z.shape[1], kernel, n_threads, groups, n, n_units, max_rows)
+
+    def _start(self, rows: int, q: int, kernel: str, n_threads: int | None, groups, n, n_units, max_rows) -> None:
+        """The row count's public facts, and one contiguous range of rows per thread (cut at group starts)."""
+        self.q = q
         self.n = rows if n is None else n
         self.n_units = rows if n_units is None else int(n_units)
         self.kernel = kernel
@@ -305,6 +309,30 @@ class InMemoryRows(_MappedRows):
         if self._pool is not None:
             self._pool.shutdown()
         super().close()
+
+
+class BuiltRows(InMemoryRows):
+    """Rows that no array holds: ``build(rows)`` makes (Z, X_endog, Y) of a slice of rows, and every pass builds its
+    rows a block of :data:`DESIGN_BLOCK_ROWS` at a time within each thread's range, the block functions' parts
+    added in order (deterministic for a given thread count). Memory: a few blocks, whatever n is
+    (:class:`dpivreg.preprocess.WorkingRows` builds the working rows from the design's columns). Rows grouped into
+    units or clusters are not built this way (their sources hold arrays).
+    """
+
+    def __init__(self, build, rows: int, q: int, *, kernel: str = "auto", n_threads: int | None = None,
+                 block_rows: int = DESIGN_BLOCK_ROWS) -> None:
+        self._build, self._block_rows = build, int(block_rows)
+        self._start(rows, q, kernel, n_threads, None, None, None, 1)
+
+    def _map(self, func, *args):
+        def run(rows: slice):
+            blocks = _row_blocks(rows.stop - rows.start, self._block_rows)
+            return _add([func(*self._build(slice(rows.start + b.start, rows.start + b.stop)), *args) for b in blocks])
+
+        return self._run(run)
+
+    def _map_grouped(self, func, level, *args):
+        raise NotImplementedError("rows grouped into units or clusters are held in arrays (InMemoryRows)")
 
 
 class DaskRows(_MappedRows):

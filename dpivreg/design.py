@@ -929,7 +929,7 @@ def _complex_message(column: Hashable, dtype: Any) -> str:
 
 
 def _encoded_missing(
-    data: pd.DataFrame, parts: _FormulaParts, kept: np.ndarray
+    data: pd.DataFrame, parts: _FormulaParts, kept: np.ndarray | None
 ) -> tuple[list[Hashable], int]:
     """
     Columns used by the formula that are missing in rows that the design keeps.
@@ -940,8 +940,8 @@ def _encoded_missing(
         The caller's data.
     parts : _FormulaParts
         The split formula.
-    kept : ndarray
-        Positions in ``data`` of the rows of the design.
+    kept : ndarray or None
+        Positions in ``data`` of the rows of the design (None: all of them, in order).
 
     Returns
     -------
@@ -953,7 +953,7 @@ def _encoded_missing(
     columns = _formula_variables(parts, data)
     if not columns:
         return [], 0
-    missing = data[columns].iloc[kept].isna()
+    missing = (data[columns] if kept is None else data[columns].iloc[kept]).isna()
     bad = [col for col in columns if missing[col].any()]
     return bad, int(missing.any(axis=1).sum())
 
@@ -1419,8 +1419,8 @@ def _build(
     ----------
     blocks : dict of str to DataFrame
         The four blocks on the same rows.
-    positions : ndarray
-        Positions of these rows in the caller's data, increasing.
+    positions : ndarray or None
+        Positions of these rows in the caller's data, increasing; None: all ``nrows`` rows, in order.
     nrows : int
         Number of rows of the caller's data.
     formula, formula_engine : str or None
@@ -1436,15 +1436,19 @@ def _build(
     -------
     design : IVDesign
         The validated design.
-    kept : ndarray
-        Positions in the caller's data of the rows of the design.
+    kept : ndarray or None
+        Positions in the caller's data of the rows of the design; None when they are all its rows, in order.
     """
     _check_counts(blocks)
     full = _as_float_blocks(blocks)
-    blocks, missing = _drop_missing(full, nrows - positions.size)
-    kept = positions[~missing] if missing.any() else positions
+    blocks, missing = _drop_missing(full, 0 if positions is None else nrows - positions.size)
+    if missing.any():
+        kept = (np.arange(nrows) if positions is None else positions)[~missing]
+    else:
+        kept = positions  # None: all rows, in order (no n-length index array)
+    n_kept = nrows if kept is None else kept.size
     boundary = boundary or {}
-    _validate(blocks, int(nrows - kept.size), full["instruments"], boundary.get("zero_allowed", ()))
+    _validate(blocks, int(nrows - n_kept), full["instruments"], boundary.get("zero_allowed", ()))
     name = declared_constant(list(blocks["exog"].columns), constant)
     if name is not None:
         values = blocks["exog"][name].to_numpy()
@@ -1453,10 +1457,10 @@ def _build(
         **blocks,
         formula=formula,
         formula_engine=formula_engine,
-        n_dropped=int(nrows - kept.size),
+        n_dropped=int(nrows - n_kept),
         constant=name,
-        source_rows=None if kept.size == nrows else kept,  # positions are increasing: all rows means all in order
-        n_lost=count_lost(kept) if count_lost is not None and kept.size < nrows else 0,
+        source_rows=None if n_kept == nrows else kept,  # positions are increasing: all rows means all in order
+        n_lost=count_lost(kept) if count_lost is not None and n_kept < nrows else 0,
         **boundary,
     )
     check_design_rank(design)
@@ -1591,7 +1595,8 @@ def design_from_formula(
     Notes
     -----
     With "formulaic", a block whose terms are only ``0``, ``1`` and numeric columns is built directly, as
-    formulaic would build it (:func:`plain_column_block`); every other block by formulaic.
+    formulaic would build it (:func:`plain_column_block`), sharing the caller's float64 columns under pandas'
+    copy-on-write (the design then holds no copy of them); every other block by formulaic, in new memory.
 
     With "patsy", ``1`` adds patsy's ``Intercept`` column and ``0 +`` or
     ``- 1`` remove it. Each patsy block is built separately with missing rows
@@ -1638,7 +1643,7 @@ def design_from_formula(
     formula, data, parts, added = apply_missing_policy(formula, data, parts, policy)
     if formula_engine == "formulaic":
         blocks = _formulaic_blocks(formula, data, parts, context)
-        positions = np.arange(nrows)
+        positions = None  # every row of data, in order
     else:
         blocks, positions = _patsy_blocks(data, parts, context)
     design, kept = _build(
@@ -1733,7 +1738,7 @@ def _patsy_kinds(block: str, text: str, sample: pd.DataFrame,
 
 
 def _warn_encoded_missing(
-    data: pd.DataFrame, parts: _FormulaParts, kept: np.ndarray, stacklevel: int
+    data: pd.DataFrame, parts: _FormulaParts, kept: np.ndarray | None, stacklevel: int
 ) -> None:
     """Warn if the design keeps rows where a variable of the formula is missing."""
     columns, n_rows = _encoded_missing(data, parts, kept)
@@ -1830,7 +1835,7 @@ def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, 
     nrows = int(aligned["dependent"].shape[0])
     design, _ = _build(
         aligned,
-        positions=np.arange(nrows),
+        positions=None,
         nrows=nrows,
         formula=None,
         formula_engine=None,

@@ -137,6 +137,12 @@ class PrivateInference:
                 and self.whitening_error < self.MAX_WHITENING_ERROR)
 
 
+def clipped_squared_residuals(Z, X_endog, Y, beta, n_exog: int, clip: float) -> tuple[np.ndarray]:
+    """Σᵢ min(ũᵢ², C) over one block of rows (a block function; :func:`residual_variance_release`)."""
+    residual = structural_residuals(Z, X_endog, Y, beta, n_exog)
+    return (np.array([np.sum(np.minimum(residual**2, clip))]),)
+
+
 def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, rho: float, tau: float,
                               rng: np.random.Generator) -> tuple[float, Release | None]:
     """Private mean of the clipped squared structural residuals on the working scale.
@@ -148,10 +154,18 @@ def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, 
     """
     n = scale.n
     clip = 2.0 * (tau + math.log(n)) * (1.0 + float(np.sum(np.abs(beta_working)))) ** 2
-    with one_pass():
-        residual = structural_residuals(scale.Z, scale.X_endog, scale.Y, beta_working, scale.n_exog)
-        total = np.sum(np.minimum(residual**2, clip))
-        mean = float(total.compute() if hasattr(total, "compute") else total) / n
+    if scale.streamed is not None:  # in memory, the working rows built a block at a time
+        rows = scale.rows()
+        try:
+            (total,) = rows.sums(clipped_squared_residuals, beta_working, scale.n_exog, clip)
+        finally:
+            rows.close()
+        mean = float(total[0]) / n
+    else:  # held arrays (privacy units) or Dask arrays (one reduction, only the scalar reaches the driver)
+        with one_pass():
+            residual = structural_residuals(*scale.held, beta_working, scale.n_exog)
+            total = np.sum(np.minimum(residual**2, clip))
+            mean = float(total.compute() if hasattr(total, "compute") else total) / n
     if math.isinf(rho):
         return mean, None
     terms = scale.units.max_rows if scale.unit_level else 1
@@ -197,7 +211,7 @@ def sampling_release(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
     rows = scale.rows()
     try:
         meat, releases, bound = score_meat_release(rows, beta, k, rho=rho, rng=rng, clustered=clustered)
-        top = score_edges(scale.Z.shape[1], n / rows.groups.count("cluster") if clustered else 1.0)[-1]
+        top = score_edges(scale.q, n / rows.groups.count("cluster") if clustered else 1.0)[-1]
     finally:
         rows.close()
     note = ""
@@ -477,7 +491,7 @@ def moment_inference(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
     ``"robust"`` releases the score meat with budget ``rho``. The noise part re-releases the moments in
     plug-in worlds (:func:`dpivreg.moments.moment_noise_covariance`).
     """
-    q = scale.Z.shape[1]
+    q = scale.q
     k = scale.n_exog
     moments = scale.moments
     working = moments.working()

@@ -49,7 +49,7 @@ def _paper_step_sizes_from_data(scale: WorkingScale) -> tuple[float, float]:
     Θ̂ᵀ(ZᵀZ/n)Θ̂ with Θ̂ the first-stage least-squares fit (exogenous columns map to themselves).
     Both read the private data, so a fit that uses them raises PrivacyLeakWarning.
     """
-    Z, X_endog, k = scale.Z, scale.X_endog, scale.n_exog
+    (Z, X_endog, _), k = scale.arrays(), scale.n_exog
     n, q = Z.shape
     # The triangular factor of [Z, X_endog] = Q·[Rz, Rx] (one TSQR pass on Dask). Then Z·Θ̂ = Q·Rz·Θ̂ with
     # Θ̂ = lstsq(Rz, Rx), and the spectra come from singular values of small factors (no normal equations).
@@ -481,7 +481,7 @@ class DPIV2SLS:
         leaks: list[str] = []
         scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng, units=units)
         leaks += design_leaks(self._design, scale.units) + _scale_leaks(scale, preprocess)
-        n, q = scale.n, scale.Z.shape[1]  # n: the public normaliser (n̂ = N·k̂ with privacy units)
+        n, q = scale.n, scale.q  # n: the public normaliser (n̂ = N·k̂ with privacy units)
         p = scale.p
         k = scale.n_exog
         start, kappa = None, 0.0
@@ -623,7 +623,7 @@ class DPIV2SLS:
         """Announce the leaks, then 2SLS on the scale's (released) moments, its inference and the results."""
         from .inference import moment_inference  # noqa: PLC0415 - keeps the import graph one-way
 
-        q = scale.Z.shape[1]
+        q = scale.q
         k = scale.n_exog
         p = scale.p
         theta, beta = solve_2sls(scale.moments.working(), q, k, p - k)
@@ -772,7 +772,7 @@ def _child(rng: np.random.Generator) -> np.random.Generator:
 def _adaptive_clip(rows, scale: WorkingScale, start, method: str, *, rho: float, stage_rho: tuple[float, float],
                    rng: np.random.Generator):
     """The private clipping release at the starting point (zeros without a warm start)."""
-    q, p, k = scale.Z.shape[1], scale.p, scale.n_exog
+    q, p, k = scale.q, scale.p, scale.n_exog
     theta0, beta0 = start if start is not None else (np.zeros((q, p - k)), np.zeros(p))
     W0 = None
     if method == "preconditioned":

@@ -411,8 +411,8 @@ LABSUP_BOUNDS_FOR_TEST = {"weeks": (0, 52), "kids": (0, 12), "samesex": (0, 1), 
 
 
 def test_working_arrays_hold_the_exogenous_columns_once():
-    """The working X̃'s exogenous columns are Z̃'s leading ones: held once (X_endog), assembled on access (X), so a
-    fit holds n × (q + p_endog + 1) working doubles, not n × (q + p + 1)."""
+    """The working X̃'s exogenous columns are Z̃'s leading ones: X_endog holds X̃'s endogenous columns only and X
+    assembles X̃ on access (a fit at row level holds no working arrays at all, tests/test_working_rows.py)."""
     df = load_labsup()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
