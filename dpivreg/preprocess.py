@@ -688,8 +688,8 @@ class WorkingRows:
         return int(self.design.nobs)
 
     def bounded(self) -> bool:
-        """Whether every working value is finite: |z̃ⱼ| ≤ Σᵢ |A_z[i, j]|·max|clip(zᵢ) − cᵢ| over the clipped column
-        ranges (NON-PRIVATE, :attr:`dpivreg.design.IVDesign.column_range`), and likewise for X̃_endog and Ỹ."""
+        """Whether every working value is finite: abs(z̃ⱼ) ≤ Σᵢ abs(A_z[i, j])·max abs(clip(zᵢ) − cᵢ) over the clipped
+        column ranges (NON-PRIVATE, :attr:`dpivreg.design.IVDesign.column_range`), and likewise for X̃_endog and Ỹ."""
         low, high = self.design.column_range
         low, high = np.clip(low, self.lo, self.hi), np.clip(high, self.lo, self.hi)
         with np.errstate(over="ignore", invalid="ignore"):
