@@ -677,8 +677,11 @@ def plain_column_block(text: str, data: pd.DataFrame) -> pd.DataFrame | None:
     Memory: with pandas' copy-on-write (pandas ≥ 3) the block shares the caller's float64 columns, and the
     intercept is one value broadcast over the rows, so the design costs no copy of the data; a later write by
     the caller into their frame copies *their* column and leaves the design's values as they were (pandas
-    tracks the shared memory; tested). Integer columns are converted (a float64 copy of that column). Without
-    copy-on-write (pandas 2 without the option), the block is copied into new memory.
+    tracks the shared memory; tested). Writes into a NumPy array that the caller's frame itself views
+    (``DataFrame(array, copy=False)``) bypass pandas and reach the design too; a fit refuses the non-finite
+    values such a write can bring (:meth:`dpivreg.preprocess.WorkingRows.block`). Integer columns are converted
+    (a float64 copy of that column). Without copy-on-write (pandas 2 without the option), the block is copied
+    into new memory.
     """
     intercept, names = False, []
     for term in (token.strip() for token in text.split("+")):

@@ -700,9 +700,20 @@ class WorkingRows:
         return all(np.isfinite(bound).all() for bound in bounds)
 
     def block(self, rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(Z̃, X̃_endog, Ỹ) of the design's rows ``rows``, new arrays."""
-        return working_rows(self.design.row_block(rows), self.lo, self.hi, self.z_columns, self.z_center, self.A_z,
-                            self.endog_columns, self.endog_center, self.A_endog, self.y_center, self.y_scale)
+        """(Z̃, X̃_endog, Ỹ) of the design's rows ``rows``, new arrays; ValueError if a value is not finite.
+
+        The design was checked when it was built, but it may share the caller's columns
+        (:func:`dpivreg.design.plain_column_block`): a frame made with ``DataFrame(array, copy=False)`` passes on
+        writes into ``array`` itself, which pandas cannot see. A NaN written so would reach the sums, hence the
+        check (about 5% of the build's time)."""
+        built = working_rows(self.design.row_block(rows), self.lo, self.hi, self.z_columns, self.z_center, self.A_z,
+                             self.endog_columns, self.endog_center, self.A_endog, self.y_center, self.y_scale)
+        if not all(np.isfinite(values).all() for values in built):
+            raise ValueError("the working rows are not finite, although the design was checked when it was built: "
+                             "its data changed since (a frame made with DataFrame(array, copy=False) shares "
+                             "array's memory, and writes into array bypass pandas). Build the model again from "
+                             "the final data, or pass a copy of the frame.")
+        return built
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(Z̃, X̃_endog, Ỹ) whole, new arrays (NON-PRIVATE; for reading, e.g. ``res.scale.Z``)."""

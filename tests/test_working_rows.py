@@ -115,3 +115,30 @@ def test_streaming_only_when_the_map_cannot_overflow(high, A, streams):
         assert rows is None
         return
     assert (rows is not None) == streams
+
+
+def test_data_changed_behind_pandas_after_the_model_is_a_clear_error():
+    """A frame made with DataFrame(array, copy=False) shares array's memory, which the design then shares too
+    (copy-on-write protects writes through pandas, not writes into array). A NaN written there after the model
+    was built is refused wherever it is met, never summed: by the streamed working rows of a fit already made
+    (``res.scale``), and by a new fit (whose moment release then maps the rows by NaN moments: the held arrays'
+    check refuses them)."""
+    import pandas as pd
+
+    if not numba_available():
+        pytest.skip("without numba the working arrays are held, copied when the fit starts")
+    rng = np.random.default_rng(2)
+    values = rng.standard_normal((2_000, 3))
+    values[:, 0] += values[:, 1] + values[:, 2]
+    frame = pd.DataFrame(values, columns=["y", "x", "z"], copy=False)
+    bounds = {"y": (-10, 10), "x": (-5, 5), "z": (-5, 5)}
+    model = DPIV2SLS.from_formula("y ~ 1 + [x ~ z]", frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = model.fit(rho1=1, rho2=1, bounds=bounds, seed=0, T=3)
+        assert res.scale.streamed is not None
+        values[7, 1] = np.nan
+        with pytest.raises(ValueError, match="working rows are not finite"):
+            res.scale.arrays()
+        with pytest.raises(ValueError, match="not finite"):
+            model.fit(rho1=1, rho2=1, bounds=bounds, seed=0, T=3)
