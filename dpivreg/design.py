@@ -315,14 +315,17 @@ class IVDesign(BoundaryFacts, _DesignNames):
         return map_row_blocks(lambda rows: func(self.row_block(rows)), self.nobs)
 
     @cached_property
-    def _pass_statistics(self) -> tuple[ColumnFactor, np.ndarray, np.ndarray]:
-        """The design's one NON-PRIVATE statistics pass: its column factor and per-column minima and maxima."""
+    def _pass_statistics(self) -> tuple[ColumnFactor, np.ndarray, np.ndarray, np.ndarray]:
+        """The design's one NON-PRIVATE statistics pass: its column factor, per-column minima and maxima, and
+        :attr:`column_checksum`."""
         def on_block(block: np.ndarray):
-            return block_factor(block), np.min(block, axis=0, initial=np.inf), np.max(block, axis=0, initial=-np.inf)
+            return (block_factor(block), np.min(block, axis=0, initial=np.inf), np.max(block, axis=0, initial=-np.inf),
+                    column_checksum(block))
 
         parts = self._map_blocks(on_block)
-        factor = ColumnFactor(*combine_factors([f for f, _, _ in parts]))
-        return factor, np.min([lo for _, lo, _ in parts], axis=0), np.max([hi for _, _, hi in parts], axis=0)
+        factor = ColumnFactor(*combine_factors([part[0] for part in parts]))
+        return (factor, np.min([part[1] for part in parts], axis=0), np.max([part[2] for part in parts], axis=0),
+                add_parts([part[3] for part in parts]))
 
     @property
     def factor(self) -> ColumnFactor:
@@ -334,6 +337,12 @@ class IVDesign(BoundaryFacts, _DesignNames):
     def column_range(self) -> tuple[np.ndarray, np.ndarray]:
         """NON-PRIVATE per-column minimum and maximum of [dependent, exog, endog, instruments] (same pass)."""
         return self._pass_statistics[1], self._pass_statistics[2]
+
+    @property
+    def column_checksum(self) -> np.ndarray:
+        """NON-PRIVATE per-column :func:`column_checksum` of the design's rows when it was built (same pass): a fit
+        compares it with the rows it reads, since the design may share the caller's columns."""
+        return self._pass_statistics[3]
 
     @property
     def has_constant(self) -> bool:
@@ -351,6 +360,13 @@ def frame_columns(frame: pd.DataFrame) -> list[np.ndarray]:
     """Each column of a float64 frame as a 1-D array, a view of pandas' values where pandas allows (it always does
     for float64 columns): reading a block column by column never consolidates it into a copy."""
     return [frame.iloc[:, j].to_numpy(dtype=np.float64) for j in range(frame.shape[1])]
+
+
+def column_checksum(block: np.ndarray) -> np.ndarray:
+    """Per column of a float64 block, the sum of its values' bit patterns as unsigned 64-bit integers, wrapping
+    (exact modular arithmetic: the same for any split into blocks and any order of adding them). Any change of one
+    value changes it; the design records it to detect data changed behind pandas' back (:func:`plain_column_block`)."""
+    return np.asarray(block, dtype=np.float64).view(np.uint64).sum(axis=0, dtype=np.uint64)
 
 
 def stack_rows(columns: tuple[np.ndarray, ...], rows: slice | np.ndarray) -> np.ndarray:

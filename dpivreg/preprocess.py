@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from .backends import BuiltRows, InMemoryRows, RowSource, is_dask_collection, map_row_blocks
-from .design import IVDesign
+from .design import IVDesign, column_checksum
 from .kernels import numba_available, working_rows
 from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_sum
 from .privacy import Release
@@ -545,7 +545,9 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         unit = moment_units(largest_v[free], rho)
         with_constant = unit_level or release_constant(constant is not None, centres[free])
         moment_scales = _with_units(scale_s, [names[j] for j in free], unit)
-    counts, outer = rows.blockwise_sum(preprocess_block, lo, hi, centres, scales, free, unit, with_constant)
+    counts, outer, checksum = rows.blockwise_sum(preprocess_block, lo, hi, centres, scales, free, unit, with_constant)
+    if rows is design and not getattr(design, "is_dask", False):
+        _check_unchanged(design, checksum)
     _warn_heavy_clipping(names, counts, rows.nobs)
     moments, rows_per_unit = None, 1.0
     if route != "bounds":
@@ -567,6 +569,18 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         groups=None if units is None else units.groups,
         n_eff=units.facts.n_units * rows_per_unit if unit_level else None, **maps,
     )
+
+
+def _check_unchanged(design: IVDesign, checksum: np.ndarray) -> None:
+    """Raise if the rows a fit reads are not those the design was built and checked on (NON-PRIVATE check): a
+    design that shares the caller's columns sees writes into an array the caller's frame views
+    (``DataFrame(array, copy=False)``), which pandas' copy-on-write cannot intercept."""
+    changed = [name for name, now, then in zip(design.column_names, checksum, design.column_checksum) if now != then]
+    if changed:
+        raise ValueError(f"the data of column(s) {changed} changed after the model was built (a frame made with "
+                         "DataFrame(array, copy=False) shares array's memory, and writes into array bypass pandas), "
+                         "so the design's checks and its 2SLS benchmark no longer describe them. Build the model "
+                         f"again from the final data, or from a copy of the frame. {DATA_CHECK_NOTE}")
 
 
 #: Share of a column's values outside its bounds above which :func:`working_scale` warns.
@@ -602,15 +616,18 @@ def _check_bounds_meet_data(names: list, minimum: np.ndarray, maximum: np.ndarra
 
 
 def preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, centres: np.ndarray, scales: np.ndarray,
-                     free: list[int], unit: np.ndarray | None, with_constant: bool) -> tuple[np.ndarray, np.ndarray]:
-    """One block of design rows [dependent, exog, endog, instruments]: the values outside the bounds per column
-    and (unless ``unit`` is None) Σ uuᵀ of the moment release's rows, u = (clip(v) − centre)/scale/unit over
-    the free columns (the box mechanism then clips every entry to [−1, 1], a no-op within the bounds)."""
+                     free: list[int], unit: np.ndarray | None, with_constant: bool
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One block of design rows [dependent, exog, endog, instruments]: the values outside the bounds per column,
+    (unless ``unit`` is None) Σ uuᵀ of the moment release's rows, u = (clip(v) − centre)/scale/unit over the free
+    columns (the box mechanism then clips every entry to [−1, 1], a no-op within the bounds), and the rows'
+    :func:`dpivreg.design.column_checksum` (NON-PRIVATE: compared with the design's, never released)."""
     counts = np.count_nonzero((block < lo) | (block > hi), axis=0).astype(np.int64)
+    checksum = column_checksum(block)
     if unit is None:
-        return counts, np.zeros((0, 0))
+        return counts, np.zeros((0, 0)), checksum
     V = (np.clip(block[:, free], lo[free], hi[free]) - centres[free]) / (scales[free] * unit)
-    return counts, box_moment_sum(V, with_constant)
+    return counts, box_moment_sum(V, with_constant), checksum
 
 
 def _working_arrays(design, lo: np.ndarray, hi: np.ndarray, maps: dict):
@@ -652,9 +669,9 @@ class WorkingRows:
     Building costs about 1 ms per 65,536 rows at q = 3 (numba), against 19 ms per 10⁶ rows for an iteration's
     pass at p = q = 5 on two threads.
 
-    Every value is finite by construction: the design holds no NaN or infinity (its checks), and
-    :meth:`of` declines (the arrays are then built whole and checked) unless the map's bound on every working
-    value, from the clipped column ranges, is finite.
+    Every value is finite: the design held no NaN or infinity when it was built (its checks), :meth:`block`
+    refuses rows that have become so since, and :meth:`of` declines (the arrays are then built whole and
+    checked) unless the map's bound on every working value, from the clipped column ranges, is finite.
     """
 
     design: object  # IVDesign (row_block, column_range)
@@ -700,20 +717,21 @@ class WorkingRows:
         return all(np.isfinite(bound).all() for bound in bounds)
 
     def block(self, rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(Z̃, X̃_endog, Ỹ) of the design's rows ``rows``, new arrays; ValueError if a value is not finite.
+        """(Z̃, X̃_endog, Ỹ) of the design's rows ``rows``, new arrays; ValueError if a design value is not finite.
 
-        The design was checked when it was built, but it may share the caller's columns
-        (:func:`dpivreg.design.plain_column_block`): a frame made with ``DataFrame(array, copy=False)`` passes on
-        writes into ``array`` itself, which pandas cannot see. A NaN written so would reach the sums, hence the
-        check (about 5% of the build's time)."""
-        built = working_rows(self.design.row_block(rows), self.lo, self.hi, self.z_columns, self.z_center, self.A_z,
-                             self.endog_columns, self.endog_center, self.A_endog, self.y_center, self.y_scale)
-        if not all(np.isfinite(values).all() for values in built):
-            raise ValueError("the working rows are not finite, although the design was checked when it was built: "
+        The design was checked when it was built, and a fit compares the rows it reads with the design's
+        :attr:`~dpivreg.design.IVDesign.column_checksum` in its first pass; but the design may share the caller's
+        columns (:func:`dpivreg.design.plain_column_block`), and a frame made with ``DataFrame(array, copy=False)``
+        passes on writes into ``array``, which pandas cannot see, at any time. A NaN or infinity written so would
+        reach the sums (clipping would turn an infinity into a bound), hence this check before the clip."""
+        raw = self.design.row_block(rows)
+        if not np.isfinite(raw).all():
+            raise ValueError("the design's rows are no longer finite, although they were checked when it was built: "
                              "its data changed since (a frame made with DataFrame(array, copy=False) shares "
-                             "array's memory, and writes into array bypass pandas). Build the model again from "
-                             "the final data, or pass a copy of the frame.")
-        return built
+                             "array's memory, and writes into array bypass pandas). Build the model again from the "
+                             f"final data, or from a copy of the frame. {DATA_CHECK_NOTE}")
+        return working_rows(raw, self.lo, self.hi, self.z_columns, self.z_center, self.A_z, self.endog_columns,
+                            self.endog_center, self.A_endog, self.y_center, self.y_scale)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(Z̃, X̃_endog, Ỹ) whole, new arrays (NON-PRIVATE; for reading, e.g. ``res.scale.Z``)."""
@@ -758,8 +776,8 @@ def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float, 
     lo, hi = np.full(d, -np.inf), np.full(d, np.inf)  # the release clips to [−1, 1], i.e. to the bounds
     rows = design if units is None else units.rows_of(design)
     unit_level = scale.unit_level
-    _, outer = rows.blockwise_sum(preprocess_block, lo, hi, centres[names].to_numpy(), scales[names].to_numpy(),
-                                  free, np.ones(len(free)), first.released_constant)
+    _, outer, _ = rows.blockwise_sum(preprocess_block, lo, hi, centres[names].to_numpy(), scales[names].to_numpy(),
+                                     free, np.ones(len(free)), first.released_constant)
     second, record, sigma, k2 = moments_from_sum(outer, scale.n_units if unit_level else design.nobs,
                                                  with_constant=first.released_constant, route="private", rho=rho,
                                                  rng=rng, max_rows=scale.units.max_rows if unit_level else None)

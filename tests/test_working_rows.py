@@ -117,16 +117,15 @@ def test_streaming_only_when_the_map_cannot_overflow(high, A, streams):
     assert (rows is not None) == streams
 
 
-def test_data_changed_behind_pandas_after_the_model_is_a_clear_error():
+@pytest.mark.parametrize("value", [np.nan, np.inf, 4.0])
+def test_data_changed_behind_pandas_after_the_model_is_a_clear_error(value):
     """A frame made with DataFrame(array, copy=False) shares array's memory, which the design then shares too
-    (copy-on-write protects writes through pandas, not writes into array). A NaN written there after the model
-    was built is refused wherever it is met, never summed: by the streamed working rows of a fit already made
-    (``res.scale``), and by a new fit (whose moment release then maps the rows by NaN moments: the held arrays'
-    check refuses them)."""
+    (copy-on-write protects writes through pandas, not writes into array). A value written there after the model
+    was built is refused wherever it is met, never summed: by a new fit, whose first pass compares the rows with
+    the design's checksum (any change: NaN, an infinity that clipping would turn into a bound, a finite value),
+    and, for non-finite values, by the streamed working rows of a fit already made (``res.scale``)."""
     import pandas as pd
 
-    if not numba_available():
-        pytest.skip("without numba the working arrays are held, copied when the fit starts")
     rng = np.random.default_rng(2)
     values = rng.standard_normal((2_000, 3))
     values[:, 0] += values[:, 1] + values[:, 2]
@@ -136,9 +135,25 @@ def test_data_changed_behind_pandas_after_the_model_is_a_clear_error():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = model.fit(rho1=1, rho2=1, bounds=bounds, seed=0, T=3)
-        assert res.scale.streamed is not None
-        values[7, 1] = np.nan
-        with pytest.raises(ValueError, match="working rows are not finite"):
-            res.scale.arrays()
-        with pytest.raises(ValueError, match="not finite"):
+        values[7, 1] = value
+        with pytest.raises(ValueError, match=r"column\(s\) \['x'\] changed after the model was built"):
             model.fit(rho1=1, rho2=1, bounds=bounds, seed=0, T=3)
+        if numba_available() and not np.isfinite(value):
+            with pytest.raises(ValueError, match="no longer finite"):
+                res.scale.arrays()
+
+
+def test_column_checksum_is_the_same_for_any_split_and_sees_a_one_ulp_change():
+    """The wrapping sum of bit patterns: blocks' checksums add (modulo 2⁶⁴) to the whole's, whatever the split,
+    order or memory layout; moving one value by one ulp changes its column's checksum and no other."""
+    from dpivreg.design import column_checksum
+
+    values = np.random.default_rng(4).standard_normal((1_000, 3)) * 1e3
+    whole = column_checksum(values)
+    assert whole.dtype == np.uint64
+    np.testing.assert_array_equal(column_checksum(values[700:]) + column_checksum(values[:300])
+                                  + column_checksum(values[300:700]), whole)
+    np.testing.assert_array_equal(column_checksum(np.asfortranarray(values)), whole)
+    changed = values.copy()
+    changed[5, 1] = np.nextafter(changed[5, 1], np.inf)
+    assert (column_checksum(changed) != whole).tolist() == [False, True, False]
