@@ -694,8 +694,9 @@ def plain_column_block(text: str, data: pd.DataFrame) -> pd.DataFrame | None:
     intercept is one value broadcast over the rows, so the design costs no copy of the data; a later write by
     the caller into their frame copies *their* column and leaves the design's values as they were (pandas
     tracks the shared memory; tested). Writes into a NumPy array that the caller's frame itself views
-    (``DataFrame(array, copy=False)``) bypass pandas and reach the design too; a fit refuses the non-finite
-    values such a write can bring (:meth:`dpivreg.preprocess.WorkingRows.block`). Integer columns are converted
+    (``DataFrame(array, copy=False)``) bypass pandas and reach the design too: a fit compares the rows it reads
+    with the design's :attr:`IVDesign.column_checksum` and refuses changed data, and its streamed working rows
+    refuse values that are no longer finite (:meth:`dpivreg.preprocess.WorkingRows.block`). Integer columns are converted
     (a float64 copy of that column). Without copy-on-write (pandas 2 without the option), the block is copied
     into new memory.
     """
