@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import one_pass
+from .backends import is_dask_collection, one_pass
 from .covariance import (resolve_cov_type, robust_covariance, score_edges, score_meat_release, structural_residuals,
                          unadjusted_covariance)
 from .engine import DP2SGDPath, IterationPlan, RunTimeForecast, preconditioner_matrix, preconditioner_root
@@ -139,8 +139,12 @@ class PrivateInference:
 
 def clipped_squared_residuals(Z, X_endog, Y, beta, n_exog: int, clip: float) -> tuple[np.ndarray]:
     """Σᵢ min(ũᵢ², C) over one block of rows (a block function; :func:`residual_variance_release`)."""
-    residual = structural_residuals(Z, X_endog, Y, beta, n_exog)
-    return (np.array([np.sum(np.minimum(residual**2, clip))]),)
+    return (np.array([_clipped_squared_sum(Z, X_endog, Y, beta, n_exog, clip)]),)
+
+
+def _clipped_squared_sum(Z, X_endog, Y, beta, n_exog: int, clip: float):
+    """Σᵢ min(ũᵢ², C): a number for numpy rows, a lazy scalar for Dask arrays."""
+    return np.sum(np.minimum(structural_residuals(Z, X_endog, Y, beta, n_exog) ** 2, clip))
 
 
 def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, rho: float, tau: float,
@@ -154,18 +158,16 @@ def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, 
     """
     n = scale.n
     clip = 2.0 * (tau + math.log(n)) * (1.0 + float(np.sum(np.abs(beta_working)))) ** 2
-    if scale.streamed is not None:  # in memory, the working rows built a block at a time
+    if scale.held is not None and is_dask_collection(scale.held[0]):  # one reduction; only the scalar leaves
+        with one_pass():
+            mean = float(_clipped_squared_sum(*scale.held, beta_working, scale.n_exog, clip).compute()) / n
+    else:  # in memory: the fit's row source (working rows held, or built a block at a time)
         rows = scale.rows()
         try:
             (total,) = rows.sums(clipped_squared_residuals, beta_working, scale.n_exog, clip)
         finally:
             rows.close()
         mean = float(total[0]) / n
-    else:  # held arrays (privacy units) or Dask arrays (one reduction, only the scalar reaches the driver)
-        with one_pass():
-            residual = structural_residuals(*scale.held, beta_working, scale.n_exog)
-            total = np.sum(np.minimum(residual**2, clip))
-            mean = float(total.compute() if hasattr(total, "compute") else total) / n
     if math.isinf(rho):
         return mean, None
     terms = scale.units.max_rows if scale.unit_level else 1

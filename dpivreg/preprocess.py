@@ -54,7 +54,7 @@ import pandas as pd
 
 from .backends import BuiltRows, InMemoryRows, RowSource, is_dask_collection, map_row_blocks
 from .design import IVDesign, column_checksum
-from .kernels import numba_available, working_rows
+from .kernels import mapped_columns, numba_available, working_rows
 from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_sum
 from .privacy import Release
 from .boundary import DATA_CHECK_NOTE
@@ -223,17 +223,17 @@ class WorkingScale:
     @property
     def Z(self) -> np.ndarray:
         """NON-PRIVATE: Z̃ (n, q) (see the class docstring; built anew at every access when streamed)."""
-        return self.held[0] if self.streamed is None else self.streamed.arrays()[0]
+        return self.arrays()[0]
 
     @property
     def X_endog(self) -> np.ndarray:
         """NON-PRIVATE: X̃'s endogenous columns (n, p − n_exog) (built anew at every access when streamed)."""
-        return self.held[1] if self.streamed is None else self.streamed.arrays()[1]
+        return self.arrays()[1]
 
     @property
     def Y(self) -> np.ndarray:
         """NON-PRIVATE: Ỹ (n,) (built anew at every access when streamed)."""
-        return self.held[2] if self.streamed is None else self.streamed.arrays()[2]
+        return self.arrays()[2]
 
     @property
     def nobs(self) -> int:
@@ -631,41 +631,24 @@ def preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, centres:
 
 
 def _working_arrays(design, lo: np.ndarray, hi: np.ndarray, maps: dict):
-    """Z̃, X̃_endog, Ỹ: the design's columns clipped to their bounds and mapped by the working scale's affine maps
-    (lazy Dask arrays for a Dask design; for an in-memory one filled block by block, without a copy of the
-    whole design). X̃'s exogenous columns are Z̃'s first k (:attr:`WorkingScale.X`)."""
-    pos = design.positions
-    k = len(design.exog_names)
-    A_endog, c_endog = maps["A_x"][k:, k:], maps["x_center"][k:]
-
-    def mapped(raw):
-        Z = (raw[:, pos["z"]] - maps["z_center"]) @ maps["A_z"]
-        X_endog = (raw[:, pos["endog"]] - c_endog) @ A_endog
-        return Z, X_endog, (raw[:, 0] - maps["y_center"]) / maps["y_scale"]
-
+    """Z̃, X̃_endog, Ỹ held whole: the design's columns clipped to their bounds and mapped by the working scale's
+    affine maps (lazy Dask arrays for a Dask design; for an in-memory one filled block by block by
+    :meth:`WorkingRows.arrays`, without a copy of the whole design). X̃'s exogenous columns are Z̃'s first k
+    (:attr:`WorkingScale.X`)."""
+    rows = WorkingRows.from_maps(design, lo, hi, maps)
     if getattr(design, "is_dask", False):
         import dask.array as da  # noqa: PLC0415 - dask is optional
 
-        return mapped(da.clip(design.values, lo, hi))
-    n = design.nobs
-    Z, X_endog, Y = np.empty((n, len(pos["z"]))), np.empty((n, len(pos["endog"]))), np.empty(n)
-
-    def fill(rows: slice) -> bool:
-        Z[rows], X_endog[rows], Y[rows] = mapped(np.clip(design.row_block(rows), lo, hi))
-        return bool(np.isfinite(Z[rows]).all() and np.isfinite(X_endog[rows]).all() and np.isfinite(Y[rows]).all())
-
-    if not all(map_row_blocks(fill, n)):
-        raise ValueError("the working arrays are not finite: the design holds NaN or infinite values, or a column "
-                         "of order 1e300 without bounds overflows float64. Drop or impute missing values, give "
-                         "public bounds for every column, or rescale the data.")
-    return Z, X_endog, Y
+        return mapped_columns(da.clip(design.values, lo, hi), *rows.mapping)
+    return rows.arrays()
 
 
 @dataclass(frozen=True)
 class WorkingRows:
-    """The working arrays of an in-memory design, never held whole: each pass builds them a block of rows at a time
-    (:func:`dpivreg.kernels.working_rows`: the design's columns clipped to their bounds and mapped), so a fit holds
-    no copy of the data (the design itself shares the caller's columns, :func:`dpivreg.design.plain_column_block`).
+    """The working arrays of an in-memory design, built a block of rows at a time (:func:`dpivreg.kernels.working_rows`:
+    the design's columns clipped to their bounds and mapped). Streamed (:meth:`of`), they are never held whole: each
+    pass builds its blocks, so a fit holds no copy of the data (the design itself shares the caller's columns,
+    :func:`dpivreg.design.plain_column_block`); :meth:`arrays` fills the arrays of fits that hold them.
     Building costs about 1 ms per 65,536 rows at q = 3 (numba), against 19 ms per 10⁶ rows for an iteration's
     pass at p = q = 5 on two threads.
 
@@ -674,7 +657,7 @@ class WorkingRows:
     checked) unless the map's bound on every working value, from the clipped column ranges, is finite.
     """
 
-    design: object  # IVDesign (row_block, column_range)
+    design: object  # IVDesign, or ReorderedDesign for held arrays (row_block, column_range)
     lo: np.ndarray
     hi: np.ndarray
     z_columns: np.ndarray
@@ -692,12 +675,23 @@ class WorkingRows:
         map per block would cost more than holding the arrays saves), or when the map could overflow."""
         if getattr(design, "is_dask", False) or not numba_available():
             return None
+        rows = cls.from_maps(design, lo, hi, maps)
+        return rows if rows.bounded() else None
+
+    @classmethod
+    def from_maps(cls, design, lo: np.ndarray, hi: np.ndarray, maps: dict) -> "WorkingRows":
+        """The working rows of ``design`` (any design with ``row_block``) under the working scale's ``maps``."""
         pos, k = design.positions, len(design.exog_names)
-        rows = cls(design, lo, hi, np.asarray(pos["z"], dtype=np.int64), np.asarray(maps["z_center"], dtype=float),
+        return cls(design, lo, hi, np.asarray(pos["z"], dtype=np.int64), np.asarray(maps["z_center"], dtype=float),
                    np.ascontiguousarray(maps["A_z"], dtype=float), np.asarray(pos["endog"], dtype=np.int64),
                    np.asarray(maps["x_center"][k:], dtype=float), np.ascontiguousarray(maps["A_x"][k:, k:], dtype=float),
                    float(maps["y_center"]), float(maps["y_scale"]))
-        return rows if rows.bounded() else None
+
+    @property
+    def mapping(self) -> tuple:
+        """The maps' arguments of :func:`dpivreg.kernels.working_rows` after ``lo`` and ``hi``."""
+        return (self.z_columns, self.z_center, self.A_z, self.endog_columns, self.endog_center, self.A_endog,
+                self.y_center, self.y_scale)
 
     @property
     def nobs(self) -> int:
@@ -730,18 +724,22 @@ class WorkingRows:
                              "its data changed since (a frame made with DataFrame(array, copy=False) shares "
                              "array's memory, and writes into array bypass pandas). Build the model again from the "
                              f"final data, or from a copy of the frame. {DATA_CHECK_NOTE}")
-        return working_rows(raw, self.lo, self.hi, self.z_columns, self.z_center, self.A_z, self.endog_columns,
-                            self.endog_center, self.A_endog, self.y_center, self.y_scale)
+        return working_rows(raw, self.lo, self.hi, *self.mapping)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(Z̃, X̃_endog, Ỹ) whole, new arrays (NON-PRIVATE; for reading, e.g. ``res.scale.Z``)."""
+        """(Z̃, X̃_endog, Ỹ) whole, new arrays (NON-PRIVATE; the held arrays of a fit that holds them, or for
+        reading, e.g. ``res.scale.Z``); ValueError if a value is not finite (a map that overflows float64)."""
         n = self.nobs
         Z, X_endog, Y = np.empty((n, self.A_z.shape[1])), np.empty((n, self.A_endog.shape[1])), np.empty(n)
 
-        def fill(rows: slice) -> None:
+        def fill(rows: slice) -> bool:
             Z[rows], X_endog[rows], Y[rows] = self.block(rows)
+            return bool(np.isfinite(Z[rows]).all() and np.isfinite(X_endog[rows]).all() and np.isfinite(Y[rows]).all())
 
-        map_row_blocks(fill, n)
+        if not all(map_row_blocks(fill, n)):
+            raise ValueError("the working arrays are not finite: a column of order 1e300 without bounds overflows "
+                             "float64 in the working scale's map. Give public bounds for every column, or rescale "
+                             "the data.")
         return Z, X_endog, Y
 
 
