@@ -927,7 +927,7 @@ def test_random_finite_data_gives_a_clear_error_or_finite_estimates(
                             m = float(np.abs(block[name]).max())
                             bounds[name] = (-2.0 * m - 1.0, 2.0 * m + 1.0)
             res = model.fit(rho1=1.0, rho2=1.0, T=5, seed=0, preprocess=preprocess, method=method, bounds=bounds)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, DivergenceError) as exc:  # DivergenceError names the step size and a value to try
         event(f"{type(exc).__name__}: {str(exc)[:40]}")
         assert not _RAW_MESSAGE.search(str(exc)), f"unclear error message: {type(exc).__name__}: {exc}"
     else:
