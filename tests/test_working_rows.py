@@ -138,6 +138,9 @@ def test_data_changed_behind_pandas_after_the_model_is_a_clear_error(value):
         values[7, 1] = value
         with pytest.raises(ValueError, match=r"column\(s\) \['x'\] changed after the model was built"):
             model.fit(rho1=1, rho2=1, bounds=bounds, seed=0, T=3)
+        with pytest.raises(ValueError, match=r"column\(s\) \['x'\] changed after the model was built"):
+            model.fit(rho1=1, rho2=1, bounds=bounds, seed=0, T=3, privacy_unit=np.arange(2_000) // 2,
+                      max_rows_per_unit=1)  # reads one row of two: the check covers every row
         if numba_available() and not np.isfinite(value):
             with pytest.raises(ValueError, match="no longer finite"):
                 res.scale.arrays()
