@@ -44,6 +44,7 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from .backends import add_parts, is_dask_collection as _is_dask_collection, one_pass
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors, r_factor
+from .formula_replay import ReplayProblem, expression_problem, replay_problems
 from .boundary import DATA_CHECK_NOTE, BoundaryFacts, missing_policy
 from .design import (
     _BLOCKS,
@@ -542,28 +543,35 @@ def _ship(names: set[str], context: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame) -> None:
-    """Raise for stateful transforms and for categories whose levels would be read from the sample."""
-    if spec.transform_state:
-        raise ValueError(
-            f"the {block} block {text!r} uses the stateful transform(s) {sorted(spec.transform_state)}. "
-            + _STATEFUL_HELP
-        )
-    reads: dict[str, set] = {}
-    for term in spec.formula:
-        for factor in term.factors:
-            reads[str(factor.expr)] = set(getattr(factor, "required_variables", set()) or set())
-    for expr, (kind, _state) in spec.encoder_state.items():
-        if getattr(kind, "value", kind) != "categorical":
-            continue
-        for col in reads.get(str(expr), set()):
-            if col in meta.columns and not isinstance(meta[col].dtype, pd.CategoricalDtype):
-                raise ValueError(
-                    f"{expr!r} in the {block} block treats column {col!r} (dtype {meta[col].dtype}) as a "
-                    "category, whose levels formulaic would read from the data; with a Dask DataFrame every "
-                    "partition must see the same levels. Make it a category with known categories first, "
-                    f"e.g. ddf[{col!r}] = ddf[{col!r}].astype('category').cat.as_known()."
-                )
+def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame, context: Mapping[str, Any]) -> None:
+    """Raise for what would make a partition's rows differ from the pandas design's (:mod:`dpivreg.formula_replay`):
+    stateful transforms, categories whose levels would be read from the sample, expressions that read other rows.
+    Functions of the caller's own are trusted to act row by row (documented); arrays of the namespace raise in
+    :func:`_ship`."""
+    for problem in replay_problems(spec, meta, context):
+        if problem.kind == "stateful":
+            raise ValueError(
+                f"the {block} block {text!r} uses the stateful transform(s) {sorted(spec.transform_state)}. "
+                + _STATEFUL_HELP
+            )
+        if problem.kind == "levels":
+            raise ValueError(
+                f"{problem.expression!r} in the {block} block: {problem.why}; with a Dask DataFrame every "
+                "partition must see the same levels. Make it a category with known categories first, "
+                "e.g. ddf[col] = ddf[col].astype('category').cat.as_known()."
+            )
+        if problem.kind == "other rows":
+            raise _other_rows_error(problem, block)
+
+
+def _other_rows_error(problem: ReplayProblem, block: str) -> ValueError:
+    """The error for an expression that would see only its partition's rows."""
+    return ValueError(
+        f"{problem.expression!r} in the {block} block cannot be computed partition by partition: "
+        f"{problem.why}. With a Dask DataFrame the formula is applied to each partition separately, so "
+        "it would see that partition's rows only. Compute the column with Dask first, e.g. "
+        "ddf['x_c'] = ddf['x'] - ddf['x'].mean(), and use it in the formula."
+    )
 
 
 def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapping[str, Any]) -> _FormulaicBuilder:
@@ -581,7 +589,7 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", DataMismatchWarning)
             matrix = formulaic_block_matrix(block, text, sample, ctx)
-        _check_spec(matrix.model_spec, block, text, sample)
+        _check_spec(matrix.model_spec, block, text, sample, ctx)
         specs.append(matrix.model_spec if matrix.shape[1] or block != "exog" else None)
     specs_t = tuple(specs)
     categorical = tuple(c for c in _formula_variables(parts, sample)
@@ -679,6 +687,10 @@ def _patsy_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapping[
         except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached
             raise _block_error(block, text, "patsy", exc) from exc
         _check_patsy_info(info, block, text, sample)
+        for factor in info.factor_infos:
+            problem = expression_problem(factor.code, sample, ctx)
+            if problem is not None and problem.kind == "other rows":
+                raise _other_rows_error(problem, block)
     names: set[str] = set()
     for info in full.infos():
         if info is not None:
