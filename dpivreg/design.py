@@ -20,9 +20,14 @@ Two entry points build an :class:`IVDesign`:
 
 Both paths drop the rows that have a missing value in any block (jointly, as
 linearmodels does), warn with :class:`DroppedRowsWarning` if any row was
-dropped, convert every block to float64 and validate the design (order
+dropped, convert every block to numbers read as float64 and validate the design (order
 condition, constant or duplicate instruments, rank, infinite values, enough
 rows). The caller's data are never modified.
+
+Memory: plain float64 columns are shared with the caller's frame (:func:`plain_column_block`); columns the
+design computes are held compactly where that is exact (0/1 columns as uint8, a column of ones as one
+broadcast value, :class:`_CompactColumns`), and a formula whose terms act row by row is built a block of rows
+at a time (:func:`_formulaic_block`). Every pass reads float64 blocks of rows (:func:`stack_rows`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from .backends import add_parts, map_row_blocks
 from .boundary import (DATA_CHECK_NOTE, BoundaryFacts, MissingPolicy, data_derived_levels, declared_zero_columns, fill_frame,
                        indicator_name, missing_policy, unit_columns)
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors
+from .formula_replay import replay_problems
 
 __all__ = [
     "FORMULA_ENGINES",
@@ -181,14 +187,15 @@ class IVDesign(BoundaryFacts, _DesignNames):
     Parameters
     ----------
     dependent : DataFrame
-        Dependent variable, ``nobs`` by 1, float64.
+        Dependent variable, ``nobs`` by 1.
     exog : DataFrame
         Exogenous regressors, ``nobs`` by ``k`` (``k`` may be 0, in which case it
-        is an empty DataFrame with the same index), float64.
+        is an empty DataFrame with the same index).
     endog : DataFrame
-        Endogenous regressors, ``nobs`` by ``p`` with ``p >= 1``, float64.
+        Endogenous regressors, ``nobs`` by ``p`` with ``p >= 1``.
     instruments : DataFrame
-        Excluded instruments, ``nobs`` by ``q`` with ``q >= p``, float64.
+        Excluded instruments, ``nobs`` by ``q`` with ``q >= p``. The built designs hold float64
+        columns, and uint8 for columns of 0/1 values (read as float64 by every pass).
     formula : str, optional
         The formula the design was built from, None for array input.
     formula_engine : str, optional
@@ -357,9 +364,11 @@ class IVDesign(BoundaryFacts, _DesignNames):
 
 
 def frame_columns(frame: pd.DataFrame) -> list[np.ndarray]:
-    """Each column of a float64 frame as a 1-D array, a view of pandas' values where pandas allows (it always does
-    for float64 columns): reading a block column by column never consolidates it into a copy."""
-    return [frame.iloc[:, j].to_numpy(dtype=np.float64) for j in range(frame.shape[1])]
+    """Each column of a design block as a 1-D array, a view of pandas' values where pandas allows (it always does
+    for float64 columns and for the uint8 columns of 0/1 values of :class:`_CompactColumns`, which stay uint8):
+    reading a block column by column never consolidates it into a copy."""
+    columns = (frame.iloc[:, j] for j in range(frame.shape[1]))
+    return [column.to_numpy() if column.dtype == np.uint8 else column.to_numpy(dtype=np.float64) for column in columns]
 
 
 def column_checksum(block: np.ndarray) -> np.ndarray:
@@ -671,10 +680,81 @@ def _formulaic_blocks(
             continue
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            matrix = formulaic_block_matrix(block, text, data, context)
+            frame = _formulaic_block(block, text, data, context)
         _check_undeclared_levels(caught, block, text)
-        blocks[block] = pd.DataFrame(matrix)
+        blocks[block] = frame
     return blocks
+
+
+#: Rows per block when a formula is built block by block (:func:`_formulaic_block`): formulaic costs about 12 ms a
+#: call plus 0.1 µs a row (measured at 10⁶ rows), and a block's intermediate frames are a few times its size.
+FORMULA_BLOCK_ROWS = 1 << 17
+
+
+def _formulaic_block(block: str, text: str, data: pd.DataFrame, context: Mapping[str, Any]) -> pd.DataFrame:
+    """
+    One block built by formulaic, :data:`FORMULA_BLOCK_ROWS` rows at a time when that gives the same matrix.
+
+    The first rows are built with :func:`formulaic_block_matrix`; when its model spec replays exactly
+    (:func:`dpivreg.formula_replay.replay_problems`: element-wise expressions, declared category levels, no
+    stateful transform), the spec is applied to each later block of rows and the values written into the
+    design's columns (:class:`_CompactColumns`), so formulaic's intermediate frames never hold more than a block.
+    Otherwise (a function of the caller's own, ``np.mean``, levels read from a text column, ``center()``, ...)
+    formulaic builds the block from all rows at once, as linearmodels does. Either way the design holds the
+    columns compactly (0/1 columns as uint8).
+    """
+    rows = FORMULA_BLOCK_ROWS
+    n = data.shape[0]
+    first = formulaic_block_matrix(block, text, data.iloc[:rows] if n > rows else data, context)
+    ctx = _formulaic_context(context)
+    replay = n > rows and not replay_problems(first.model_spec, data, ctx)
+    if n > rows and not replay:
+        first = formulaic_block_matrix(block, text, data, context)
+    columns = _CompactColumns(n, float_values(pd.DataFrame(first), block))
+    for start in range(rows, n if replay else 0, rows):
+        try:
+            part = first.model_spec.get_model_matrix(data.iloc[start:start + rows], context=ctx)
+        except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached, as for the first rows
+            raise _block_error(block, text, "formulaic", exc) from exc
+        columns.write(start, float_values(pd.DataFrame(part), block))
+    return columns.frame(data.index, list(first.columns))
+
+
+class _CompactColumns:
+    """A design block's n-long columns in new memory, filled a block of rows at a time: a column whose values so far
+    are all 0 or 1 (dummies, indicators) is held as uint8, one byte a row instead of eight, and becomes float64 at its
+    first other value (a NaN, a −0.0 too), so every value reads back exactly; a column of ones (the intercept) is one
+    value broadcast over the rows, as in :func:`plain_column_block`. Every pass reads the columns as float64
+    (:func:`stack_rows`)."""
+
+    def __init__(self, n: int, first: np.ndarray) -> None:
+        self.arrays = [np.empty(n, dtype=np.uint8 if _zero_or_one(column) else np.float64) for column in first.T]
+        self.write(0, first)
+
+    def write(self, start: int, values: np.ndarray) -> None:
+        """Rows ``start:start + len(values)`` of every column."""
+        stop = start + values.shape[0]
+        for j, column in enumerate(values.T):
+            target = self.arrays[j]
+            if target.dtype == np.uint8 and not _zero_or_one(column):
+                widened = np.empty(target.shape[0])
+                widened[:start] = target[:start]
+                target = self.arrays[j] = widened
+            target[start:stop] = column
+
+    def frame(self, index: pd.Index, names: list) -> pd.DataFrame:
+        """The columns as a design block (marked as such for :func:`_as_float_blocks`), without copying them."""
+        arrays = [np.broadcast_to(np.float64(1.0), array.shape) if array.dtype == np.uint8 and array.all() else array
+                  for array in self.arrays]
+        frame = pd.DataFrame(dict(enumerate(arrays)), index=index, copy=False)
+        frame.columns = names
+        frame.attrs[_FLOAT_BLOCK] = True
+        return frame
+
+
+def _zero_or_one(values: np.ndarray) -> bool:
+    """Whether every value is exactly +0.0 or 1.0 (a uint8 holds it exactly)."""
+    return bool(np.all((values == 1.0) | ((values == 0.0) & ~np.signbit(values))))
 
 
 _PLAIN_TERM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -696,9 +776,9 @@ def plain_column_block(text: str, data: pd.DataFrame) -> pd.DataFrame | None:
     tracks the shared memory; tested). Writes into a NumPy array that the caller's frame itself views
     (``DataFrame(array, copy=False)``) bypass pandas and reach the design too: a fit compares the rows it reads
     with the design's :attr:`IVDesign.column_checksum` and refuses changed data, and its streamed working rows
-    refuse values that are no longer finite (:meth:`dpivreg.preprocess.WorkingRows.block`). Integer columns are converted
-    (a float64 copy of that column). Without copy-on-write (pandas 2 without the option), the block is copied
-    into new memory.
+    refuse values that are no longer finite (:meth:`dpivreg.preprocess.WorkingRows.block`). Integer columns are
+    converted (:func:`_converted_column`: a uint8 copy of a 0/1 column, a float64 copy of any other). Without
+    copy-on-write (pandas 2 without the option), the block is copied into new memory.
     """
     intercept, names = False, []
     for term in (token.strip() for token in text.split("+")):
@@ -718,7 +798,7 @@ def plain_column_block(text: str, data: pd.DataFrame) -> pd.DataFrame | None:
         shared = data[names]  # pandas' lazy copy: the caller's columns, their memory tracked
         for name in names:
             column = shared[name]
-            parts[name] = column if column.dtype == np.float64 else column.astype(np.float64)
+            parts[name] = column if column.dtype == np.float64 else _converted_column(column.to_numpy())
         block = pd.DataFrame(parts, index=data.index, copy=False)
     else:
         values = np.empty((len(columns), data.shape[0]))  # pandas' own layout: one row per column
@@ -727,6 +807,13 @@ def plain_column_block(text: str, data: pd.DataFrame) -> pd.DataFrame | None:
         block = pd.DataFrame(values.T, index=data.index, columns=columns, copy=False)
     block.attrs[_FLOAT_BLOCK] = True
     return block
+
+
+def _converted_column(values: np.ndarray) -> np.ndarray:
+    """An integer column in new memory as the design holds it (:class:`_CompactColumns`): uint8 for 0/1 values,
+    float64 otherwise."""
+    as_float = values.astype(np.float64)
+    return values.astype(np.uint8) if _zero_or_one(as_float) else as_float
 
 
 def _copy_on_write() -> bool:
@@ -751,7 +838,11 @@ _OUTSIDE_LEVELS = re.compile(r"categories outside of the nominated levels.*?: (\
 def _check_undeclared_levels(caught: list, block: str, text: str) -> None:
     """Raise if formulaic met values outside a category's declared levels (it would code them as the
     reference level, silently); re-emit every other warning."""
+    seen = set()  # a formula built block by block warns once per block
     for record in caught:
+        if (record.category, str(record.message)) in seen:
+            continue
+        seen.add((record.category, str(record.message)))
         match = _OUTSIDE_LEVELS.search(str(record.message))
         if match and match.group(1) != "{nan}":
             raise ValueError(
@@ -973,9 +1064,15 @@ def _encoded_missing(
     columns = _formula_variables(parts, data)
     if not columns:
         return [], 0
-    missing = (data[columns] if kept is None else data[columns].iloc[kept]).isna()
-    bad = [col for col in columns if missing[col].any()]
-    return bad, int(missing.any(axis=1).sum())
+    bad, rows = [], None  # column by column: a mask of the rows at a time, not one per column
+    for col in columns:
+        missing = data[col].isna().to_numpy()
+        if kept is not None:
+            missing = missing[kept]
+        if missing.any():
+            bad.append(col)
+            rows = missing if rows is None else rows | missing
+    return bad, 0 if rows is None else int(np.count_nonzero(rows))
 
 
 # ---------------------------------------------------------------------------
@@ -1168,21 +1265,19 @@ def _drop_missing(
 
 
 def _as_float_blocks(blocks: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """Plain float64 DataFrames with plain column indexes."""
+    """The design's blocks with plain column indexes: float64 columns, held compactly where that is exact
+    (:class:`_CompactColumns`: uint8 for 0/1 columns, one broadcast value for a column of ones); a block already
+    built as a design block (:func:`plain_column_block`, :func:`_formulaic_block`) is kept as it is."""
     out = {}
     for block, frame in blocks.items():
         if frame.shape[1] == 0:
             out[block] = _empty_block(frame.index)
             continue
-        for column, dtype in frame.dtypes.items():
-            if is_complex_dtype(dtype):
-                raise TypeError(f"{block} " + _complex_message(column, dtype))
         if frame.attrs.pop(_FLOAT_BLOCK, False):  # the marker does not reach the design
             out[block] = frame
             continue
-        # float_values returns new memory, so the frame need not copy it again
-        out[block] = pd.DataFrame(float_values(frame, block), index=frame.index, columns=list(frame.columns),
-                                  copy=False)
+        out[block] = _CompactColumns(frame.shape[0], float_values(frame, block)).frame(frame.index, list(frame.columns))
+        out[block].attrs.pop(_FLOAT_BLOCK)
     return out
 
 
@@ -1194,6 +1289,9 @@ def float_values(frame: pd.DataFrame, block: str) -> np.ndarray:
     """A block's values as a new float64 (rows × columns) array whose columns are each contiguous (pandas' own
     layout, so that the design's column views read memory in order); ``pd.NA`` of nullable and object columns
     becomes NaN (missing). TypeError naming the block for values that are not numbers."""
+    for column, dtype in frame.dtypes.items():
+        if is_complex_dtype(dtype):
+            raise TypeError(f"{block} " + _complex_message(column, dtype))
     out = np.empty((frame.shape[1], frame.shape[0]))  # one row per column
     try:
         for j in range(frame.shape[1]):
@@ -1616,7 +1714,10 @@ def design_from_formula(
     -----
     With "formulaic", a block whose terms are only ``0``, ``1`` and numeric columns is built directly, as
     formulaic would build it (:func:`plain_column_block`), sharing the caller's float64 columns under pandas'
-    copy-on-write (the design then holds no copy of them); every other block by formulaic, in new memory.
+    copy-on-write (the design then holds no copy of them); every other block by formulaic, in new memory,
+    131,072 rows at a time when its expressions act on each row alone
+    (:func:`dpivreg.formula_replay.replay_problems`), from all rows at once otherwise. Columns of 0/1 values
+    are held as uint8.
 
     With "patsy", ``1`` adds patsy's ``Intercept`` column and ``0 +`` or
     ``- 1`` remove it. Each patsy block is built separately with missing rows

@@ -86,12 +86,13 @@ def _assert_parity(design: IVDesign, model: IV2SLS) -> None:
     for block in BLOCKS:
         ours = getattr(design, block)
         theirs = getattr(model, block).pandas
-        assert all(dtype == np.float64 for dtype in ours.dtypes)
+        # float64, or uint8 for a column of 0/1 values (design._CompactColumns): equal once read as float64
+        assert all(dtype in (np.float64, np.uint8) for dtype in ours.dtypes)
         if theirs.shape[1] == 0:
             assert ours.shape == theirs.shape
             pd.testing.assert_index_equal(ours.index, model.dependent.pandas.index)
         else:
-            pd.testing.assert_frame_equal(ours, theirs.astype(np.float64))
+            pd.testing.assert_frame_equal(ours.astype(np.float64), theirs.astype(np.float64))
     assert design.regressor_names == list(model._columns)
     assert design.z_names == list(model._instr_columns)
 
@@ -126,8 +127,16 @@ LABSUP_FORMULAS = [
 ]
 
 
+@pytest.fixture(params=[None, 97], ids=["one-block", "blocks-of-97-rows"])
+def formula_blocks(request, monkeypatch) -> None:
+    """Build formulaic's blocks from all rows at once (the test frames are smaller than a block), or replay the
+    spec 97 rows at a time (design._formulaic_block), as for a large frame."""
+    if request.param is not None:
+        monkeypatch.setattr("dpivreg.design.FORMULA_BLOCK_ROWS", request.param)
+
+
 @pytest.mark.parametrize("formula", LABSUP_FORMULAS)
-def test_formulaic_parity_labsup(labsup: pd.DataFrame, formula: str) -> None:
+def test_formulaic_parity_labsup(labsup: pd.DataFrame, formula: str, formula_blocks: None) -> None:
     model = _quiet(IV2SLS.from_formula, formula, labsup)
     design = _quiet(design_from_formula, formula, labsup)
     _assert_parity(design, model)
@@ -147,7 +156,7 @@ SYNTHETIC_FORMULAS = [
 
 
 @pytest.mark.parametrize("formula", SYNTHETIC_FORMULAS)
-def test_formulaic_parity_synthetic(synthetic: pd.DataFrame, formula: str) -> None:
+def test_formulaic_parity_synthetic(synthetic: pd.DataFrame, formula: str, formula_blocks: None) -> None:
     model = _quiet(IV2SLS.from_formula, formula, synthetic)
     design = _quiet(design_from_formula, formula, synthetic)
     _assert_parity(design, model)
@@ -460,8 +469,8 @@ def test_array_parity(labsup: pd.DataFrame, kind: str) -> None:
     for block in BLOCKS:
         ours, theirs = getattr(design, block), getattr(model, block)
         assert list(ours.columns) == list(theirs.cols)
-        np.testing.assert_array_equal(ours.to_numpy(), theirs.ndarray)
-        assert all(dtype == np.float64 for dtype in ours.dtypes)
+        np.testing.assert_array_equal(ours.to_numpy(dtype=np.float64), theirs.ndarray)
+        assert all(dtype in (np.float64, np.uint8) for dtype in ours.dtypes)  # uint8: 0/1 columns, held compactly
     assert design.regressor_names == list(model._columns)
     assert design.z_names == list(model._instr_columns)
 
@@ -486,7 +495,10 @@ def test_array_bool_and_int_converted(synthetic: pd.DataFrame) -> None:
     data = synthetic.dropna()
     exog = data[["flag", "g"]].assign(const=1)
     design = design_from_arrays(data["y"], exog, data[["x1"]], data[["z1", "z2"]])
-    assert all(dtype == np.float64 for dtype in design.exog.dtypes)
+    # 0/1 values held as uint8, other integers as float64, the column of ones as one broadcast float64 value
+    assert design.exog.dtypes.to_dict() == {"flag": np.uint8, "g": np.float64, "const": np.float64}
+    assert design.exog["const"].to_numpy().strides == (0,)
+    np.testing.assert_array_equal(design.exog["g"], data["g"].astype(float))
     assert design.has_constant and design.constant_name == "const"
     np.testing.assert_array_equal(design.exog["flag"], data["flag"].astype(float))
 
@@ -804,7 +816,7 @@ def test_caller_frame_not_modified(synthetic: pd.DataFrame, engine: str) -> None
         formula_engine=engine,
     )
     pd.testing.assert_frame_equal(data, before)
-    design.exog.iloc[0, 1] = -99.0
+    design.exog.loc[design.exog.index[0], "w"] = -99.0
     pd.testing.assert_frame_equal(data, before)
 
 
