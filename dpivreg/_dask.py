@@ -558,7 +558,7 @@ def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame, context: M
             raise ValueError(
                 f"{problem.expression!r} in the {block} block: {problem.why}; with a Dask DataFrame every "
                 "partition must see the same levels. Make it a category with known categories first, "
-                "e.g. ddf[col] = ddf[col].astype('category').cat.as_known()."
+                f"e.g. ddf[{problem.column!r}] = ddf[{problem.column!r}].astype('category').cat.as_known()."
             )
         if problem.kind == "other rows":
             raise _other_rows_error(problem, block)

@@ -711,13 +711,16 @@ def _formulaic_block(block: str, text: str, data: pd.DataFrame, context: Mapping
     if n > rows and not replay:
         first = formulaic_block_matrix(block, text, data, context)
     columns = _CompactColumns(n, float_values(pd.DataFrame(first), block))
-    for start in range(rows, n if replay else 0, rows):
-        try:
-            part = first.model_spec.get_model_matrix(data.iloc[start:start + rows], context=ctx)
-        except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached, as for the first rows
-            raise _block_error(block, text, "formulaic", exc) from exc
-        columns.write(start, float_values(pd.DataFrame(part), block))
-    return columns.frame(data.index, list(first.columns))
+    if replay:
+        for start in range(rows, n, rows):
+            try:
+                part = first.model_spec.get_model_matrix(data.iloc[start:start + rows], context=ctx)
+            except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached, as for the first rows
+                raise _block_error(block, text, "formulaic", exc) from exc
+            columns.write(start, float_values(pd.DataFrame(part), block))
+    frame = columns.frame(data.index, list(first.columns))
+    frame.attrs[_FLOAT_BLOCK] = True  # already the design's block: _as_float_blocks keeps it
+    return frame
 
 
 class _CompactColumns:
@@ -743,12 +746,11 @@ class _CompactColumns:
             target[start:stop] = column
 
     def frame(self, index: pd.Index, names: list) -> pd.DataFrame:
-        """The columns as a design block (marked as such for :func:`_as_float_blocks`), without copying them."""
+        """The columns as a design block, without copying them."""
         arrays = [np.broadcast_to(np.float64(1.0), array.shape) if array.dtype == np.uint8 and array.all() else array
                   for array in self.arrays]
         frame = pd.DataFrame(dict(enumerate(arrays)), index=index, copy=False)
         frame.columns = names
-        frame.attrs[_FLOAT_BLOCK] = True
         return frame
 
 
@@ -1277,7 +1279,6 @@ def _as_float_blocks(blocks: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]
             out[block] = frame
             continue
         out[block] = _CompactColumns(frame.shape[0], float_values(frame, block)).frame(frame.index, list(frame.columns))
-        out[block].attrs.pop(_FLOAT_BLOCK)
     return out
 
 

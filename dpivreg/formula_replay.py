@@ -54,11 +54,13 @@ ProblemKind = Literal["stateful", "levels", "other rows", "namespace array", "un
 
 @dataclass(frozen=True)
 class ReplayProblem:
-    """Why one expression of a spec may not replay block by block: ``kind`` and a sentence saying why."""
+    """Why one expression of a spec may not replay block by block: ``kind``, a sentence saying why, and for "levels"
+    the column read as a category."""
 
     kind: ProblemKind
     expression: str
     why: str
+    column: str | None = None
 
 
 def replay_problems(spec: Any, data: pd.DataFrame, context: Mapping[str, Any]) -> list[ReplayProblem]:
@@ -99,7 +101,7 @@ def replay_problems(spec: Any, data: pd.DataFrame, context: Mapping[str, Any]) -
                 problems.append(ReplayProblem(
                     "levels", str(expression),
                     f"it treats column {column!r} (dtype {data[column].dtype}) as a category, whose levels formulaic "
-                    "would read from the rows it sees"))
+                    "would read from the rows it sees", column))
     return problems
 
 
