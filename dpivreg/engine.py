@@ -379,14 +379,18 @@ def iteration_plan(n: int, q: int, p: int, n_exog: int, *, T: int, rho1: float, 
 # validation
 # ----------------------------------------------------------------------------------------
 def _as_float_matrix(a, name: str, *, ndim: int) -> np.ndarray:
-    """``a`` as a C-contiguous float64 array of ``ndim`` dimensions, checked finite (no copy when it already is one)."""
+    """``a`` as a contiguous float64 array of ``ndim`` dimensions, checked finite: no copy when it already is one, in
+    either order (the kernels read both at the same speed, measured, and pandas' ``to_numpy()`` of a float block is
+    column-major: copying it to row-major doubled a fit's memory); any other array is copied, row-major."""
     try:
         arr = np.asarray(a)
     except Exception as exc:  # pragma: no cover - numpy raises many types here
         raise TypeError(f"{name} must be array-like of numbers: {exc}") from exc
     _check_number_dtype(arr.dtype, name)
     arr = _fix_ndim(arr, name, ndim)
-    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    arr = np.asarray(arr, dtype=np.float64)
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        arr = np.ascontiguousarray(arr)
     if not _all_finite(arr):
         raise ValueError(f"{name} contains NaN or infinite values: drop or impute those rows first.")
     return arr
