@@ -22,7 +22,7 @@ import numpy as np
 from .kernels import block_sums, resolve_kernel, safe_block_sums, safe_unit_block_sums, unit_block_sums
 
 __all__ = ["RowSource", "InMemoryRows", "BuiltRows", "DaskRows", "is_dask_collection", "map_row_blocks", "add_parts",
-           "DESIGN_BLOCK_ROWS", "count_passes", "PassCounter", "balanced_owners"]
+           "DESIGN_BLOCK_ROWS", "count_passes", "PassCounter", "balanced_owners", "task_shares"]
 
 # Below this many rows per thread, starting threads costs more than it saves.
 _MIN_ROWS_PER_THREAD = 20_000
@@ -410,12 +410,14 @@ class _PlacedBlocks:
     """Row blocks persisted on a distributed cluster, grouped by the worker that holds them.
 
     A pass submits one task per worker thread, pinned to that worker (other workers may take it if it
-    leaves), over a contiguous share of at most :data:`_BLOCKS_PER_TASK` of the blocks whose Z the worker
-    holds (X's and Y's come along if they live elsewhere; a task holds its share's blocks in memory at once),
-    after :func:`balanced_owners` has evened out the rows per worker thread.
+    leaves), over a contiguous share of the blocks whose Z the worker holds, after :func:`balanced_owners` has
+    evened out the rows per worker thread (:func:`task_shares`: a share is cut further only where its task would
+    fetch more than :data:`_FETCHED_BLOCKS_PER_TASK` blocks held elsewhere, which it holds in memory together;
+    the blocks a worker holds cost it no memory).
     On a 2-worker LocalCluster a pass over 10⁷ rows in 50 blocks took 0.30 s this way against 0.44 s with one
     task per block (the threaded scheduler: 0.23 s; ``benchmarks/cluster_pass.py``): the scheduler's cost per
-    task, not the kernels, made the difference.
+    task, not the kernels, made the difference. That cost is about 5 ms a task on a 2-core machine (8 tasks
+    that do nothing: 38–45 ms a pass), so a worker's blocks are one task, not one per 8 blocks as before.
     """
 
     def __init__(self, client, blocks: list[tuple], groups: list[tuple[str, list[int]]], endog_from: int) -> None:
@@ -441,7 +443,7 @@ class _PlacedBlocks:
             return None
         blocks = list(zip(*columns))
         wait([future for block in blocks for future in block])  # persisted, perhaps not computed yet
-        holders = client.who_has([z for z, _, _ in blocks])
+        holders = client.who_has([future for block in blocks for future in block])
         owners = [min(holders.get(z.key, ())) if holders.get(z.key) else None for z, _, _ in blocks]
         if None in owners:
             return None
@@ -450,9 +452,8 @@ class _PlacedBlocks:
         groups = []
         for worker in sorted(set(owners)):
             mine = [i for i, owner in enumerate(owners) if owner == worker]
-            tasks = min(len(mine), max(threads.get(worker, 1), -(-len(mine) // _BLOCKS_PER_TASK)))
-            for share in np.array_split(np.array(mine), tasks):
-                groups.append((worker, [int(i) for i in share]))
+            fetched = {i for i in mine if any(worker not in holders.get(future.key, ()) for future in blocks[i])}
+            groups += [(worker, share) for share in task_shares(mine, fetched, threads.get(worker, 1))]
         return cls(client, blocks, groups, endog_from)
 
     def map(self, func, args: tuple) -> list:
@@ -525,8 +526,27 @@ def _flat_keys(keys) -> list:
     return [keys]
 
 
-#: Most blocks one task of :class:`_PlacedBlocks` reads (their memory is held together while it runs).
-_BLOCKS_PER_TASK = 8
+#: Most blocks held by another worker that one task of :class:`_PlacedBlocks` fetches (their copies are held in
+#: its memory together while it runs).
+_FETCHED_BLOCKS_PER_TASK = 8
+
+
+def task_shares(mine: list[int], fetched: set[int], threads: int) -> list[list[int]]:
+    """The tasks of one worker in a pass of :class:`_PlacedBlocks`: its blocks ``mine`` (increasing) cut into one
+    contiguous share per thread (at most one per block), each cut again before the block that would make its
+    task fetch more than :data:`_FETCHED_BLOCKS_PER_TASK` of the blocks in ``fetched`` (held elsewhere)."""
+    shares = []
+    for share in np.array_split(np.array(mine, dtype=np.int64), min(len(mine), threads)):
+        piece: list[int] = []
+        count = 0
+        for i in (int(i) for i in share):
+            if i in fetched and count == _FETCHED_BLOCKS_PER_TASK:
+                shares.append(piece)
+                piece, count = [], 0
+            piece.append(i)
+            count += i in fetched
+        shares.append(piece)
+    return shares
 
 
 def _on_blocks(func, endog_from: int, blocks: list[tuple], args: tuple) -> list:

@@ -177,9 +177,9 @@ def test_persisted_blocks_on_a_cluster_take_one_task_per_worker_thread(monkeypat
         rows = DaskRows(*persisted, endog_from=k)
         assert rows._placed is not None and rows.p_endog == p_endog
         shares = [i for _, share in rows._placed.groups for i in share]
-        assert all(share == sorted(share) and len(share) <= backends._BLOCKS_PER_TASK
-                   for _, share in rows._placed.groups)
-        assert sorted(shares) == list(range(len(Z) // chunks)) and len(rows._placed.groups) <= 2
+        assert all(share == sorted(share) for _, share in rows._placed.groups)
+        assert sorted(shares) == list(range(len(Z) // chunks))
+        assert len(rows._placed.groups) == len({worker for worker, _ in rows._placed.groups})  # one task a worker
         submitted = []
         real_submit = client.submit
         client.submit = lambda *args, **kw: submitted.append(kw["workers"]) or real_submit(*args, **kw)
@@ -221,6 +221,23 @@ def test_balanced_owners_moves_the_fewest_blocks_to_even_the_rows_per_thread(own
     from dpivreg.backends import balanced_owners
 
     assert "".join(balanced_owners(list(owners), rows, threads)) == expected
+
+
+@pytest.mark.parametrize(("mine", "fetched", "threads", "expected"), [
+    (range(25), set(), 1, [list(range(25))]),  # all held by the worker: one task, whatever their number
+    (range(6), set(), 2, [[0, 1, 2], [3, 4, 5]]),  # one task a thread
+    (range(3), set(), 4, [[0], [1], [2]]),  # never more tasks than blocks
+    # 10 blocks fetched from elsewhere among 12: cut before the 9th fetched one (block 8)
+    (range(12), {0, 1, 2, 3, 4, 5, 6, 7, 8, 10}, 1, [list(range(8)), [8, 9, 10, 11]]),
+    (range(12), {1, 3, 5, 7, 9, 10, 11}, 1, [list(range(12))]),  # 7 fetched: one task
+    ([3, 5, 9], {9}, 1, [[3, 5, 9]]),
+])
+def test_task_shares_cut_a_workers_blocks_per_thread_and_per_fetched_blocks(mine, fetched, threads, expected):
+    """Worked by hand, with at most 8 fetched blocks a task (_FETCHED_BLOCKS_PER_TASK)."""
+    from dpivreg import backends
+
+    assert backends._FETCHED_BLOCKS_PER_TASK == 8
+    assert backends.task_shares(list(mine), fetched, threads) == expected
 
 
 def test_blocks_persisted_on_one_worker_are_spread_over_the_cluster():
