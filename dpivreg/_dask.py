@@ -44,7 +44,7 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from .backends import add_parts, is_dask_collection as _is_dask_collection, one_pass
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors, r_factor
-from .formula_replay import ReplayProblem, expression_problem, replay_problems
+from .formula_replay import ReplayProblem, expression_problem, formula_problems, replay_problems
 from .boundary import DATA_CHECK_NOTE, BoundaryFacts, missing_policy
 from .design import (
     _BLOCKS,
@@ -547,21 +547,34 @@ def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame, context: M
     """Raise for what would make a partition's rows differ from the pandas design's (:mod:`dpivreg.formula_replay`):
     stateful transforms, categories whose levels would be read from the sample, expressions that read other rows.
     Functions of the caller's own are trusted to act row by row (documented); arrays of the namespace raise in
-    :func:`_ship`."""
+    :func:`_ship`, and here when reached through an attribute (``cfg.weights``), which is not shipped by name."""
     for problem in replay_problems(spec, meta, context):
+        _check_namespace_array(problem, block)
         if problem.kind == "stateful":
             raise ValueError(
                 f"the {block} block {text!r} uses the stateful transform(s) {sorted(spec.transform_state)}. "
                 + _STATEFUL_HELP
             )
         if problem.kind == "levels":
+            fix = (f"Make it a category with known categories first, e.g. ddf[{problem.column!r}] = "
+                   f"ddf[{problem.column!r}].astype('category').cat.as_known()." if problem.column is not None else
+                   "Declare the levels in the formula, C(..., levels=[...]), or compute the column with Dask first "
+                   "as a category with known categories.")
             raise ValueError(
                 f"{problem.expression!r} in the {block} block: {problem.why}; with a Dask DataFrame every "
-                "partition must see the same levels. Make it a category with known categories first, "
-                f"e.g. ddf[{problem.column!r}] = ddf[{problem.column!r}].astype('category').cat.as_known()."
+                f"partition must see the same levels. {fix}"
             )
         if problem.kind == "other rows":
             raise _other_rows_error(problem, block)
+
+
+def _check_namespace_array(problem: ReplayProblem, block: str) -> None:
+    """Raise for an array of the namespace reached through a module (``cfg.weights``): :func:`_ship` sees names."""
+    if problem.kind == "namespace array" and "." in problem.variable:
+        raise ValueError(
+            f"{problem.expression!r} in the {block} block: {problem.why}; with a Dask DataFrame the formula is "
+            "applied to each partition separately. Add the array as a column of the Dask DataFrame instead."
+        )
 
 
 def _other_rows_error(problem: ReplayProblem, block: str) -> ValueError:
@@ -586,6 +599,8 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
         if text is None:
             specs.append(None)
             continue
+        for problem in formula_problems(text, sample, ctx):  # before the sample, which such an array fails
+            _check_namespace_array(problem, block)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", DataMismatchWarning)
             matrix = formulaic_block_matrix(block, text, sample, ctx)

@@ -48,7 +48,7 @@ from .backends import add_parts, map_row_blocks
 from .boundary import (DATA_CHECK_NOTE, BoundaryFacts, MissingPolicy, data_derived_levels, declared_zero_columns, fill_frame,
                        indicator_name, missing_policy, unit_columns)
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors
-from .formula_replay import replay_problems
+from .formula_replay import formula_problems, replay_problems
 
 __all__ = [
     "FORMULA_ENGINES",
@@ -194,8 +194,9 @@ class IVDesign(BoundaryFacts, _DesignNames):
     endog : DataFrame
         Endogenous regressors, ``nobs`` by ``p`` with ``p >= 1``.
     instruments : DataFrame
-        Excluded instruments, ``nobs`` by ``q`` with ``q >= p``. The built designs hold float64
-        columns, and uint8 for columns of 0/1 values (read as float64 by every pass).
+        Excluded instruments, ``nobs`` by ``q`` with ``q >= p``. Every block reads as float64 columns; the built
+        designs hold a column of 0/1 values as uint8 (one byte a row), which each pass and each read of a block
+        (``design.exog``) widens to float64, so a user's arithmetic on a block never wraps around.
     formula : str, optional
         The formula the design was built from, None for array input.
     formula_engine : str, optional
@@ -239,54 +240,58 @@ class IVDesign(BoundaryFacts, _DesignNames):
 
     def __post_init__(self) -> None:
         for name in _BLOCKS:
-            block = getattr(self, name)
+            block = self._stored(name)
             if not isinstance(block, pd.DataFrame):
                 raise TypeError(
                     f"IVDesign.{name} must be a pandas DataFrame, got "
                     f"{type(block).__name__}."
                 )
-        nobs = self.dependent.shape[0]
+        nobs = self._stored("dependent").shape[0]
         for name in _BLOCKS[1:]:
-            rows = getattr(self, name).shape[0]
+            rows = self._stored(name).shape[0]
             if rows != nobs:
                 raise ValueError(
                     f"IVDesign.{name} has {rows} rows but dependent has {nobs}; "
                     "all blocks must have the same rows."
                 )
-        if self.dependent.shape[1] != 1:
+        if self._stored("dependent").shape[1] != 1:
             raise ValueError(
                 "IVDesign.dependent must have exactly one column, got "
-                f"{self.dependent.shape[1]}."
+                f"{self._stored('dependent').shape[1]}."
             )
-        if self.endog.shape[1] == 0:
+        if self._stored("endog").shape[1] == 0:
             raise ValueError("IVDesign.endog must have at least one column.")
-        if self.constant is not None and self.constant not in self.exog.columns:
+        if self.constant is not None and self.constant not in self._stored("exog").columns:
             raise ValueError(f"IVDesign.constant {self.constant!r} is not an exogenous column {self.exog_names}.")
+
+    def _stored(self, name: str) -> pd.DataFrame:
+        """Block ``name`` as the design holds it (0/1 columns as uint8); ``design.<name>`` reads it as float64."""
+        return self.__dict__["_blocks"][name]
 
     @property
     def nobs(self) -> int:
         """Number of observations (rows) used in estimation."""
-        return int(self.dependent.shape[0])
+        return int(self._stored("dependent").shape[0])
 
     @property
     def dependent_name(self) -> Hashable:
         """Name of the dependent variable."""
-        return self.dependent.columns[0]
+        return self._stored("dependent").columns[0]
 
     @property
     def exog_names(self) -> list[Hashable]:
         """Names of the exogenous regressors."""
-        return list(self.exog.columns)
+        return list(self._stored("exog").columns)
 
     @property
     def endog_names(self) -> list[Hashable]:
         """Names of the endogenous regressors."""
-        return list(self.endog.columns)
+        return list(self._stored("endog").columns)
 
     @property
     def instrument_names(self) -> list[Hashable]:
         """Names of the excluded instruments."""
-        return list(self.instruments.columns)
+        return list(self._stored("instruments").columns)
 
     @property
     def constant_name(self) -> Hashable | None:
@@ -299,13 +304,19 @@ class IVDesign(BoundaryFacts, _DesignNames):
         state.pop("_columns", None)
         return state
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle, also a design pickled before the blocks moved to ``_blocks`` (dpivreg 0.1)."""
+        state = dict(state)
+        state.setdefault("_blocks", {name: state.pop(name) for name in _BLOCKS if name in state})
+        self.__dict__.update(state)
+
     # ------------------------------------------------------------ passes over the rows (NON-PRIVATE)
     @cached_property
     def _columns(self) -> tuple[np.ndarray, ...]:
         """The columns of [dependent, exog, endog, instruments], one float64 array each: views of the blocks'
         values (a whole block's ``to_numpy()`` would copy a block that pandas holds in several pieces, as the
         blocks that share the caller's columns are)."""
-        return tuple(column for name in _BLOCKS for column in frame_columns(getattr(self, name)))
+        return tuple(column for name in _BLOCKS for column in frame_columns(self._stored(name)))
 
     def row_block(self, rows: slice) -> np.ndarray:
         """Rows ``rows`` of [dependent, exog, endog, instruments] as one float64 array (:func:`stack_rows`)."""
@@ -361,6 +372,25 @@ class IVDesign(BoundaryFacts, _DesignNames):
         (:class:`ReorderedDesign`): what the privacy units keep, units and clusters contiguous (``groups``, a
         :class:`dpivreg.units.RowGroups` of the reordered rows)."""
         return ReorderedDesign(self, np.asarray(order, dtype=np.int64), groups)
+
+
+def _block_property(name: str) -> property:
+    """``IVDesign.<name>``: the block with float64 columns. A column held as uint8 (0/1 values) is widened in a new
+    frame (arithmetic on uint8 wraps around, 0 − 1 = 255; found by review); a block without one is the block."""
+
+    def read(design: IVDesign) -> pd.DataFrame:
+        block = design._stored(name)
+        compact = {column: np.float64 for column, dtype in block.dtypes.items() if dtype == np.uint8}
+        return block.astype(compact) if compact else block
+
+    def store(design: IVDesign, block: pd.DataFrame) -> None:  # the dataclass's __init__ sets the blocks
+        design.__dict__.setdefault("_blocks", {})[name] = block
+
+    return property(read, store, doc=f"The {name} block, float64 columns.")
+
+
+for _name in _BLOCKS:
+    setattr(IVDesign, _name, _block_property(_name))
 
 
 def frame_columns(frame: pd.DataFrame) -> list[np.ndarray]:
@@ -695,20 +725,30 @@ def _formulaic_block(block: str, text: str, data: pd.DataFrame, context: Mapping
     """
     One block built by formulaic, :data:`FORMULA_BLOCK_ROWS` rows at a time when that gives the same matrix.
 
-    The first rows are built with :func:`formulaic_block_matrix`; when its model spec replays exactly
-    (:func:`dpivreg.formula_replay.replay_problems`: element-wise expressions, declared category levels, no
-    stateful transform), the spec is applied to each later block of rows and the values written into the
-    design's columns (:class:`_CompactColumns`), so formulaic's intermediate frames never hold more than a block.
-    Otherwise (a function of the caller's own, ``np.mean``, levels read from a text column, ``center()``, ...)
-    formulaic builds the block from all rows at once, as linearmodels does. Either way the design holds the
-    columns compactly (0/1 columns as uint8).
+    When the formula's expressions act on each row alone (:func:`dpivreg.formula_replay.formula_problems`, from the
+    text), the first rows are built with :func:`formulaic_block_matrix`; when its model spec replays exactly too
+    (:func:`dpivreg.formula_replay.replay_problems`: declared category levels, no stateful transform), the spec is
+    applied to each later block of rows and the values written into the design's columns (:class:`_CompactColumns`),
+    so formulaic's intermediate frames never hold more than a block. Otherwise (a function of the caller's own,
+    ``np.mean``, an array of the namespace, levels read from a text column, ``center()``, ...) formulaic builds the
+    block from all rows at once, as linearmodels does, and the first rows' own build (which might fail or warn on
+    those rows alone) is dropped. Either way the design holds the columns compactly (0/1 columns as uint8).
     """
     rows = FORMULA_BLOCK_ROWS
     n = data.shape[0]
-    first = formulaic_block_matrix(block, text, data.iloc[:rows] if n > rows else data, context)
     ctx = _formulaic_context(context)
-    replay = n > rows and not replay_problems(first.model_spec, data, ctx)
-    if n > rows and not replay:
+    replay = n > rows and not formula_problems(text, data, ctx)  # else the first rows alone might not even build
+    if replay:
+        with warnings.catch_warnings(record=True) as caught:  # kept only if the spec replays
+            warnings.simplefilter("always")
+            try:
+                first = formulaic_block_matrix(block, text, data.iloc[:rows], context)
+            except ValueError:  # all rows at once, below, say whether the formula itself fails
+                replay = False
+        replay = replay and not replay_problems(first.model_spec, data, ctx)
+        if replay:
+            _reemit(caught)
+    if not replay:
         first = formulaic_block_matrix(block, text, data, context)
     columns = _CompactColumns(n, float_values(pd.DataFrame(first), block))
     if replay:
@@ -721,6 +761,12 @@ def _formulaic_block(block: str, text: str, data: pd.DataFrame, context: Mapping
     frame = columns.frame(data.index, list(first.columns))
     frame.attrs[_FLOAT_BLOCK] = True  # already the design's block: _as_float_blocks keeps it
     return frame
+
+
+def _reemit(caught: list) -> None:
+    """Warn again each of the warnings ``caught`` recorded."""
+    for record in caught:
+        warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
 
 
 class _CompactColumns:

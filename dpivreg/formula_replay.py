@@ -11,20 +11,28 @@ A spec replays exactly when
 
 * no transform is stateful (``center()``, ``scale()``, ``poly()``, ``bs()`` learn parameters from the rows they
   see);
-* every categorical factor reads a pandas ``Categorical`` column, whose levels are declared (formulaic would read
-  the levels of a text, boolean or numeric column from the rows it sees);
-* every expression is built from columns, numbers, arithmetic, comparisons, NumPy's element-wise functions
-  (``np.log``, ``np.exp``, ..., every ``numpy.ufunc``; also ``np.where``, ``np.clip``, ``np.round``), ``I(...)``
-  and ``C(...)``. A method of a column (``x.mean()``, ``x.shift()``), any other NumPy or pandas function
-  (``np.mean``, ``pd.qcut``) or formulaic transform (``lag()``), and a subscript read other rows; an array from
-  the caller's namespace cannot be split with the rows. Functions of the caller's own are "unknown": the Dask
-  design trusts them to act row by row (its documentation says so), the in-memory design builds such formulas
-  on all rows at once instead.
+* every categorical factor reads a pandas ``Categorical`` column, whose levels are declared, as the column itself
+  or ``C(column)``, or declares its levels, ``C(..., levels=[...])`` (formulaic would read the levels of a text,
+  boolean or numeric column, or of an expression such as ``C(g == 'a')``, from the rows it sees);
+* every expression is built from columns (also quoted, ```a b```), numbers, arithmetic, comparisons, NumPy's
+  element-wise functions (``np.log``, ``np.exp``, ..., every ``numpy.ufunc`` with no core dimensions; also
+  ``np.where``, ``np.clip``, ``np.round``), ``abs``, ``round``, ``I(...)`` and ``C(...)``. A method of a column
+  (``x.mean()``, ``x.shift()``) or of a ufunc (``np.add.reduce``), a generalised ufunc (``np.matmul``,
+  ``np.vecdot``), any other function of NumPy, pandas, SciPy, formulaic (``lag()``) or Python's standard library
+  (``sum``, ``statistics.fmean``), and a subscript read other rows; an array from the caller's namespace cannot
+  be split with the rows. Functions of the caller's own are "unknown": the Dask design trusts them to act row by
+  row (its documentation says so), the in-memory design builds such formulas on all rows at once instead.
+
+:func:`formula_problems` checks a formula's expressions from its text alone, before anything is built;
+:func:`replay_problems` checks a built spec (its stateful transforms and categories too).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Number
@@ -34,7 +42,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-__all__ = ["ReplayProblem", "expression_problem", "replay_problems"]
+__all__ = ["ReplayProblem", "expression_problem", "formula_problems", "replay_problems"]
 
 #: formulaic's transforms that act on each row alone: ``I`` is the identity, ``Q`` reads a column by its quoted name,
 #: ``C`` codes a category (its levels are checked separately, from the spec's encoders).
@@ -43,8 +51,16 @@ _ROWWISE_TRANSFORMS = ("I", "Q", "C")
 #: NumPy functions that are not ufuncs but act element by element on arrays of one shape.
 _ROWWISE_NUMPY = (np.where, np.clip, np.round, np.around)
 
-#: Modules whose functions are known: only their element-wise ones are row-wise.
-_KNOWN_MODULES = ("numpy", "pandas", "formulaic", "scipy")
+#: Python's built-in functions that act element by element on a column (``abs(x)``, ``round(x, 2)``).
+_ROWWISE_BUILTINS = (builtins.abs, builtins.round)
+
+#: Modules whose functions are known: only their element-wise ones are row-wise. Python's standard library too
+#: (``sum``, ``max``, ``statistics.fmean``, ``math.fsum`` read every row).
+_KNOWN_MODULES = frozenset(("numpy", "pandas", "formulaic", "scipy", "builtins",
+                            *getattr(sys, "stdlib_module_names", ())))
+
+#: A name quoted in backticks (```a b```), which formulaic reads as a column or a variable of that name.
+_QUOTED = re.compile(r"`([^`]*)`")
 
 _ALLOWED_NODES = (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call,
                   ast.Attribute, ast.keyword, ast.List, ast.Tuple, ast.operator, ast.unaryop, ast.cmpop)
@@ -54,13 +70,15 @@ ProblemKind = Literal["stateful", "levels", "other rows", "namespace array", "un
 
 @dataclass(frozen=True)
 class ReplayProblem:
-    """Why one expression of a spec may not replay block by block: ``kind``, a sentence saying why, and for "levels"
-    the column read as a category."""
+    """Why one expression of a spec may not replay block by block: ``kind``, a sentence saying why, for "levels"
+    the column read as a category (None for an expression's values), and for "namespace array" the name read
+    (dotted when reached through a module, ``cfg.weights``)."""
 
     kind: ProblemKind
     expression: str
     why: str
     column: str | None = None
+    variable: str | None = None
 
 
 def replay_problems(spec: Any, data: pd.DataFrame, context: Mapping[str, Any]) -> list[ReplayProblem]:
@@ -83,58 +101,160 @@ def replay_problems(spec: Any, data: pd.DataFrame, context: Mapping[str, Any]) -
     """
     problems = [ReplayProblem("stateful", name, "a stateful transform learns its parameters from the rows it sees")
                 for name in sorted(spec.transform_state)]
-    reads: dict[str, set] = {}
-    for term in spec.formula:
-        for factor in term.factors:
-            expression = str(factor.expr)
-            reads[expression] = set(getattr(factor, "required_variables", set()) or set())
-            if getattr(factor.eval_method, "value", factor.eval_method) == "literal":
-                continue
-            problem = expression_problem(expression, data, context)
+    for problem in _factor_problems((factor for term in spec.formula for factor in term.factors), data, context):
+        if problem not in problems:
+            problems.append(problem)
+    for expression, (kind, _state) in spec.encoder_state.items():
+        if getattr(kind, "value", kind) == "categorical":
+            problem = _levels_problem(str(expression), data, context)
             if problem is not None and problem not in problems:
                 problems.append(problem)
-    for expression, (kind, _state) in spec.encoder_state.items():
-        if getattr(kind, "value", kind) != "categorical":
-            continue
-        for column in sorted(map(str, reads.get(str(expression), set()))):
-            if column in data.columns and not isinstance(data[column].dtype, pd.CategoricalDtype):
-                problems.append(ReplayProblem(
-                    "levels", str(expression),
-                    f"it treats column {column!r} (dtype {data[column].dtype}) as a category, whose levels formulaic "
-                    "would read from the rows it sees", column))
     return problems
+
+
+def formula_problems(text: str, data: pd.DataFrame, context: Mapping[str, Any]) -> list[ReplayProblem]:
+    """The problems of the expressions of formula ``text`` (one block's right-hand side), found from the text alone
+    (stateful transforms show as calls that read other rows; categories need a built spec,
+    :func:`replay_problems`). Empty also when formulaic cannot parse ``text``: building it then says why."""
+    from formulaic import Formula  # noqa: PLC0415 - formulaic is imported with the formula
+
+    try:
+        terms = list(Formula(text))
+    except Exception:  # noqa: BLE001 - the build reports the formula's error
+        return []
+    return list(dict.fromkeys(_factor_problems((factor for term in terms for factor in term.factors), data,
+                                               context)))
+
+
+def _factor_problems(factors: Any, data: pd.DataFrame, context: Mapping[str, Any]) -> list[ReplayProblem]:
+    """The problem of each of formulaic's factors that has one: an expression's (:func:`expression_problem`), or
+    for a name looked up (a column, perhaps quoted in backticks), an array of the namespace of that name."""
+    problems = []
+    for factor in factors:
+        method = getattr(factor.eval_method, "value", factor.eval_method)
+        expression = str(factor.expr)
+        if method == "literal" or (method == "lookup" and expression in data.columns):
+            continue
+        if method == "lookup":
+            problem = _namespace_array(expression, expression, context)
+        else:
+            problem = expression_problem(expression, data, context)
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def _namespace_array(name: str, expression: str, context: Mapping[str, Any]) -> ReplayProblem | None:
+    """The problem of reading ``name`` (not a column) when it is an array of the namespace, else None."""
+    return _namespace_array_problem(name, expression) if _is_array(_lookup(name, context)) else None
+
+
+def _namespace_array_problem(name: str, expression: str) -> ReplayProblem:
+    return ReplayProblem("namespace array", expression,
+                         f"it reads {name!r}, an array from your namespace, which cannot be split with the rows",
+                         variable=name)
+
+
+def _levels_problem(expression: str, data: pd.DataFrame, context: Mapping[str, Any]) -> ReplayProblem | None:
+    """None when the categorical factor ``expression`` has declared levels: a ``Categorical`` column, as itself or
+    in ``C(column, ...)``, or ``C(..., levels=...)``; else the "levels" problem (naming the column it reads, if
+    it is one column)."""
+    scope = _Scope.of(expression, data)
+    node = scope.tree.body if scope.tree is not None else None
+    if (isinstance(node, ast.Call) and _resolve(node.func, scope, context) is _lookup("C", {})
+            and any(k.arg == "levels" and not (isinstance(k.value, ast.Constant) and k.value.value is None)
+                    for k in node.keywords)):
+        return None
+    if isinstance(node, ast.Call) and node.args and _resolve(node.func, scope, context) is _lookup("C", {}):
+        node = node.args[0]
+    column = scope.column(node) if isinstance(node, ast.Name) else (expression if expression in data.columns
+                                                                     else None)
+    if column is not None and isinstance(data[column].dtype, pd.CategoricalDtype):
+        return None
+    if column is not None:
+        why = (f"it treats column {column!r} (dtype {data[column].dtype}) as a category, whose levels formulaic would "
+               "read from the rows it sees")
+    else:
+        why = ("it treats the values of an expression as a category, whose levels formulaic would read from the "
+               "rows it sees (declare them: C(..., levels=[...]))")
+    return ReplayProblem("levels", expression, why, column)
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """An expression parsed as formulaic reads it: names quoted in backticks replaced by placeholders
+    (``quoted``: placeholder -> name), and the data's columns."""
+
+    tree: ast.Expression | None
+    quoted: dict[str, str]
+    columns: Any
+
+    @classmethod
+    def of(cls, expression: str, data: pd.DataFrame) -> "_Scope":
+        quoted: dict[str, str] = {}
+
+        def placeholder(match: re.Match) -> str:
+            key = f"_dpivreg_quoted_{len(quoted)}"
+            quoted[key] = match.group(1)
+            return key
+
+        try:
+            tree = ast.parse(_QUOTED.sub(placeholder, expression), mode="eval")
+        except SyntaxError:
+            tree = None
+        return cls(tree, quoted, data.columns)
+
+    def name(self, node: ast.Name) -> str:
+        """The name a Name node reads (a quoted name unquoted)."""
+        return self.quoted.get(node.id, node.id)
+
+    def column(self, node: ast.AST) -> str | None:
+        """The column a Name node reads, or None."""
+        if isinstance(node, ast.Name) and self.name(node) in self.columns:
+            return self.name(node)
+        return None
 
 
 def expression_problem(expression: str, data: pd.DataFrame, context: Mapping[str, Any]) -> ReplayProblem | None:
     """The first reason why the Python expression ``expression`` (a factor of formulaic or patsy) may read other rows
     than its own, or None. A function of the caller's own is reported ("unknown function") only when nothing worse
     is found."""
-    try:
-        tree = ast.parse(expression, mode="eval")
-    except SyntaxError:
+    scope = _Scope.of(expression, data)
+    if scope.tree is None:
         return ReplayProblem("other rows", expression, "it is not a Python expression that could be checked")
     unknown = None
-    for node in ast.walk(tree):
+    for node in ast.walk(scope.tree):
         if not isinstance(node, _ALLOWED_NODES):
             return ReplayProblem("other rows", expression,
                                  f"it uses {type(node).__name__.lower()} syntax, which may read other rows")
-        if isinstance(node, ast.Name) and node.id not in data.columns and _is_array(_lookup(node.id, context)):
-            return ReplayProblem("namespace array", expression,
-                                 f"it reads {node.id!r}, an array from your namespace, which cannot be split with "
-                                 "the rows")
-        if isinstance(node, ast.Attribute) and not _resolves_in_namespace(node, data, context):
+        if isinstance(node, ast.Name) and scope.column(node) is None:
+            problem = _namespace_array(scope.name(node), expression, context)
+            if problem is not None:
+                return problem
+        if isinstance(node, ast.Attribute) and not _resolves_in_namespace(node, scope, context):
             return ReplayProblem("other rows", expression,
                                  f"it reads the attribute {node.attr!r} of a column or value (a method such as "
                                  "x.mean() or x.shift() sees every row)")
+        if isinstance(node, ast.Attribute) and _is_array(_resolve(node, scope, context)):  # cfg.weights
+            return _namespace_array_problem(_unparse(node, scope), expression)
         if isinstance(node, ast.Call):
-            verdict = _call_verdict(node.func, data, context)
+            verdict = _call_verdict(node.func, scope, context)
             if verdict == "other rows":
                 return ReplayProblem("other rows", expression,
-                                     f"it calls {ast.unparse(node.func)}, which is not an element-wise function")
+                                     f"it calls {_unparse(node.func, scope)}, which is not an element-wise function")
             if verdict == "unknown" and unknown is None:
                 unknown = ReplayProblem("unknown function", expression,
-                                        f"it calls your function {ast.unparse(node.func)}, which may read other rows")
+                                        f"it calls your function {_unparse(node.func, scope)}, which may read other "
+                                        "rows")
     return unknown
+
+
+def _unparse(node: ast.AST, scope: _Scope) -> str:
+    """``node`` as written (quoted names quoted again)."""
+    text = ast.unparse(node)
+    for key, name in scope.quoted.items():
+        text = text.replace(key, f"`{name}`")
+    return text
 
 
 _MISSING = object()
@@ -143,7 +263,7 @@ _MISSING = object()
 def _lookup(name: str, context: Mapping[str, Any]) -> Any:
     """What ``name`` (not a column) means to formulaic: ``context[name]``, else formulaic's own transform of that
     name (``np``, ``log``, ``C``, ``center``, ...; formulaic looks in the data, then the context, then its
-    transforms), else a sentinel."""
+    transforms), else Python's built-in of that name (``abs``, ``sum``), else a sentinel."""
     from formulaic.transforms import TRANSFORMS  # noqa: PLC0415 - formulaic is imported with the formula
 
     try:
@@ -151,7 +271,7 @@ def _lookup(name: str, context: Mapping[str, Any]) -> Any:
             return context[name]
     except Exception:  # noqa: BLE001 - an odd mapping: treated as absent
         pass
-    return TRANSFORMS.get(name, _MISSING)
+    return TRANSFORMS.get(name, getattr(builtins, name, _MISSING))
 
 
 def _is_array(value: Any) -> bool:
@@ -159,38 +279,42 @@ def _is_array(value: Any) -> bool:
     return isinstance(value, (np.ndarray, pd.Series, pd.Index, list, tuple)) and np.ndim(value) > 0
 
 
-def _resolve(node: ast.AST, data: pd.DataFrame, context: Mapping[str, Any]) -> Any:
+def _resolve(node: ast.AST, scope: _Scope, context: Mapping[str, Any]) -> Any:
     """The object a dotted name (``np.log``) names in ``context``; the sentinel for a column or anything else."""
     if isinstance(node, ast.Name):
-        return _MISSING if node.id in data.columns else _lookup(node.id, context)
+        return _MISSING if scope.column(node) is not None else _lookup(scope.name(node), context)
     if isinstance(node, ast.Attribute):
-        base = _resolve(node.value, data, context)
+        base = _resolve(node.value, scope, context)
         return _MISSING if base is _MISSING else getattr(base, node.attr, _MISSING)
     return _MISSING
 
 
-def _resolves_in_namespace(node: ast.Attribute, data: pd.DataFrame, context: Mapping[str, Any]) -> bool:
+def _resolves_in_namespace(node: ast.Attribute, scope: _Scope, context: Mapping[str, Any]) -> bool:
     """Whether ``node`` is an attribute of a module or of a scalar of the namespace (``np.log``, ``np.pi``)."""
     root = node.value
     while isinstance(root, ast.Attribute):
         root = root.value
-    if not isinstance(root, ast.Name) or root.id in data.columns:
+    if not isinstance(root, ast.Name) or scope.column(root) is not None:
         return False
-    value = _lookup(root.id, context)
-    return isinstance(value, (ModuleType, Number)) and _resolve(node, data, context) is not _MISSING
+    value = _lookup(scope.name(root), context)
+    return isinstance(value, (ModuleType, Number)) and _resolve(node, scope, context) is not _MISSING
 
 
-def _call_verdict(func: ast.AST, data: pd.DataFrame, context: Mapping[str, Any]) -> Literal["rowwise", "unknown",
-                                                                                            "other rows"]:
+def _call_verdict(func: ast.AST, scope: _Scope, context: Mapping[str, Any]) -> Literal["rowwise", "unknown",
+                                                                                       "other rows"]:
     """Whether calling ``func`` is element-wise ("rowwise"), a function of the caller's own ("unknown"), or may read
     other rows."""
     from formulaic.transforms import TRANSFORMS  # noqa: PLC0415
 
-    target = _resolve(func, data, context)
+    target = _resolve(func, scope, context)
     if target is _MISSING or not callable(target):
         return "other rows"
-    if (isinstance(target, np.ufunc) or any(target is known for known in _ROWWISE_NUMPY)
+    if isinstance(target, np.ufunc):  # a generalised ufunc (np.matmul, np.vecdot) works on whole axes
+        return "rowwise" if target.signature is None else "other rows"
+    if (any(target is known for known in (*_ROWWISE_NUMPY, *_ROWWISE_BUILTINS))
             or any(target is TRANSFORMS[name] for name in _ROWWISE_TRANSFORMS)):
         return "rowwise"
-    module = getattr(target, "__module__", None) or ""
+    module = getattr(target, "__module__", None)
+    if module is None or isinstance(getattr(target, "__self__", None), np.ufunc):  # np.add.reduce, .accumulate
+        return "other rows"
     return "other rows" if module.split(".")[0] in _KNOWN_MODULES else "unknown"

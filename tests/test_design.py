@@ -495,9 +495,12 @@ def test_array_bool_and_int_converted(synthetic: pd.DataFrame) -> None:
     data = synthetic.dropna()
     exog = data[["flag", "g"]].assign(const=1)
     design = design_from_arrays(data["y"], exog, data[["x1"]], data[["z1", "z2"]])
-    # 0/1 values held as uint8, other integers as float64, the column of ones as one broadcast float64 value
-    assert design.exog.dtypes.to_dict() == {"flag": np.uint8, "g": np.float64, "const": np.float64}
-    assert design.exog["const"].to_numpy().strides == (0,)
+    # 0/1 values held as uint8, other integers as float64, the column of ones as one broadcast float64 value ...
+    assert design._stored("exog").dtypes.to_dict() == {"flag": np.uint8, "g": np.float64, "const": np.float64}
+    assert design._stored("exog")["const"].to_numpy().strides == (0,)
+    # ... and read as float64: arithmetic on the block does not wrap around (0 - 1 is -1, not 255)
+    assert design.exog.dtypes.to_dict() == {"flag": np.float64, "g": np.float64, "const": np.float64}
+    np.testing.assert_array_equal(design.exog["flag"] - 1, data["flag"].astype(float) - 1)
     np.testing.assert_array_equal(design.exog["g"], data["g"].astype(float))
     assert design.has_constant and design.constant_name == "const"
     np.testing.assert_array_equal(design.exog["flag"], data["flag"].astype(float))

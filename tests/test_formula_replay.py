@@ -4,7 +4,9 @@ that read other rows."""
 
 from __future__ import annotations
 
+import statistics
 import tracemalloc
+import types
 import warnings
 
 from formulaic import Formula
@@ -28,7 +30,11 @@ def _frame(n: int = 1000, seed: int = 3) -> pd.DataFrame:
     return pd.DataFrame({"y": 1 + 2 * x + w + rng.standard_normal(n), "x": x, "z": z, "w": w,
                          "s": rng.uniform(1, 10, n), "k": rng.integers(0, 4, n),
                          "g": pd.Categorical.from_codes(rng.integers(0, 4, n), categories=LEVELS),
-                         "t": rng.choice(LEVELS, n)})
+                         "t": rng.choice(LEVELS, n), "w 2": w + 1})
+
+
+#: An array of the namespace, as long as _frame()'s rows (formulas read it by name).
+WEIGHTS = np.linspace(1.0, 2.0, 1000)
 
 
 def _halve(values):
@@ -53,13 +59,29 @@ CLASSIFIED = {
     "C(k)": ["levels"],
     "_halve(w)": ["unknown function"],
     "w + weights": ["namespace array"],
+    "I(w * weights)": ["namespace array"],
+    "I(w * config.weights)": ["namespace array"],  # an array reached through a module
+    # found by review: generalised ufuncs and ufuncs' methods work on whole columns, as do the standard library's
+    "I(w * np.vecdot(w, w))": ["other rows"],
+    "I(w - np.matmul(w, w))": ["other rows"],
+    "I(w - np.add.reduce(w))": ["other rows"],
+    "np.maximum.accumulate(w)": ["other rows"],
+    "I(w - sum(w))": ["other rows"],
+    "I(w - statistics.fmean(w))": ["other rows"],
+    "abs(w) + round(w, 2)": [],
+    "`w 2` + np.log(`w 2` + 1)": [],  # a quoted column, looked up and in an expression
+    "C(g == 'a')": ["levels"],  # the levels of an expression's values are read from the rows seen
+    "C(t, levels=['a', 'b', 'c', 'd']) + C(g, levels=['a', 'b', 'c', 'd'])": [],
 }
 
 
 @pytest.mark.parametrize("rhs", list(CLASSIFIED))
 def test_replay_problems_classify_expressions(rhs: str) -> None:
     data = _frame(200)
-    context = {"np": np, "_halve": _halve, "scale": 3.0, "weights": np.ones(200)}
+    config = types.ModuleType("config")
+    config.weights = np.ones(200)
+    context = {"np": np, "_halve": _halve, "scale": 3.0, "weights": np.ones(200), "statistics": statistics,
+               "config": config}
     spec = Formula(rhs).get_model_matrix(data, context=context).model_spec
     assert [problem.kind for problem in replay_problems(spec, data, context)] == CLASSIFIED[rhs]
 
@@ -71,6 +93,9 @@ FORMULAS = [
     "y ~ 1 + I(w - w.mean()) + [x ~ z]",
     "y ~ 1 + C(t) + k + [x ~ z]",
     "y ~ 1 + _halve(w) + [x ~ z]",
+    "y ~ 1 + I(w * np.vecdot(w, w) / 1000) + [x ~ z]",  # a sum of all rows: built from all rows at once
+    "y ~ 1 + I(w * WEIGHTS) + [x ~ z]",  # an array of the namespace: all rows at once (its first rows fail alone)
+    "y ~ 1 + `w 2` + [x ~ z]",
 ]
 
 
@@ -90,6 +115,30 @@ def test_design_built_by_blocks_equals_linearmodels(formula: str, block_rows: in
     for block in ("dependent", "exog", "endog", "instruments"):
         expected = getattr(theirs, block).pandas
         pd.testing.assert_frame_equal(getattr(ours, block).astype(np.float64), expected.astype(np.float64))
+
+
+def test_levels_of_an_expression_are_read_from_all_rows(monkeypatch) -> None:
+    """C(g == 'a') takes its levels from the values it sees: the first block (g only 'a') alone would make it one
+    level, and the later blocks' False outside the levels (found by review)."""
+    monkeypatch.setattr(design_module, "FORMULA_BLOCK_ROWS", 64)
+    data = _frame()
+    data["g"] = pd.Categorical(np.where(np.arange(1000) < 100, "a", data["g"].astype(str)), categories=LEVELS)
+    formula = "y ~ 1 + C(g == 'a') + [x ~ z]"
+    ours, theirs = design_from_formula(formula, data), IV2SLS.from_formula(formula, data)
+    pd.testing.assert_frame_equal(ours.exog.astype(np.float64), theirs.exog.pandas.astype(np.float64))
+
+
+def test_a_stateful_transform_is_not_built_from_the_first_rows_alone(monkeypatch) -> None:
+    """scale(w) with w = 0 in the first block: built on its own, that block divides by a zero standard deviation and
+    warns; the formula is built from all rows at once without a warning, as linearmodels builds it."""
+    monkeypatch.setattr(design_module, "FORMULA_BLOCK_ROWS", 64)
+    data = _frame()
+    data.loc[:63, "w"] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = design_from_formula("y ~ 1 + scale(w) + [x ~ z]", data)
+    theirs = IV2SLS.from_formula("y ~ 1 + scale(w) + [x ~ z]", data)
+    pd.testing.assert_frame_equal(ours.exog.astype(np.float64), theirs.exog.pandas.astype(np.float64))
 
 
 def test_values_outside_declared_levels_in_a_later_block_are_refused(monkeypatch) -> None:
@@ -134,9 +183,34 @@ def test_design_from_a_large_frame_holds_formulaic_frames_of_one_block_at_a_time
     design, by_blocks = _build_peak(formula, data)
     monkeypatch.setattr(design_module, "FORMULA_BLOCK_ROWS", data.shape[0])
     _, at_once = _build_peak(formula, data)
-    assert design.exog.dtypes.to_dict() == {"Intercept": np.float64, "np.log(s)": np.float64, "I(w ** 2)": np.float64,
-                                            **{f"C(g)[T.{level}]": np.uint8 for level in LEVELS[1:]}}
+    assert design._stored("exog").dtypes.to_dict() == {
+        "Intercept": np.float64, "np.log(s)": np.float64, "I(w ** 2)": np.float64,
+        **{f"C(g)[T.{level}]": np.uint8 for level in LEVELS[1:]}}
+    assert set(design.exog.dtypes) == {np.dtype(np.float64)}  # as users read the block
     assert by_blocks < 0.5 * at_once
+
+
+@pytest.mark.parametrize("expression", ["I(w - np.add.reduce(w) / 1000)", "np.maximum.accumulate(w)",
+                                        "I(w - statistics.fmean(w))", "I(w * np.matmul(w, w))", "I(w - sum(w))"])
+@pytest.mark.parametrize("engine", ["formulaic", "patsy"])
+def test_dask_refuses_whole_column_functions(expression: str, engine: str) -> None:
+    """Found by review: each of these was applied per partition, silently (another design than pandas')."""
+    dd = pytest.importorskip("dask.dataframe")
+    ddf = dd.from_pandas(_frame(), npartitions=3)
+    with pytest.raises(ValueError, match=r"cannot be computed partition by partition: it calls"):
+        DPIV2SLS.from_formula(f"y ~ 1 + {expression} + [x ~ z]", ddf, formula_engine=engine)
+
+
+def test_dask_reads_quoted_columns_and_refuses_levels_of_an_expression() -> None:
+    dd = pytest.importorskip("dask.dataframe")
+    ddf = dd.from_pandas(_frame(), npartitions=3)
+    config = types.ModuleType("config")
+    config.weights = WEIGHTS
+    with pytest.raises(ValueError, match=r"it reads 'config.weights', an array from your namespace"):
+        DPIV2SLS.from_formula("y ~ 1 + I(w * config.weights) + [x ~ z]", ddf)
+    assert DPIV2SLS.from_formula("y ~ 1 + `w 2` + [x ~ z]", ddf).design.exog_names == ["Intercept", "w 2"]
+    with pytest.raises(ValueError, match=r"every partition must see the same levels\. Declare the levels"):
+        DPIV2SLS.from_formula("y ~ 1 + C(g == 'a') + [x ~ z]", ddf)
 
 
 def test_dask_refuses_an_expression_that_reads_other_rows() -> None:
