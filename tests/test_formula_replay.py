@@ -62,8 +62,8 @@ CLASSIFIED = {
     "I(w * weights)": ["namespace array"],
     "I(w * config.weights)": ["namespace array"],  # an array reached through a module
     # found by review: generalised ufuncs and ufuncs' methods work on whole columns, as do the standard library's
-    "I(w * np.vecdot(w, w))": ["other rows"],
-    "I(w - np.matmul(w, w))": ["other rows"],
+    "I(w * np.matmul(w, w))": ["other rows"],  # np.vecdot (NumPy 2) too
+    "I(w - np.dot(w, w))": ["other rows"],
     "I(w - np.add.reduce(w))": ["other rows"],
     "np.maximum.accumulate(w)": ["other rows"],
     "I(w - sum(w))": ["other rows"],
@@ -93,7 +93,7 @@ FORMULAS = [
     "y ~ 1 + I(w - w.mean()) + [x ~ z]",
     "y ~ 1 + C(t) + k + [x ~ z]",
     "y ~ 1 + _halve(w) + [x ~ z]",
-    "y ~ 1 + I(w * np.vecdot(w, w) / 1000) + [x ~ z]",  # a sum of all rows: built from all rows at once
+    "y ~ 1 + I(w * np.matmul(w, w) / 1000) + [x ~ z]",  # a sum of all rows: built from all rows at once
     "y ~ 1 + I(w * WEIGHTS) + [x ~ z]",  # an array of the namespace: all rows at once (its first rows fail alone)
     "y ~ 1 + `w 2` + [x ~ z]",
 ]
