@@ -21,6 +21,25 @@ def copy_bandwidth(n_bytes: int = 800_000_000, repeats: int = 5) -> float:
     return 2 * src.nbytes / best
 
 
+def read_bandwidth(threads: int = 1, n_bytes: int = 800_000_000, repeats: int = 5) -> float:
+    """Bytes per second read by ``threads`` threads each summing a contiguous share of one large array (numpy's
+    sum releases the GIL), best of ``repeats``: what a pass that only reads its rows, as an iteration does, can reach
+    on this machine. A copy moves more bytes than it counts (the destination is read before it is written), so
+    this is often below :func:`copy_bandwidth`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = np.ones(n_bytes // 8)
+    shares = np.array_split(data, threads)
+    best = math.inf
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(np.sum, shares))  # warm-up: threads started
+        for _ in range(repeats):
+            start = time.perf_counter()
+            list(pool.map(np.sum, shares))
+            best = min(best, time.perf_counter() - start)
+    return data.nbytes / best
+
+
 def dgemm_rate(size: int = 2048, repeats: int = 5, threads: int | None = None) -> float:
     """Multiply-adds per second of a square float64 matrix product (BLAS dgemm, ``size`` × ``size``), best of
     ``repeats``, with BLAS held to ``threads`` threads (default: BLAS's own setting). No code doing the same

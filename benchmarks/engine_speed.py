@@ -8,6 +8,9 @@ For each cell (n, p = q) of the grid n ∈ {10⁴, 10⁵, 10⁶, 10⁷} × p = q
                   (p + q + 1)·8·n bytes, at the bandwidth of a large ``np.copyto`` measured once in this
                   run (best of 5 copies of 800 MB, counting the read and the write; single-threaded, so a
                   multi-threaded kernel can in principle beat it);  ``iter/floor`` = s/iter ÷ floor;
+* ``read s/iter`` the same bytes at the rate of a read-only pass on the engine's threads (numpy sums of the
+                  shares of an 800 MB array, best of 5, measured once in this run): what an iteration, which
+                  only reads its rows, can reach here; ``iter/read`` = s/iter ÷ read s/iter;
 * ``arith s/iter`` the arithmetic floor of one iteration: its multiply-adds, n·(q·(2p+1) + q·p + p + q + 2p)
                   (uᵢ = Mᵀzᵢ, the first stage's zᵢrᵢᵀ, the second stage's x̃ᵢeᵢ and the squared norms; p
                   endogenous regressors, no exogenous ones), at the multiply-add rate of a 2048² float64 matrix
@@ -75,7 +78,7 @@ from typing import Callable
 
 import numpy as np
 
-from bandwidth import copy_bandwidth, dgemm_rate  # benchmarks/bandwidth.py, beside this script
+from bandwidth import copy_bandwidth, dgemm_rate, read_bandwidth  # benchmarks/bandwidth.py, beside this script
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS_CSV = REPO / "docs" / "_static" / "engine_speed.csv"  # committed: written only when --csv names it
@@ -96,6 +99,8 @@ COLUMNS = [  # (CSV key, table header, width, format)
     ("s_per_iter", "s/iter", 9, ".2e"),
     ("floor_s_per_iter", "floor s/iter", 12, ".2e"),
     ("iter_over_floor", "iter/floor", 10, ".1f"),
+    ("read_s_per_iter", "read s/iter", 11, ".2e"),
+    ("iter_over_read", "iter/read", 9, ".1f"),
     ("arith_s_per_iter", "arith s/iter", 12, ".2e"),
     ("iter_over_arith", "iter/arith", 10, ".2f"),
     ("fit_s", "fit s", 8, ".3g"),
@@ -335,13 +340,15 @@ def launch_cell(n: int, p: int, q: int, args: argparse.Namespace, pass_kernel: b
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def add_ratios(row: dict, bandwidth: float, madd_rate: float) -> dict:
+def add_ratios(row: dict, bandwidth: float, madd_rate: float, read_rate: float | None = None) -> dict:
     n, p, q = row["n"], row["p"], row["q"]
     row["data_mb"] = data_bytes(n, p, q) / MB
     row["floor_s_per_iter"] = data_bytes(n, p, q) / bandwidth
+    row["read_s_per_iter"] = data_bytes(n, p, q) / read_rate if read_rate else None
     row["arith_s_per_iter"] = n * multiply_adds_per_row(p, q) / madd_rate
     if "s_per_iter" in row:
         row["iter_over_floor"] = row["s_per_iter"] / row["floor_s_per_iter"]
+        row["iter_over_read"] = row["s_per_iter"] / row["read_s_per_iter"] if read_rate else None
         row["iter_over_arith"] = row["s_per_iter"] / row["arith_s_per_iter"]
         row["peak_over_data"] = row["peak_mb"] / row["data_mb"]
     if row.get("iv2sls_s"):
@@ -414,7 +421,9 @@ def report_targets(rows: list[dict]) -> None:
         if "s_per_iter" in row and row["n"] >= 10**6 and row["p"] == row["q"] in (5, 50):
             measured, limit = ("iter/floor", 2) if row["p"] == 5 else ("iter/arith", 1.5)
             key = "iter_over_floor" if row["p"] == 5 else "iter_over_arith"
-            print(f"issue 15 item 6 at n = {row['n']:.0e}, p = q = {row['p']}: {measured} = {verdict(row[key], limit)}")
+            read = f" (iter/read = {row['iter_over_read']:.2f})" if row.get("iter_over_read") else ""
+            print(f"issue 15 item 6 at n = {row['n']:.0e}, p = q = {row['p']}: {measured} = {verdict(row[key], limit)}"
+                  + read)
 
 
 def parent_main(args: argparse.Namespace) -> None:
@@ -425,8 +434,10 @@ def parent_main(args: argparse.Namespace) -> None:
     pass_threads = args.threads_given and engine_accepts("n_threads")
     bandwidth = args.bandwidth * 1e9 if args.bandwidth else copy_bandwidth()
     madd_rate = dgemm_rate(threads=args.threads)
+    read_rate = read_bandwidth(threads=args.threads)
     kernel_label = args.kernel if pass_kernel else ("default" if not accepts else "auto (default)")
-    print(f"numpy copy bandwidth {bandwidth / 1e9:.2f} GB/s; dgemm {madd_rate / 1e9:.1f} G multiply-adds/s on "
+    print(f"numpy copy bandwidth {bandwidth / 1e9:.2f} GB/s; read {read_rate / 1e9:.2f} GB/s on {args.threads} "
+          f"threads; dgemm {madd_rate / 1e9:.1f} G multiply-adds/s on "
           f"{args.threads} threads; T = {T_FIT}; kernel {kernel_label}; "
           f"threads {args.threads} (BLAS {args.blas_threads}); numba {numba_version()}; "
           f"load average {os.getloadavg()[0]:.2f}")
@@ -440,7 +451,7 @@ def parent_main(args: argparse.Namespace) -> None:
             row = launch_cell(n, p, q, args, pass_kernel, pass_threads)
         row.update(kernel=kernel_label, threads=args.threads, blas_threads=args.blas_threads,
                    bandwidth_gb_s=bandwidth / 1e9, numba=numba_version(), load=os.getloadavg()[0])
-        rows.append(add_ratios(row, bandwidth, madd_rate))
+        rows.append(add_ratios(row, bandwidth, madd_rate, read_rate))
         print(format_row(row), flush=True)
     report_targets(rows)
     print(f"load average {os.getloadavg()[0]:.2f} at the end on {os.cpu_count()} CPUs (other processes share the "

@@ -27,7 +27,6 @@ Dask is optional: this module is imported only when a Dask collection is passed,
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import math
@@ -44,7 +43,7 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from .backends import add_parts, is_dask_collection as _is_dask_collection, one_pass
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors, r_factor
-from .formula_replay import ReplayProblem, expression_problem, formula_problems, replay_problems
+from .formula_replay import ReplayProblem, expression_names, expression_problem, formula_problems, replay_problems
 from .boundary import DATA_CHECK_NOTE, BoundaryFacts, missing_policy
 from .design import (
     _BLOCKS,
@@ -167,6 +166,8 @@ class DaskIVDesign(BoundaryFacts, _DesignNames):
     persisted: bool = False
 
     is_dask: ClassVar[bool] = True
+    __eq__ = object.__eq__  # by identity, not BoundaryFacts' comparison of the facts alone
+    __hash__ = object.__hash__
 
     def __repr__(self) -> str:
         return (f"DaskIVDesign(dependent={self.dependent_name!r}, exog={self.exog_names}, endog={self.endog_names}, "
@@ -514,45 +515,35 @@ def _formula_context(specs: tuple[Any, ...], context: Mapping[str, Any], columns
             continue
         for term in spec.formula:
             for factor in term.factors:
-                try:
-                    tree = ast.parse(str(factor.expr), mode="eval")
-                except SyntaxError:
-                    continue
-                names.update(node.id for node in ast.walk(tree) if isinstance(node, ast.Name))
+                names |= expression_names(str(factor.expr))
     return _ship(names - columns, context)
 
 
 def _ship(names: set[str], context: Mapping[str, Any]) -> dict[str, Any]:
-    """The entries of ``context`` for ``names``; an array there would be misaligned with the partitions."""
+    """The entries of ``context`` for ``names`` (arrays read as row data were refused before, by
+    :func:`_check_namespace_array`; a list of declared levels is shipped)."""
     out = {}
     for name in sorted(names):
         try:
             if name not in context:
                 continue
-            value = context[name]
+            out[name] = context[name]
         except Exception:  # noqa: BLE001 - an odd mapping: the name is simply not shipped
             continue
-        if isinstance(value, (np.ndarray, pd.Series, pd.Index, list, tuple)) and np.ndim(value) > 0:
-            raise ValueError(
-                f"the formula reads {name!r} from your namespace, a {type(value).__name__} of {len(value)} "
-                "values; with a Dask DataFrame the formula is applied to each partition separately, so "
-                "such a variable cannot be aligned with the rows. Add it as a column of the Dask DataFrame "
-                "instead."
-            )
-        out[name] = value
     return out
 
 
 def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame, context: Mapping[str, Any]) -> None:
     """Raise for what would make a partition's rows differ from the pandas design's (:mod:`dpivreg.formula_replay`):
     stateful transforms, categories whose levels would be read from the sample, expressions that read other rows.
-    Functions of the caller's own are trusted to act row by row (documented); arrays of the namespace raise in
-    :func:`_ship`, and here when reached through an attribute (``cfg.weights``), which is not shipped by name."""
+    Functions of the caller's own are trusted to act row by row (documented); arrays of the namespace read as row
+    data raise (:func:`_check_namespace_array`)."""
     for problem in replay_problems(spec, meta, context):
-        _check_namespace_array(problem, block)
+        _check_namespace_array(problem, context)
         if problem.kind == "stateful":
             raise ValueError(
-                f"the {block} block {text!r} uses the stateful transform(s) {sorted(spec.transform_state)}. "
+                f"the {block} block {text!r} uses the stateful transform(s) "
+                f"{sorted(name for name, state in spec.transform_state.items() if state)}. "
                 + _STATEFUL_HELP
             )
         if problem.kind == "levels":
@@ -568,13 +559,21 @@ def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame, context: M
             raise _other_rows_error(problem, block)
 
 
-def _check_namespace_array(problem: ReplayProblem, block: str) -> None:
-    """Raise for an array of the namespace reached through a module (``cfg.weights``): :func:`_ship` sees names."""
-    if problem.kind == "namespace array" and "." in problem.variable:
-        raise ValueError(
-            f"{problem.expression!r} in the {block} block: {problem.why}; with a Dask DataFrame the formula is "
-            "applied to each partition separately. Add the array as a column of the Dask DataFrame instead."
-        )
+def _check_namespace_array(problem: ReplayProblem, context: Mapping[str, Any]) -> None:
+    """Raise for an array of the namespace read as row data (``I(w * weights)``, ``I(w * cfg.weights)``): it cannot
+    be aligned with the partitions."""
+    if problem.kind != "namespace array":
+        return
+    root, *path = problem.variable.split(".")
+    value = context.get(root) if isinstance(context, Mapping) else None
+    for attribute in path:
+        value = getattr(value, attribute, None)
+    size = f" of {len(value)} values" if hasattr(value, "__len__") else ""
+    raise ValueError(
+        f"the formula reads {problem.variable!r} from your namespace, a {type(value).__name__}{size}; with a Dask "
+        "DataFrame the formula is applied to each partition separately, so such a variable cannot be aligned with "
+        "the rows. Add it as a column of the Dask DataFrame instead."
+    )
 
 
 def _other_rows_error(problem: ReplayProblem, block: str) -> ValueError:
@@ -600,7 +599,7 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
             specs.append(None)
             continue
         for problem in formula_problems(text, sample, ctx):  # before the sample, which such an array fails
-            _check_namespace_array(problem, block)
+            _check_namespace_array(problem, ctx)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", DataMismatchWarning)
             matrix = formulaic_block_matrix(block, text, sample, ctx)
@@ -678,15 +677,6 @@ class _PatsyBuilder:
         return np.column_stack(parts) if parts else np.empty((data.shape[0], 0))
 
 
-def _expression_names(code: str) -> set[str]:
-    """The Python names an expression reads (empty if it does not parse)."""
-    try:
-        tree = ast.parse(code, mode="eval")
-    except SyntaxError:
-        return set()
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
-
-
 def _patsy_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapping[str, Any]) -> _PatsyBuilder:
     """Build (and check) the blocks' patsy designs on ``sample``; ship only the variables they name."""
     from .design import _formulaic_context  # noqa: PLC0415
@@ -706,11 +696,13 @@ def _patsy_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapping[
             problem = expression_problem(factor.code, sample, ctx)
             if problem is not None and problem.kind == "other rows":
                 raise _other_rows_error(problem, block)
+            if problem is not None:
+                _check_namespace_array(problem, ctx)
     names: set[str] = set()
     for info in full.infos():
         if info is not None:
             for factor in info.factor_infos:
-                names |= _expression_names(factor.code)
+                names |= expression_names(factor.code)
     return _PatsyBuilder(texts, sample, _ship(names - set(sample.columns), ctx))
 
 
@@ -724,7 +716,7 @@ def _check_patsy_info(info: Any, block: str, text: str, meta: pd.DataFrame) -> N
             )
         if factor_info.type != "categorical":
             continue
-        for col in _expression_names(factor.code) & set(meta.columns):
+        for col in expression_names(factor.code) & set(meta.columns):
             dtype = meta[col].dtype
             if not (isinstance(dtype, pd.CategoricalDtype) or dtype == np.dtype(bool)):
                 raise ValueError(

@@ -194,9 +194,10 @@ class IVDesign(BoundaryFacts, _DesignNames):
     endog : DataFrame
         Endogenous regressors, ``nobs`` by ``p`` with ``p >= 1``.
     instruments : DataFrame
-        Excluded instruments, ``nobs`` by ``q`` with ``q >= p``. Every block reads as float64 columns; the built
-        designs hold a column of 0/1 values as uint8 (one byte a row), which each pass and each read of a block
-        (``design.exog``) widens to float64, so a user's arithmetic on a block never wraps around.
+        Excluded instruments, ``nobs`` by ``q`` with ``q >= p``. The designs built by :func:`design_from_formula`
+        and :func:`design_from_arrays` hold float64 columns, and a column of 0/1 values as uint8 (one byte a
+        row), which each pass and each read of a block (``design.exog``) widens to float64, so a user's
+        arithmetic on a block never wraps around.
     formula : str, optional
         The formula the design was built from, None for array input.
     formula_engine : str, optional
@@ -238,6 +239,11 @@ class IVDesign(BoundaryFacts, _DesignNames):
     constant: Hashable | None = None
     source_rows: np.ndarray | None = field(default=None, repr=False)
 
+    # By identity, as the docstring says (eq=False alone would inherit BoundaryFacts' comparison of the facts, and
+    # two designs of different data compared equal; found by review).
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
     def __post_init__(self) -> None:
         for name in _BLOCKS:
             block = self._stored(name)
@@ -263,6 +269,12 @@ class IVDesign(BoundaryFacts, _DesignNames):
             raise ValueError("IVDesign.endog must have at least one column.")
         if self.constant is not None and self.constant not in self._stored("exog").columns:
             raise ValueError(f"IVDesign.constant {self.constant!r} is not an exogenous column {self.exog_names}.")
+
+    def __repr__(self) -> str:
+        """The design's names and size (no values: a block's repr would widen its uint8 columns)."""
+        return (f"IVDesign(nobs={self.nobs}, dependent={self.dependent_name!r}, exog={self.exog_names}, "
+                f"endog={self.endog_names}, instruments={self.instrument_names}, formula={self.formula!r}, "
+                f"n_dropped={self.n_dropped})")
 
     def _stored(self, name: str) -> pd.DataFrame:
         """Block ``name`` as the design holds it (0/1 columns as uint8); ``design.<name>`` reads it as float64."""

@@ -10,17 +10,18 @@ intermediate frames, and the Dask design replays it on each partition; both ask 
 A spec replays exactly when
 
 * no transform is stateful (``center()``, ``scale()``, ``poly()``, ``bs()`` learn parameters from the rows they
-  see);
+  see; ``Q('a b')``, stateful to formulaic, learns nothing);
 * every categorical factor reads a pandas ``Categorical`` column, whose levels are declared, as the column itself
   or ``C(column)``, or declares its levels, ``C(..., levels=[...])`` (formulaic would read the levels of a text,
   boolean or numeric column, or of an expression such as ``C(g == 'a')``, from the rows it sees);
 * every expression is built from columns (also quoted, ```a b```), numbers, arithmetic, comparisons, NumPy's
   element-wise functions (``np.log``, ``np.exp``, ..., every ``numpy.ufunc`` with no core dimensions; also
-  ``np.where``, ``np.clip``, ``np.round``), ``abs``, ``round``, ``I(...)`` and ``C(...)``. A method of a column
-  (``x.mean()``, ``x.shift()``) or of a ufunc (``np.add.reduce``), a generalised ufunc (``np.matmul``,
-  ``np.vecdot``), any other function of NumPy, pandas, SciPy, formulaic (``lag()``) or Python's standard library
-  (``sum``, ``statistics.fmean``), and a subscript read other rows; an array from the caller's namespace cannot
-  be split with the rows. Functions of the caller's own are "unknown": the Dask design trusts them to act row by
+  ``np.where``, ``np.clip``, ``np.round``), ``abs``, ``round``, ``I(...)`` and ``C(...)`` (whose contrasts and
+  levels, ``C(g, Treatment('b'), levels=LEVELS)``, may be any values of the namespace but not read a column). A
+  method of a column (``x.mean()``, ``x.shift()``) or of a ufunc (``np.add.reduce``), a generalised ufunc
+  (``np.matmul``, ``np.vecdot``) or ``@``, ``in`` and ``is``, any other function of NumPy, pandas, SciPy, patsy,
+  formulaic (``lag()``) or Python's standard library (``sum``, ``statistics.fmean``), and a subscript read other
+  rows; an array from the caller's namespace cannot be split with the rows. Functions of the caller's own are "unknown": the Dask design trusts them to act row by
   row (its documentation says so), the in-memory design builds such formulas on all rows at once instead.
 
 :func:`formula_problems` checks a formula's expressions from its text alone, before anything is built;
@@ -29,6 +30,7 @@ A spec replays exactly when
 
 from __future__ import annotations
 
+import array
 import ast
 import builtins
 import re
@@ -42,7 +44,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-__all__ = ["ReplayProblem", "expression_problem", "formula_problems", "replay_problems"]
+__all__ = ["ReplayProblem", "expression_names", "expression_problem", "formula_problems", "replay_problems"]
 
 #: formulaic's transforms that act on each row alone: ``I`` is the identity, ``Q`` reads a column by its quoted name,
 #: ``C`` codes a category (its levels are checked separately, from the spec's encoders).
@@ -56,7 +58,7 @@ _ROWWISE_BUILTINS = (builtins.abs, builtins.round)
 
 #: Modules whose functions are known: only their element-wise ones are row-wise. Python's standard library too
 #: (``sum``, ``max``, ``statistics.fmean``, ``math.fsum`` read every row).
-_KNOWN_MODULES = frozenset(("numpy", "pandas", "formulaic", "scipy", "builtins",
+_KNOWN_MODULES = frozenset(("numpy", "pandas", "formulaic", "scipy", "patsy", "builtins",
                             *getattr(sys, "stdlib_module_names", ())))
 
 #: A name quoted in backticks (```a b```), which formulaic reads as a column or a variable of that name.
@@ -64,6 +66,9 @@ _QUOTED = re.compile(r"`([^`]*)`")
 
 _ALLOWED_NODES = (ast.Expression, ast.Name, ast.Load, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call,
                   ast.Attribute, ast.keyword, ast.List, ast.Tuple, ast.operator, ast.unaryop, ast.cmpop)
+
+#: Operators that combine whole columns, not rows: ``w @ w`` sums over the rows, ``5 in w`` searches the index.
+_WHOLE_COLUMN_OPERATORS = {ast.MatMult: "@", ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
 
 ProblemKind = Literal["stateful", "levels", "other rows", "namespace array", "unknown function"]
 
@@ -100,7 +105,7 @@ def replay_problems(spec: Any, data: pd.DataFrame, context: Mapping[str, Any]) -
         Empty when replaying is exact (see the module's docstring).
     """
     problems = [ReplayProblem("stateful", name, "a stateful transform learns its parameters from the rows it sees")
-                for name in sorted(spec.transform_state)]
+                for name, state in sorted(spec.transform_state.items()) if state]  # Q('a b') learns nothing
     for problem in _factor_problems((factor for term in spec.formula for factor in term.factors), data, context):
         if problem not in problems:
             problems.append(problem)
@@ -161,11 +166,11 @@ def _levels_problem(expression: str, data: pd.DataFrame, context: Mapping[str, A
     it is one column)."""
     scope = _Scope.of(expression, data)
     node = scope.tree.body if scope.tree is not None else None
-    if (isinstance(node, ast.Call) and _resolve(node.func, scope, context) is _lookup("C", {})
+    if (isinstance(node, ast.Call) and _is_categorical_call(node, scope, context)
             and any(k.arg == "levels" and not (isinstance(k.value, ast.Constant) and k.value.value is None)
                     for k in node.keywords)):
         return None
-    if isinstance(node, ast.Call) and node.args and _resolve(node.func, scope, context) is _lookup("C", {}):
+    if isinstance(node, ast.Call) and node.args and _is_categorical_call(node, scope, context):
         node = node.args[0]
     column = scope.column(node) if isinstance(node, ast.Name) else (expression if expression in data.columns
                                                                      else None)
@@ -223,7 +228,16 @@ def expression_problem(expression: str, data: pd.DataFrame, context: Mapping[str
     if scope.tree is None:
         return ReplayProblem("other rows", expression, "it is not a Python expression that could be checked")
     unknown = None
-    for node in ast.walk(scope.tree):
+    for node, declared in _row_nodes(scope.tree, scope, context):
+        if declared:  # C()'s contrasts and levels: any values of the namespace, but not computed from a column
+            if scope.column(node) is not None:
+                return ReplayProblem("other rows", expression,
+                                     f"its category's levels or contrasts read the column {scope.column(node)!r}")
+            continue
+        if type(node) in _WHOLE_COLUMN_OPERATORS:
+            return ReplayProblem("other rows", expression,
+                                 f"it uses the operator {_WHOLE_COLUMN_OPERATORS[type(node)]!r}, which reads whole "
+                                 "columns")
         if not isinstance(node, _ALLOWED_NODES):
             return ReplayProblem("other rows", expression,
                                  f"it uses {type(node).__name__.lower()} syntax, which may read other rows")
@@ -247,6 +261,35 @@ def expression_problem(expression: str, data: pd.DataFrame, context: Mapping[str
                                         f"it calls your function {_unparse(node.func, scope)}, which may read other "
                                         "rows")
     return unknown
+
+
+def _row_nodes(node: ast.AST, scope: _Scope, context: Mapping[str, Any], declared: bool = False):
+    """Every node of an expression, with whether it belongs to a declaration of ``C()`` (its contrasts and levels,
+    every argument but the first: values of the namespace such as ``Treatment('b')`` or a list of levels, not row
+    data)."""
+    yield node, declared
+    if not declared and isinstance(node, ast.Call) and node.args and _is_categorical_call(node, scope, context):
+        for child in (node.func, node.args[0]):
+            yield from _row_nodes(child, scope, context)
+        for child in (*node.args[1:], *node.keywords):
+            yield from _row_nodes(child, scope, context, declared=True)
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _row_nodes(child, scope, context, declared)
+
+
+def _is_categorical_call(node: ast.Call, scope: _Scope, context: Mapping[str, Any]) -> bool:
+    """Whether ``node`` calls formulaic's ``C``."""
+    return _resolve(node.func, scope, context) is _lookup("C", {})
+
+
+def expression_names(expression: str) -> set[str]:
+    """The names an expression reads (a name quoted in backticks unquoted; empty if it does not parse): what the
+    Dask design ships of the caller's namespace."""
+    scope = _Scope.of(expression, pd.DataFrame())
+    if scope.tree is None:
+        return set()
+    return {scope.name(node) for node in ast.walk(scope.tree) if isinstance(node, ast.Name)}
 
 
 def _unparse(node: ast.AST, scope: _Scope) -> str:
@@ -275,8 +318,11 @@ def _lookup(name: str, context: Mapping[str, Any]) -> Any:
 
 
 def _is_array(value: Any) -> bool:
-    """A value with more than one element along an axis (it would have to be split with the rows)."""
-    return isinstance(value, (np.ndarray, pd.Series, pd.Index, list, tuple)) and np.ndim(value) > 0
+    """A sequence of values (it would have to be split with the rows): a NumPy array of one or more dimensions, a
+    pandas Series, Index or extension array (``pd.array``), a list, tuple, range or ``array.array``."""
+    if isinstance(value, np.ndarray):
+        return value.ndim > 0
+    return isinstance(value, (pd.Series, pd.Index, pd.api.extensions.ExtensionArray, list, tuple, range, array.array))
 
 
 def _resolve(node: ast.AST, scope: _Scope, context: Mapping[str, Any]) -> Any:

@@ -606,8 +606,8 @@ class DPIVResults(PrivateTable):
         from linearmodels.iv import IV2SLS  # noqa: PLC0415 - built only on request
 
         if self._units is None:
-            exog = d.exog if d.exog.shape[1] else None
-            return IV2SLS(d.dependent, exog, d.endog, d.instruments).fit()
+            exog = d.exog  # read once: a block with 0/1 columns is widened to float64 at each read
+            return IV2SLS(d.dependent, exog if exog.shape[1] else None, d.endog, d.instruments).fit()
         order, groups = self._units.order, self._units.groups  # the kept rows, clustered as the fit
         dependent, exog, endog, instruments = (block.iloc[order] for block in (d.dependent, d.exog, d.endog,
                                                                                d.instruments))

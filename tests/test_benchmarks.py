@@ -108,10 +108,12 @@ def test_engine_speed_floors():
     The counts by hand from :mod:`dpivreg.kernels`' docstring: at p = q = 5, uᵢ = Mᵀzᵢ is 5·11, zᵢrᵢᵀ 5·5, x̃ᵢeᵢ 5,
     the squared norms of zᵢ, rᵢ, x̃ᵢ 5 + 5 + 5: 100 (7,750 at p = q = 50)."""
     import engine_speed as es
-    from bandwidth import dgemm_rate
+    from bandwidth import dgemm_rate, read_bandwidth
 
     assert es.multiply_adds_per_row(5, 5) == 100 and es.multiply_adds_per_row(50, 50) == 7750
-    row = es.add_ratios({"n": 10**6, "p": 5, "q": 5, "s_per_iter": 0.01, "peak_mb": 1.0}, 88e9, 1e10)
+    row = es.add_ratios({"n": 10**6, "p": 5, "q": 5, "s_per_iter": 0.01, "peak_mb": 1.0}, 88e9, 1e10, 44e9)
     assert row["floor_s_per_iter"] == pytest.approx(1e-3) and row["iter_over_floor"] == pytest.approx(10.0)
+    assert row["read_s_per_iter"] == pytest.approx(2e-3) and row["iter_over_read"] == pytest.approx(5.0)
     assert row["arith_s_per_iter"] == pytest.approx(1e-2) and row["iter_over_arith"] == pytest.approx(1.0)
     assert dgemm_rate(size=128, repeats=1, threads=1) > 1e6
+    assert read_bandwidth(threads=2, n_bytes=8_000_000, repeats=1) > 1e6

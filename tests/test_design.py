@@ -491,6 +491,17 @@ def test_array_exog_none_is_empty_frame(labsup: pd.DataFrame) -> None:
     assert not design.has_constant and design.exog_names == []
 
 
+def test_designs_compare_by_identity_and_print_their_names(synthetic: pd.DataFrame) -> None:
+    """Two designs of different data are different (they compared equal through BoundaryFacts' __eq__; found by
+    review); a design's repr names its columns and copies nothing."""
+    data = synthetic.dropna()
+    first = design_from_formula("y ~ 1 + [x1 ~ z1]", data)
+    doubled = design_from_formula("y ~ 1 + [x1 ~ z1]", data.assign(y=2 * data["y"]))
+    assert first == first and first != doubled and len({first, doubled}) == 2
+    assert repr(first) == (f"IVDesign(nobs={len(data)}, dependent='y', exog=['Intercept'], endog=['x1'], "
+                           "instruments=['z1'], formula='y ~ 1 + [x1 ~ z1]', n_dropped=0)")
+
+
 def test_array_bool_and_int_converted(synthetic: pd.DataFrame) -> None:
     data = synthetic.dropna()
     exog = data[["flag", "g"]].assign(const=1)

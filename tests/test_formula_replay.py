@@ -72,6 +72,12 @@ CLASSIFIED = {
     "`w 2` + np.log(`w 2` + 1)": [],  # a quoted column, looked up and in an expression
     "C(g == 'a')": ["levels"],  # the levels of an expression's values are read from the rows seen
     "C(t, levels=['a', 'b', 'c', 'd']) + C(g, levels=['a', 'b', 'c', 'd'])": [],
+    # found by a second review: operators on whole columns; C()'s declarations are values, not row data
+    "I(w / (w @ w))": ["other rows"],
+    "I(w * (5 in w))": ["other rows"],
+    "C(g, Treatment('b')) + C(g, contr.sum) + C(g, levels=config.levels)": [],
+    "C(t, levels=list(t.unique()))": ["other rows"],  # levels computed from a column: from the rows seen
+    "Q('w 2')": [],  # stateful to formulaic, but it learns nothing
 }
 
 
@@ -80,6 +86,7 @@ def test_replay_problems_classify_expressions(rhs: str) -> None:
     data = _frame(200)
     config = types.ModuleType("config")
     config.weights = np.ones(200)
+    config.levels = LEVELS
     context = {"np": np, "_halve": _halve, "scale": 3.0, "weights": np.ones(200), "statistics": statistics,
                "config": config}
     spec = Formula(rhs).get_model_matrix(data, context=context).model_spec
@@ -191,13 +198,14 @@ def test_design_from_a_large_frame_holds_formulaic_frames_of_one_block_at_a_time
 
 
 @pytest.mark.parametrize("expression", ["I(w - np.add.reduce(w) / 1000)", "np.maximum.accumulate(w)",
-                                        "I(w - statistics.fmean(w))", "I(w * np.matmul(w, w))", "I(w - sum(w))"])
+                                        "I(w - statistics.fmean(w))", "I(w * np.matmul(w, w))", "I(w - sum(w))",
+                                        "I(w / (w @ w))", "I(w * (5 in w))"])
 @pytest.mark.parametrize("engine", ["formulaic", "patsy"])
 def test_dask_refuses_whole_column_functions(expression: str, engine: str) -> None:
     """Found by review: each of these was applied per partition, silently (another design than pandas')."""
     dd = pytest.importorskip("dask.dataframe")
     ddf = dd.from_pandas(_frame(), npartitions=3)
-    with pytest.raises(ValueError, match=r"cannot be computed partition by partition: it calls"):
+    with pytest.raises(ValueError, match=r"cannot be computed partition by partition: it (calls|uses the operator)"):
         DPIV2SLS.from_formula(f"y ~ 1 + {expression} + [x ~ z]", ddf, formula_engine=engine)
 
 
@@ -206,11 +214,35 @@ def test_dask_reads_quoted_columns_and_refuses_levels_of_an_expression() -> None
     ddf = dd.from_pandas(_frame(), npartitions=3)
     config = types.ModuleType("config")
     config.weights = WEIGHTS
-    with pytest.raises(ValueError, match=r"it reads 'config.weights', an array from your namespace"):
+    with pytest.raises(ValueError, match=r"reads 'config.weights' from your namespace, a ndarray of 1000 values"):
         DPIV2SLS.from_formula("y ~ 1 + I(w * config.weights) + [x ~ z]", ddf)
     assert DPIV2SLS.from_formula("y ~ 1 + `w 2` + [x ~ z]", ddf).design.exog_names == ["Intercept", "w 2"]
     with pytest.raises(ValueError, match=r"every partition must see the same levels\. Declare the levels"):
         DPIV2SLS.from_formula("y ~ 1 + C(g == 'a') + [x ~ z]", ddf)
+
+
+def test_dask_takes_declared_levels_and_contrasts_and_ships_only_the_names_read() -> None:
+    """Found by a second review: C()'s levels and contrasts were refused as arrays or functions reading other rows,
+    Q() as a stateful transform; a quoted column made the design ship the caller's whole namespace."""
+    dd = pytest.importorskip("dask.dataframe")
+    from dpivreg._dask import _formulaic_builder
+    from dpivreg.design import _split_formula
+
+    data = _frame()
+    ddf = dd.from_pandas(data, npartitions=3)
+    levels, factor = LEVELS, 2.0
+    for formula in ["y ~ 1 + C(g, levels=levels) + [x ~ z]", "y ~ 1 + C(g, Treatment('b')) + [x ~ z]",
+                    "y ~ 1 + C(g, contr.sum) + Q('w 2') + [x ~ z]", "y ~ 1 + I(`w 2` * factor) + [x ~ z]"]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lazy = DPIV2SLS.from_formula(formula, ddf).design
+            eager = design_from_formula(formula, data)
+        assert lazy.exog_names == eager.exog_names
+        np.testing.assert_array_equal(lazy.values.compute(scheduler="synchronous"),
+                                      np.column_stack([eager.dependent, eager.exog, eager.endog, eager.instruments]))
+    namespace = {"factor": 2.0, "big": np.ones(50_000), "np": np}  # big: not in the formula, never shipped
+    builder = _formulaic_builder(data.head(50), _split_formula("y ~ 1 + I(`w 2` * factor) + [x ~ z]"), namespace)
+    assert set(builder.context) == {"factor"}
 
 
 def test_dask_refuses_an_expression_that_reads_other_rows() -> None:
