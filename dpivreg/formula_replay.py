@@ -21,8 +21,9 @@ A spec replays exactly when
   method of a column (``x.mean()``, ``x.shift()``) or of a ufunc (``np.add.reduce``), a generalised ufunc
   (``np.matmul``, ``np.vecdot``) or ``@``, ``in`` and ``is``, any other function of NumPy, pandas, SciPy, patsy,
   formulaic (``lag()``) or Python's standard library (``sum``, ``statistics.fmean``), and a subscript read other
-  rows; an array from the caller's namespace cannot be split with the rows. Functions of the caller's own are "unknown": the Dask design trusts them to act row by
-  row (its documentation says so), the in-memory design builds such formulas on all rows at once instead.
+  rows; an array from the caller's namespace cannot be split with the rows. Functions of the caller's own are
+  "unknown": the Dask design trusts them to act row by row (its documentation says so), the in-memory design
+  builds such formulas on all rows at once instead.
 
 :func:`formula_problems` checks a formula's expressions from its text alone, before anything is built;
 :func:`replay_problems` checks a built spec (its stateful transforms and categories too).
