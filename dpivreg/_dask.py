@@ -539,7 +539,7 @@ def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame, context: M
     Functions of the caller's own are trusted to act row by row (documented); arrays of the namespace read as row
     data raise (:func:`_check_namespace_array`)."""
     for problem in replay_problems(spec, meta, context):
-        _check_namespace_array(problem, context)
+        _check_namespace_array(problem, block)
         if problem.kind == "stateful":
             raise ValueError(
                 f"the {block} block {text!r} uses the stateful transform(s) "
@@ -559,21 +559,15 @@ def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame, context: M
             raise _other_rows_error(problem, block)
 
 
-def _check_namespace_array(problem: ReplayProblem, context: Mapping[str, Any]) -> None:
+def _check_namespace_array(problem: ReplayProblem, block: str) -> None:
     """Raise for an array of the namespace read as row data (``I(w * weights)``, ``I(w * cfg.weights)``): it cannot
     be aligned with the partitions."""
-    if problem.kind != "namespace array":
-        return
-    root, *path = problem.variable.split(".")
-    value = context.get(root) if isinstance(context, Mapping) else None
-    for attribute in path:
-        value = getattr(value, attribute, None)
-    size = f" of {len(value)} values" if hasattr(value, "__len__") else ""
-    raise ValueError(
-        f"the formula reads {problem.variable!r} from your namespace, a {type(value).__name__}{size}; with a Dask "
-        "DataFrame the formula is applied to each partition separately, so such a variable cannot be aligned with "
-        "the rows. Add it as a column of the Dask DataFrame instead."
-    )
+    if problem.kind == "namespace array":
+        raise ValueError(
+            f"{problem.expression!r} in the {block} block: {problem.why}. With a Dask DataFrame the formula is "
+            "applied to each partition separately, so such a variable cannot be aligned with the rows. Add it as a "
+            "column of the Dask DataFrame instead."
+        )
 
 
 def _other_rows_error(problem: ReplayProblem, block: str) -> ValueError:
@@ -599,7 +593,7 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
             specs.append(None)
             continue
         for problem in formula_problems(text, sample, ctx):  # before the sample, which such an array fails
-            _check_namespace_array(problem, ctx)
+            _check_namespace_array(problem, block)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", DataMismatchWarning)
             matrix = formulaic_block_matrix(block, text, sample, ctx)
@@ -694,10 +688,10 @@ def _patsy_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapping[
         _check_patsy_info(info, block, text, sample)
         for factor in info.factor_infos:
             problem = expression_problem(factor.code, sample, ctx)
-            if problem is not None and problem.kind == "other rows":
-                raise _other_rows_error(problem, block)
             if problem is not None:
-                _check_namespace_array(problem, ctx)
+                _check_namespace_array(problem, block)
+                if problem.kind == "other rows":
+                    raise _other_rows_error(problem, block)
     names: set[str] = set()
     for info in full.infos():
         if info is not None:

@@ -749,17 +749,8 @@ def _formulaic_block(block: str, text: str, data: pd.DataFrame, context: Mapping
     rows = FORMULA_BLOCK_ROWS
     n = data.shape[0]
     ctx = _formulaic_context(context)
-    replay = n > rows and not formula_problems(text, data, ctx)  # else the first rows alone might not even build
-    if replay:
-        with warnings.catch_warnings(record=True) as caught:  # kept only if the spec replays
-            warnings.simplefilter("always")
-            try:
-                first = formulaic_block_matrix(block, text, data.iloc[:rows], context)
-            except ValueError:  # all rows at once, below, say whether the formula itself fails
-                replay = False
-        replay = replay and not replay_problems(first.model_spec, data, ctx)
-        if replay:
-            _reemit(caught)
+    first = _replaying_first_rows(block, text, data, context, ctx)
+    replay = first is not None
     if not replay:
         first = formulaic_block_matrix(block, text, data, context)
     columns = _CompactColumns(n, float_values(pd.DataFrame(first), block))
@@ -775,10 +766,26 @@ def _formulaic_block(block: str, text: str, data: pd.DataFrame, context: Mapping
     return frame
 
 
-def _reemit(caught: list) -> None:
-    """Warn again each of the warnings ``caught`` recorded."""
+def _replaying_first_rows(block: str, text: str, data: pd.DataFrame, context: Mapping[str, Any],
+                          ctx: Mapping[str, Any]):
+    """formulaic's matrix of the first :data:`FORMULA_BLOCK_ROWS` rows when its spec replays exactly on the later
+    ones (with its warnings), else None: fewer rows, expressions that do not act row by row (checked from the text
+    first: the first rows alone might not even build), a build of the first rows that fails (all rows at once then
+    say whether the formula does), or a spec with problems (its warnings dropped)."""
+    rows = FORMULA_BLOCK_ROWS
+    if data.shape[0] <= rows or formula_problems(text, data, ctx):
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            first = formulaic_block_matrix(block, text, data.iloc[:rows], context)
+        except ValueError:
+            return None
+    if replay_problems(first.model_spec, data, ctx):
+        return None
     for record in caught:
         warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
+    return first
 
 
 class _CompactColumns:

@@ -76,15 +76,13 @@ ProblemKind = Literal["stateful", "levels", "other rows", "namespace array", "un
 
 @dataclass(frozen=True)
 class ReplayProblem:
-    """Why one expression of a spec may not replay block by block: ``kind``, a sentence saying why, for "levels"
-    the column read as a category (None for an expression's values), and for "namespace array" the name read
-    (dotted when reached through a module, ``cfg.weights``)."""
+    """Why one expression of a spec may not replay block by block: ``kind``, a sentence saying why, and for "levels"
+    the column read as a category (None for an expression's values)."""
 
     kind: ProblemKind
     expression: str
     why: str
     column: str | None = None
-    variable: str | None = None
 
 
 def replay_problems(spec: Any, data: pd.DataFrame, context: Mapping[str, Any]) -> list[ReplayProblem]:
@@ -142,7 +140,7 @@ def _factor_problems(factors: Any, data: pd.DataFrame, context: Mapping[str, Any
         if method == "literal" or (method == "lookup" and expression in data.columns):
             continue
         if method == "lookup":
-            problem = _namespace_array(expression, expression, context)
+            problem = _namespace_array_problem(expression, _lookup(expression, context), expression)
         else:
             problem = expression_problem(expression, data, context)
         if problem is not None:
@@ -150,29 +148,27 @@ def _factor_problems(factors: Any, data: pd.DataFrame, context: Mapping[str, Any
     return problems
 
 
-def _namespace_array(name: str, expression: str, context: Mapping[str, Any]) -> ReplayProblem | None:
-    """The problem of reading ``name`` (not a column) when it is an array of the namespace, else None."""
-    return _namespace_array_problem(name, expression) if _is_array(_lookup(name, context)) else None
-
-
-def _namespace_array_problem(name: str, expression: str) -> ReplayProblem:
+def _namespace_array_problem(name: str, value: Any, expression: str) -> ReplayProblem | None:
+    """The problem of reading ``name`` (not a column; dotted when reached through a module, ``cfg.weights``) when its
+    ``value`` is an array of the namespace, else None."""
+    if not _is_array(value):
+        return None
     return ReplayProblem("namespace array", expression,
-                         f"it reads {name!r}, an array from your namespace, which cannot be split with the rows",
-                         variable=name)
+                         f"it reads {name!r} from your namespace, a {type(value).__name__} of {len(value)} values, "
+                         "which cannot be split with the rows")
 
 
 def _levels_problem(expression: str, data: pd.DataFrame, context: Mapping[str, Any]) -> ReplayProblem | None:
     """None when the categorical factor ``expression`` has declared levels: a ``Categorical`` column, as itself or
     in ``C(column, ...)``, or ``C(..., levels=...)``; else the "levels" problem (naming the column it reads, if
     it is one column)."""
-    scope = _Scope.of(expression, data)
+    scope = _Scope.of(expression, data.columns)
     node = scope.tree.body if scope.tree is not None else None
-    if (isinstance(node, ast.Call) and _is_categorical_call(node, scope, context)
-            and any(k.arg == "levels" and not (isinstance(k.value, ast.Constant) and k.value.value is None)
-                    for k in node.keywords)):
-        return None
-    if isinstance(node, ast.Call) and node.args and _is_categorical_call(node, scope, context):
-        node = node.args[0]
+    if isinstance(node, ast.Call) and _is_categorical_call(node, scope, context):
+        if any(k.arg == "levels" and not (isinstance(k.value, ast.Constant) and k.value.value is None)
+               for k in node.keywords):
+            return None
+        node = node.args[0] if node.args else node
     column = scope.column(node) if isinstance(node, ast.Name) else (expression if expression in data.columns
                                                                      else None)
     if column is not None and isinstance(data[column].dtype, pd.CategoricalDtype):
@@ -196,7 +192,7 @@ class _Scope:
     columns: Any
 
     @classmethod
-    def of(cls, expression: str, data: pd.DataFrame) -> "_Scope":
+    def of(cls, expression: str, columns: Any = ()) -> "_Scope":
         quoted: dict[str, str] = {}
 
         def placeholder(match: re.Match) -> str:
@@ -208,7 +204,7 @@ class _Scope:
             tree = ast.parse(_QUOTED.sub(placeholder, expression), mode="eval")
         except SyntaxError:
             tree = None
-        return cls(tree, quoted, data.columns)
+        return cls(tree, quoted, columns)
 
     def name(self, node: ast.Name) -> str:
         """The name a Name node reads (a quoted name unquoted)."""
@@ -225,7 +221,7 @@ def expression_problem(expression: str, data: pd.DataFrame, context: Mapping[str
     """The first reason why the Python expression ``expression`` (a factor of formulaic or patsy) may read other rows
     than its own, or None. A function of the caller's own is reported ("unknown function") only when nothing worse
     is found."""
-    scope = _Scope.of(expression, data)
+    scope = _Scope.of(expression, data.columns)
     if scope.tree is None:
         return ReplayProblem("other rows", expression, "it is not a Python expression that could be checked")
     unknown = None
@@ -243,15 +239,17 @@ def expression_problem(expression: str, data: pd.DataFrame, context: Mapping[str
             return ReplayProblem("other rows", expression,
                                  f"it uses {type(node).__name__.lower()} syntax, which may read other rows")
         if isinstance(node, ast.Name) and scope.column(node) is None:
-            problem = _namespace_array(scope.name(node), expression, context)
+            problem = _namespace_array_problem(scope.name(node), _lookup(scope.name(node), context), expression)
             if problem is not None:
                 return problem
         if isinstance(node, ast.Attribute) and not _resolves_in_namespace(node, scope, context):
             return ReplayProblem("other rows", expression,
                                  f"it reads the attribute {node.attr!r} of a column or value (a method such as "
                                  "x.mean() or x.shift() sees every row)")
-        if isinstance(node, ast.Attribute) and _is_array(_resolve(node, scope, context)):  # cfg.weights
-            return _namespace_array_problem(_unparse(node, scope), expression)
+        if isinstance(node, ast.Attribute):  # an array reached through a module, cfg.weights
+            problem = _namespace_array_problem(_unparse(node, scope), _resolve(node, scope, context), expression)
+            if problem is not None:
+                return problem
         if isinstance(node, ast.Call):
             verdict = _call_verdict(node.func, scope, context)
             if verdict == "other rows":
@@ -287,7 +285,7 @@ def _is_categorical_call(node: ast.Call, scope: _Scope, context: Mapping[str, An
 def expression_names(expression: str) -> set[str]:
     """The names an expression reads (a name quoted in backticks unquoted; empty if it does not parse): what the
     Dask design ships of the caller's namespace."""
-    scope = _Scope.of(expression, pd.DataFrame())
+    scope = _Scope.of(expression)
     if scope.tree is None:
         return set()
     return {scope.name(node) for node in ast.walk(scope.tree) if isinstance(node, ast.Name)}
