@@ -37,9 +37,9 @@ For each cell (n, p = q) of the grid n ∈ {10⁴, 10⁵, 10⁶, 10⁷} × p = q
 The CSV has the same columns plus IV2SLS's own peak memory above the data, the thread count and notes.
 
 Each cell runs in a fresh subprocess (``--cell n p q``), so its memory figures are clean. The data
-(fixed seed, float64, C-contiguous) are generated in row chunks: Z ~ N(0, I_q), X = Z·Π + V,
-Y = X·β + u with u correlated with V (X endogenous). The DP call is a realistic one: ρ1 = ρ2 = 1,
-η = α = 0.5, γ1 = γ2 = the Theorem's threshold ``dpivreg.model.theorem_clip(n, q, T)``.
+(fixed seed, float64, C-contiguous; ``--order F`` makes Z and X column-major) are generated in row chunks:
+Z ~ N(0, I_q), X = Z·Π + V, Y = X·β + u with u correlated with V (X endogenous). The DP call is a realistic
+one: ρ1 = ρ2 = 1, η = α = 0.5, γ1 = γ2 = the Theorem's threshold ``dpivreg.model.theorem_clip(n, q, T)``.
 Cells whose data exceed ``--max-gb`` (or 1/4 of the memory available when the cell starts) are
 skipped with the reason printed.
 
@@ -262,12 +262,14 @@ def warm_up(p: int, q: int, options: dict, with_iv2sls: bool) -> None:
         iv2sls_call(Z, X, Y)
 
 
-def run_cell(n: int, p: int, q: int, *, options: dict, iv2sls: bool, budget_s: float) -> dict:
+def run_cell(n: int, p: int, q: int, *, options: dict, iv2sls: bool, budget_s: float, order: str = "C") -> dict:
     """Measure one cell; returns the raw numbers (the parent adds the floor and the ratios)."""
     from dpivreg.model import theorem_clip
 
     warm_up(p, q, options, iv2sls)
     Z, X, Y = make_data(n, p, q)
+    if order == "F":  # column-major, as pandas' to_numpy() and the model's working rows give
+        Z, X = np.asfortranarray(Z), np.asfortranarray(X)
     rss_data = current_rss_bytes()
     peak_before = peak_rss_bytes()
     clean = reset_peak_rss()
@@ -295,7 +297,7 @@ def cell_main(args: argparse.Namespace) -> None:
     n, p, q = args.cell
     options = {} if args.kernel is None else {"kernel": args.kernel}
     options.update({} if args.engine_threads is None else {"n_threads": args.engine_threads})
-    result = run_cell(n, p, q, options=options, iv2sls=not args.no_iv2sls, budget_s=args.budget)
+    result = run_cell(n, p, q, options=options, iv2sls=not args.no_iv2sls, budget_s=args.budget, order=args.order)
     print(json.dumps(result))
 
 
@@ -332,7 +334,7 @@ def launch_cell(n: int, p: int, q: int, args: argparse.Namespace, pass_kernel: b
     command += ["--kernel", args.kernel] if pass_kernel else []
     command += ["--engine-threads", str(args.threads)] if pass_threads else []
     command += [] if iv2sls else ["--no-iv2sls"]
-    command += ["--budget", str(args.budget)]
+    command += ["--budget", str(args.budget), "--order", args.order]
     done = subprocess.run(command, env=cell_env(args.threads, args.blas_threads), capture_output=True, text=True)
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-5:])
@@ -438,7 +440,7 @@ def parent_main(args: argparse.Namespace) -> None:
     kernel_label = args.kernel if pass_kernel else ("default" if not accepts else "auto (default)")
     print(f"numpy copy bandwidth {bandwidth / 1e9:.2f} GB/s; read {read_rate / 1e9:.2f} GB/s on {args.threads} "
           f"threads; dgemm {madd_rate / 1e9:.1f} G multiply-adds/s on "
-          f"{args.threads} threads; T = {T_FIT}; kernel {kernel_label}; "
+          f"{args.threads} threads; T = {T_FIT}; kernel {kernel_label}; {args.order}-order rows; "
           f"threads {args.threads} (BLAS {args.blas_threads}); numba {numba_version()}; "
           f"load average {os.getloadavg()[0]:.2f}")
     print(header(), flush=True)
@@ -483,6 +485,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="seconds per timed quantity and cell spent on repeats (best of up to 10; "
                              "default 4, 1 with --quick)")
     parser.add_argument("--bandwidth", type=float, default=None, help="GB/s; skip the copy measurement")
+    parser.add_argument("--order", choices=("C", "F"), default="C",
+                        help="memory layout of Z and X: C (row-major, numpy's default; the default) or F "
+                             "(column-major: what pandas' to_numpy() and the model's working rows give)")
     parser.add_argument("--cell", type=int, nargs=3, metavar=("N", "P", "Q"), help=argparse.SUPPRESS)
     parser.add_argument("--no-iv2sls", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine-threads", type=int, default=None, help=argparse.SUPPRESS)

@@ -24,7 +24,9 @@ others). One pass, no n-length temporaries beyond a cache-sized block, no n×p×
 
 Two implementations give the same numbers (to rounding): a numba kernel that fuses the per-row
 work into one loop (fastest for small p, q), and numpy on cache-sized sub-blocks with BLAS
-(no compiler; fastest for large p, q). Rows whose gradient norm is not finite (it overflows
+(no compiler; fastest for large p, q). For small shapes on large blocks numba's loop is generated
+for the shape (:func:`unrolled_source`: every row's work written out over scalars held in
+registers), about three times faster than the general loop at p = q = 5. Rows whose gradient norm is not finite (it overflows
 float64) are flagged, and the caller recomputes that iteration with :func:`safe_block_sums`,
 which clips them through their unit vectors.
 
@@ -35,9 +37,15 @@ moment-form iteration of every simulated path, with q×p matrices.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import math
+import os
+import sys
+import tempfile
 import threading
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -119,7 +127,14 @@ def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray,
     S1 = np.zeros((q, p_endog))
     s2 = np.zeros(M.shape[1] - p_endog - 1)
     counts = np.zeros(3, dtype=np.int64)
-    if kernel == "numba":
+    if kernel == "numba" and _unrolls(Z, M.shape[1]):
+        with _COMPILE_LOCK:
+            by_columns, by_rows = unrolled_kernel(q, p_endog, M.shape[1], max(k, 0), k >= 0)
+        if Z.strides[0] == X_endog.strides[0] == Y.strides[0] == 8:
+            by_columns(tuple(Z.T), tuple(X_endog.T), Y, M, clips, S1, s2, counts)
+        else:
+            by_rows(Z, X_endog, Y, M, clips, S1, s2, counts)
+    elif kernel == "numba":
         with _COMPILE_LOCK:  # threads starting together compile once
             kernel_function = _numba_kernel()
         kernel_function(Z, X_endog, Y, M, clips, k, S1, s2, counts)
@@ -527,6 +542,133 @@ def _numba_kernel():
     # "nnan"/"ninf": the overflow test must see infinities.
     return numba.njit(nogil=True, cache=True, error_model="numpy",
                       fastmath={"reassoc", "contract", "nsz"})(_fused_rows)
+
+
+# The fused loop for one shape, generated: every row's work written out term by term over scalars that stay in
+# registers, reading each column with unit stride, so the compiler vectorises the whole row loop with no buffers
+# between its steps. Measured on one thread, 10⁶ rows, column-major rows, against :func:`_fused_rows`: 3.1 times
+# faster at p = q = 5 (6.7 against 20.6 ms; 2.6 ms is a read-only pass), 4.4 at q = 2, 2.3 at q = 8, but 1.2 at
+# q = 10 (its q·p_endog accumulators no longer fit the registers) while compiling takes 4 s: hence the limit on
+# q·width. It compiles for each shape (0.5–2 s), so it is used on blocks large enough to repay that once, and its
+# source is written to a file so that numba caches the compiled kernel on disk (:func:`kernel_cache_directory`).
+_UNROLLED_MAX_ROW_WORK = 136
+_UNROLLED_MIN_ROWS = 1 << 15
+
+
+def _unrolls(Z: np.ndarray, width: int) -> bool:
+    """Whether :func:`block_sums` takes a generated kernel (numba's, on a large block of a small shape)."""
+    return Z.shape[0] >= _UNROLLED_MIN_ROWS and Z.shape[1] * width <= _UNROLLED_MAX_ROW_WORK
+
+
+def unrolled_source(q: int, p_endog: int, width: int, k_lead: int, grouped: bool) -> str:
+    """Python source of two kernels with :func:`_fused_rows`'s arguments after ``Y, M, clips`` (``S1, s2, counts``)
+    for this shape: ``columns(Z_columns, X_columns, Y, M, clips, ...)``, the columns passed as tuples of 1-D arrays
+    of unit stride, and ``rows(Z, X_endog, Y, M, clips, ...)`` for any layout, which first copies a tile of rows into
+    column buffers (as the tiled loop does). Same arithmetic as the tiled loop (norms ‖z‖·‖r‖ and ‖x̃‖·abs(e) per
+    group, factors min(1, γ/norm) for finite γ, the instruments scaled by their group's factor and the residual by
+    the second stage's), so the sums agree to rounding; ``k_lead`` and ``grouped`` as ``split`` there."""
+    last = width - 1
+    lead_z, rest_z = range(k_lead), range(k_lead, q)
+    lead_x, rest_x = range(p_endog, p_endog + k_lead), range(p_endog + k_lead, last)
+    groups = (0, 1, 2, 3) if grouped else (0, 2)
+    rest1, rest2 = (1, 3) if grouped else (0, 2)
+
+    def total(terms) -> str:
+        return " + ".join(terms) or "0.0"
+
+    def setup() -> list[str]:
+        return ["    " + "; ".join(f"m{k}_{j} = M[{k}, {j}]" for k in range(q) for j in range(width)),
+                *(f"    c{g} = clips[{g}]; finite{g} = c{g} < np.inf" for g in groups),
+                "    " + "; ".join([f"a{k}_{j} = 0.0" for k in range(q) for j in range(p_endog)]
+                                   + [f"b{j} = 0.0" for j in range(p_endog, last)]),
+                "    clipped1 = 0; clipped2 = 0; overflow = 0"]
+
+    def row(pad: str, z: str, x: str, y: str) -> list[str]:
+        """One row's work; ``z``, ``x``, ``y``: how to read instrument k, regressor j and the outcome."""
+        body = ["; ".join(f"z{k} = {z.format(k=k)}" for k in range(q)),
+                *(f"u{j} = " + total(f"m{k}_{j} * z{k}" for k in range(q)) for j in range(width)),
+                "; ".join(f"r{j} = u{j} - {x.format(j=j)}" for j in range(p_endog)),
+                "rr = " + total(f"r{j} * r{j}" for j in range(p_endog)),
+                f"e = u{last} - {y}"]
+        if grouped:
+            body.append("norm_r = np.sqrt(rr); abs_e = abs(e)")
+            body += [f"g{g} = np.sqrt({total(terms)}) * {scale}"
+                     for g, terms, scale in ((0, [f"z{k} * z{k}" for k in lead_z], "norm_r"),
+                                             (1, [f"z{k} * z{k}" for k in rest_z], "norm_r"),
+                                             (2, [f"u{j} * u{j}" for j in lead_x], "abs_e"),
+                                             (3, [f"u{j} * u{j}" for j in rest_x], "abs_e"))]
+        else:
+            body.append(f"g0 = np.sqrt({total(f'z{k} * z{k}' for k in range(q))}) * np.sqrt(rr)")
+            body.append(f"g2 = np.sqrt({total(f'u{j} * u{j}' for j in range(p_endog, last))}) * abs(e)")
+        for g in groups:
+            body.append(f"overflow += finite{g} & (not g{g} < np.inf)")
+            body.append(f"f{g} = min(1.0, c{g} / g{g}) if finite{g} else 1.0")
+        body += [f"clipped1 += (f0 < 1.0) | (f{rest1} < 1.0)",
+                 f"clipped2 += (f2 < 1.0) | (f{rest2} < 1.0)",
+                 "; ".join(f"y{k} = z{k} * f{0 if k < k_lead else rest1}" for k in range(q)),
+                 f"e_lead = e * f2; e_rest = e * f{rest2}",
+                 *("; ".join(f"a{k}_{j} += y{k} * r{j}" for j in range(p_endog)) for k in range(q)),
+                 *(f"b{j} += u{j} * {'e_lead' if j < p_endog + k_lead else 'e_rest'}" for j in range(p_endog, last))]
+        return [pad + line for line in body]
+
+    def finish() -> list[str]:
+        return ["    " + "; ".join(f"S1[{k}, {j}] += a{k}_{j}" for j in range(p_endog)) for k in range(q)] + [
+            *(f"    s2[{j - p_endog}] += b{j}" for j in range(p_endog, last)),
+            "    counts[0] += clipped1; counts[1] += clipped2; counts[2] += overflow"]
+
+    shape = f"q = {q}, p_endog = {p_endog}, width = {width}, k_lead = {k_lead}, grouped = {grouped}"
+    lines = ["import numpy as np", "", "", f"def columns(Z, X, Y, M, clips, S1, s2, counts):  # {shape}",
+             "    n = Y.shape[0]", *setup(), "    for i in range(n):", *row(" " * 8, "Z[{k}][i]", "X[{j}][i]", "Y[i]"),
+             *finish(), "", "",
+             f"def rows(Z, X, Y, M, clips, S1, s2, counts):  # {shape}",
+             "    n = Y.shape[0]", f"    Zt = np.empty(({q}, {_TILE_ROWS})); Xt = np.empty(({p_endog}, {_TILE_ROWS}))",
+             *setup(), f"    for start in range(0, n, {_TILE_ROWS}):", f"        m = min({_TILE_ROWS}, n - start)",
+             "        for i in range(m):",
+             *("            " + "; ".join(f"Zt[{k}, i] = Z[start + i, {k}]" for k in range(q)),
+               "            " + "; ".join(f"Xt[{j}, i] = X[start + i, {j}]" for j in range(p_endog))),
+             "        for i in range(m):", *row(" " * 12, "Zt[{k}, i]", "Xt[{j}, i]", "Y[start + i]"),
+             *finish()]
+    return "\n".join(lines) + "\n"
+
+
+def kernel_cache_directory() -> Path | None:
+    """Where the generated kernels' sources go (numba caches their compiled code beside them, in ``__pycache__``):
+    ``$DPIVREG_CACHE_DIR``, else ``dpivreg`` in ``$XDG_CACHE_HOME`` (``~/.cache``); None if it cannot be created
+    (each process then compiles the kernels it uses, from sources in a temporary directory)."""
+    base = os.environ.get("DPIVREG_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "dpivreg")
+    directory = Path(base) / "kernels"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return directory if os.access(directory, os.W_OK) else None
+
+
+@lru_cache(maxsize=None)
+def unrolled_kernel(q: int, p_endog: int, width: int, k_lead: int, grouped: bool):
+    """The kernels ``columns`` and ``rows`` of :func:`unrolled_source` for this shape, compiled by numba with the
+    tiled loop's settings (on first call). Their source is written to a file named by its hash, rewritten only if
+    missing or different (so numba's disk cache, keyed by the file's time stamp, stays valid), and imported."""
+    import numba
+
+    source = unrolled_source(q, p_endog, width, k_lead, grouped)
+    name = f"fused_q{q}_p{p_endog}_w{width}_k{k_lead}{'g' if grouped else ''}_" + hashlib.sha256(
+        source.encode()).hexdigest()[:12]
+    directory = kernel_cache_directory()
+    if directory is None:
+        directory = Path(tempfile.mkdtemp(prefix="dpivreg-kernels-"))
+    path = directory / f"{name}.py"
+    if not path.is_file() or path.read_text(encoding="utf-8") != source:
+        partial = directory / f"{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        partial.write_text(source, encoding="utf-8")
+        os.replace(partial, path)  # atomic: another process never imports half a file
+    spec = importlib.util.spec_from_file_location(f"dpivreg_generated_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # numba's cached code refers to its function's module by name
+    spec.loader.exec_module(module)
+    compile_ = numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz"})
+    return compile_(module.columns), compile_(module.rows)
 
 
 def safe_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np.ndarray,

@@ -14,7 +14,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from dpivreg import dp_2s_gd
+from dpivreg import dp_2s_gd, kernels
 from dpivreg.kernels import numba_available
 
 from reference_engine import reference_path
@@ -281,3 +281,153 @@ def test_gradient_norm_histograms_on_irregular_edges():
     Z, X, Y = np.ones((len(values), 1)), -values[:, None], np.zeros(len(values))  # M = 0: first-stage norm abs(x)
     counts = fused_norm_counts(Z, X, Y, np.zeros((1, 3)), -1, np.array([edges, edges]))
     np.testing.assert_array_equal(counts[0], histogram_counts(values, edges))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The generated kernels (dpivreg.kernels.unrolled_source): every row's work written out for one shape
+# ---------------------------------------------------------------------------------------------------------------
+needs_numba = pytest.mark.skipif(not numba_available(), reason="numba not installed")
+# (q, p_endog, n_exog, grouped): one instrument; the workflow's y ~ 1 + w + [x ~ z] with and without groups;
+# p = q = 5 (issue 15's cell); groups with more exogenous than endogenous columns.
+GENERATED_SHAPES = [(1, 1, 0, False), (3, 1, 2, False), (3, 1, 2, True), (5, 5, 0, False), (6, 2, 3, True)]
+CLIPS = {"finite": ((1.0, 2.0), (0.7, 3.0)), "infinite": ((math.inf,) * 2, (math.inf,) * 2),
+         "mixed": ((math.inf, 2.0), (0.5, math.inf))}
+
+
+@pytest.fixture
+def generated_everywhere(monkeypatch):
+    """Blocks of any size take the generated kernels (they are used from 2^15 rows on)."""
+    monkeypatch.setattr(kernels, "_UNROLLED_MIN_ROWS", 1)
+
+
+def _block(q: int, p_endog: int, n_exog: int, grouped: bool, clips: str, *, n: int = 3_000, seed: int = 0,
+           order: str = "C"):
+    """A block of rows whose gradients clip often, M from a random Θ, β and a preconditioner root, and the
+    block_sums arguments for ``clips`` (group pairs when ``grouped``)."""
+    rng = np.random.default_rng(seed)
+    Z = rng.standard_normal((n, q)) * rng.exponential(1.0, (n, 1))
+    X = Z[:, :p_endog] * 0.5 + rng.standard_normal((n, p_endog))
+    Y = rng.standard_normal(n) * (1 + np.abs(Z[:, -1]))
+    p = n_exog + p_endog
+    root = np.linalg.cholesky(np.eye(p) + 0.1 * np.ones((p, p)))
+    M, _ = kernels.pass_matrix(rng.standard_normal((q, p_endog)), rng.standard_normal(p), root, n_exog)
+    clip1, clip2 = CLIPS[clips]
+    if not grouped:
+        clip1, clip2 = clip1[0], clip2[0]
+    Z, X = np.asarray(Z, order=order), np.asarray(X, order=order)
+    return Z, X, Y, M, clip1, clip2, (n_exog if grouped else None)
+
+
+def _tiled_sums(Z, X, Y, M, clip1, clip2, split):
+    """The tiled loop (dpivreg.kernels._fused_rows), called directly."""
+    clips, k = kernels.group_clips(clip1, clip2, split)
+    out = (np.zeros((Z.shape[1], X.shape[1])), np.zeros(M.shape[1] - X.shape[1] - 1), np.zeros(3, dtype=np.int64))
+    kernels._numba_kernel()(Z, X, Y, M, clips, k, *out)
+    return out
+
+
+@needs_numba
+@pytest.mark.parametrize("clips", sorted(CLIPS))
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("q, p_endog, n_exog, grouped", GENERATED_SHAPES)
+def test_generated_kernel_equals_the_tiled_loop_and_numpy(q, p_endog, n_exog, grouped, order, clips,
+                                                          generated_everywhere):
+    """The generated kernels (``columns`` for column-major blocks, ``rows`` for row-major ones) give the tiled
+    loop's and numpy's sums to 1e-12 relative and the same counts, for every grouping and finite, infinite and
+    mixed thresholds."""
+    Z, X, Y, M, clip1, clip2, split = _block(q, p_endog, n_exog, grouped, clips, order=order)
+    S1, s2, counts = kernels.block_sums(Z, X, Y, M, clip1, clip2, "numba", split)
+    for want in (_tiled_sums(Z, X, Y, M, clip1, clip2, split), kernels.block_sums(Z, X, Y, M, clip1, clip2, "numpy",
+                                                                                  split)):
+        np.testing.assert_array_equal(counts, want[2])
+        np.testing.assert_allclose(S1, want[0], rtol=1e-12, atol=1e-12 * np.abs(want[0]).max())
+        np.testing.assert_allclose(s2, want[1], rtol=1e-12, atol=1e-12 * np.abs(want[1]).max())
+    assert counts[2] == 0 and (clips == "infinite") == (counts[:2].sum() == 0)
+
+
+@needs_numba
+@pytest.mark.parametrize("q, p_endog, n_exog, grouped", GENERATED_SHAPES)
+def test_generated_kernel_flags_overflowing_rows(q, p_endog, n_exog, grouped, generated_everywhere):
+    """A row whose gradient norm overflows is counted (the caller then takes the safe pass), as by the tiled loop;
+    with infinite thresholds nothing is counted."""
+    for clips in ("finite", "infinite"):
+        Z, X, Y, M, clip1, clip2, split = _block(q, p_endog, n_exog, grouped, clips, n=500, seed=1)
+        Z[7] = 1e200
+        Y[11] = 1e300
+        counts = kernels.block_sums(Z, X, Y, M, clip1, clip2, "numba", split)[2]
+        np.testing.assert_array_equal(counts, _tiled_sums(Z, X, Y, M, clip1, clip2, split)[2])
+        assert (counts[2] > 0) == (clips == "finite")
+
+
+@needs_numba
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("q, p_endog, n_exog, grouped", GENERATED_SHAPES)
+def test_generated_kernel_clips_every_row_to_its_threshold(q, p_endog, n_exog, grouped, order, generated_everywhere):
+    """The release's sensitivity, exactly: one row's clipped gradient has norm at most γ in each group (so replacing
+    a row moves each sum by at most 2γ), and a row far outside is clipped to exactly γ (1e-12)."""
+    Z, X, Y, M, clip1, clip2, split = _block(q, p_endog, n_exog, grouped, "finite", n=60, seed=2, order=order)
+    Z[0] *= 1e6
+    Y[0] = 1e8
+    lead = n_exog if grouped else 0
+    gammas1, gammas2 = (clip1, clip2) if grouped else ((0.0, clip1), (0.0, clip2))
+    for i in range(Z.shape[0]):
+        S1, s2, _ = kernels.block_sums(Z[i:i + 1], X[i:i + 1], Y[i:i + 1], M, clip1, clip2, "numba", split)
+        norms = [np.linalg.norm(S1[:lead]), np.linalg.norm(S1[lead:]), np.linalg.norm(s2[:lead]),
+                 np.linalg.norm(s2[lead:])]
+        bounds = [gammas1[0], gammas1[1], gammas2[0], gammas2[1]]
+        assert all(norm <= bound * (1 + 1e-12) for norm, bound in zip(norms, bounds)), (i, norms, bounds)
+        if i == 0:  # the far row: every non-empty group is clipped to its threshold
+            for norm, bound, size in zip(norms, bounds, (lead, q - lead, lead, len(s2) - lead)):
+                if size:
+                    assert norm == pytest.approx(bound, rel=1e-12)
+
+
+@needs_numba
+def test_large_blocks_of_small_shapes_take_the_generated_kernel(monkeypatch):
+    """From 2^15 rows and up to 136 multiply-adds a row (q·width); not below, nor for larger shapes."""
+    shapes = []
+    real = kernels.unrolled_kernel
+
+    def spy(*shape):
+        shapes.append(shape)
+        return real(*shape)
+
+    monkeypatch.setattr(kernels, "unrolled_kernel", spy)
+    for n, q, p_endog in [(1 << 15, 3, 1), ((1 << 15) - 1, 3, 1), (1 << 15, 10, 10)]:
+        Z, X, Y, M, clip1, clip2, split = _block(q, p_endog, 0, False, "finite", n=n, order="F")
+        kernels.block_sums(Z, X, Y, M, clip1, clip2, "numba", split)
+    assert shapes == [(3, 1, 3, 0, False)]
+
+
+@needs_numba
+def test_generated_kernels_are_written_once_and_cached(tmp_path, monkeypatch):
+    """The source goes to $DPIVREG_CACHE_DIR/kernels under a name with its hash, numba caches the compiled code
+    beside it; a file that was changed is written again; an unusable directory falls back to a temporary one."""
+    monkeypatch.setenv("DPIVREG_CACHE_DIR", str(tmp_path))
+    kernels.unrolled_kernel.cache_clear()
+    try:
+        Z, X, Y, M, clip1, clip2, split = _block(2, 1, 1, True, "finite", n=300, order="F")
+        shape = (2, 1, M.shape[1], 1, True)
+        want = kernels.block_sums(Z, X, Y, M, clip1, clip2, "numpy", split)
+        clips, _ = kernels.group_clips(clip1, clip2, split)
+
+        def run():
+            out = (np.zeros((2, 1)), np.zeros(2), np.zeros(3, dtype=np.int64))
+            kernels.unrolled_kernel(*shape)[0](tuple(Z.T), tuple(X.T), Y, M, clips, *out)
+            np.testing.assert_allclose(out[0], want[0], rtol=1e-12)
+            np.testing.assert_array_equal(out[2], want[2])
+
+        run()
+        (source,) = (tmp_path / "kernels").glob("fused_q2_p1_w4_k1g_*.py")
+        assert source.read_text() == kernels.unrolled_source(*shape)
+        assert list((tmp_path / "kernels" / "__pycache__").glob(f"{source.stem}.columns-*.nbi"))
+        source.write_text("def columns(*args):\n    raise RuntimeError('tampered')\n")
+        kernels.unrolled_kernel.cache_clear()
+        run()
+        assert source.read_text() == kernels.unrolled_source(*shape)
+        monkeypatch.setenv("DPIVREG_CACHE_DIR", str(source))  # a file: no directory can be made there
+        assert kernels.kernel_cache_directory() is None
+        kernels.unrolled_kernel.cache_clear()
+        run()
+    finally:
+        kernels.unrolled_kernel.cache_clear()

@@ -58,6 +58,7 @@ import pytest
 from scipy import stats
 
 import dpivreg.engine as engine
+import dpivreg.kernels as kernels
 from dpivreg import PrivacyLeakWarning
 from dpivreg.privacy import noise_std as _true_noise_std
 
@@ -280,7 +281,7 @@ def add_step_llr(S, mu2, d_norms, noise: list, w: int, t: int, G: tuple, gD: tup
 
 def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: int = RUNS,
               rho1: float = RHO1, rho2: float = RHO2, method: str = "gd", second_moment: str = "identity",
-              blank: bool = False) -> Audit:
+              blank: bool = False, order: str = "C") -> Audit:
     """Run DP-2S-GD ``runs`` times on each neighbour and audit the released paths.
 
     Calls ``dpivreg.engine.dp_2s_gd`` at call time, so monkeypatched engine internals are audited.
@@ -288,9 +289,9 @@ def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: i
     its default ridge; the auditor rebuilds R_t = P_t^(−1/2) from the released Θ⁽ᵗ⁾ with its own
     closed form (ridge from the claimed λ1), recovers the whitened noisy mean
     G̃ₜ = R_t⁻¹(βₜ − βₜ₊₁)/α = P_t^(1/2)(βₜ − βₜ₊₁)/α and compares it with both datasets' clipped
-    means of R_t x̂ᵢ eᵢ.
+    means of R_t x̂ᵢ eᵢ. ``order``: the neighbours' memory layout ("F": column-major, as pandas gives).
     """
-    worlds = neighbours(n_exog, blank=blank)
+    worlds = [tuple(np.asarray(a, order=order) for a in world) for world in neighbours(n_exog, blank=blank)]
     lam1, lam2 = claimed_lambdas(calibration, rho1, rho2)
     S_public = SECOND_MOMENTS[second_moment]
     extra = {} if method == "gd" else {"method": method, "second_moment": S_public}
@@ -670,3 +671,60 @@ def test_audit_catches_broken_mechanisms(bug, monkeypatch):
     else:
         assert a.rho_accountant == pytest.approx(RHO1 + RHO2, rel=1e-12)
         assert patches["_clipped_gradients"].__self__.calls == 2 * a.runs * T, "the injection did not land"
+
+
+# The generated kernels (dpivreg.kernels.unrolled_source) take the pass on blocks of 2^15 rows or more; the audits
+# above run 50 rows, so here they are forced on every block.
+needs_numba = pytest.mark.skipif(not kernels.numba_available(), reason="numba not installed")
+
+
+def _force_generated_kernels(monkeypatch) -> list:
+    """Every block through the generated kernels; returns the list of shapes they were asked for."""
+    shapes = []
+    real = kernels.unrolled_kernel
+
+    def spy(*shape):
+        shapes.append(shape)
+        return real(*shape)
+
+    monkeypatch.setattr(kernels, "_UNROLLED_MIN_ROWS", 1)
+    monkeypatch.setattr(kernels, "unrolled_kernel", spy)
+    return shapes
+
+
+@needs_numba
+@pytest.mark.parametrize("n_exog, order", [(0, "C"), (1, "F")])
+def test_audit_generated_kernels_are_sound_and_tight(n_exog, order, monkeypatch):
+    """The exact-calibration audit, sound and tight as for the tiled loop, with the pass in the generated kernels:
+    row-major neighbours take their ``rows`` variant (tiles copied into column buffers), column-major ones their
+    ``columns`` variant. Same seed as the tiled loop's audit; the statistic differs only by rounding."""
+    shapes = _force_generated_kernels(monkeypatch)
+    a = run_audit("exact", seed=101, n_exog=n_exog, order=order)
+    assert shapes, "the generated kernels were not used"
+    _check_sound_and_tight(a)
+
+
+@needs_numba
+def test_audit_catches_a_generated_kernel_that_clips_to_twice_the_threshold(monkeypatch):
+    """A generated kernel whose stage-1 factor is min(1, 2γ1/norm) doubles that stage's sensitivity (true μ² = 4·2ρ1
+    + 2ρ2 = 14, μ = 3.74 against the claimed 2.236): the audit must see μ_lb above the claim. Seed 303 as for
+    the broken engines. Observed: μ_lb = 2.854 (403 false positives, 16 false negatives); the sound generated
+    kernels gave 1.955 (n_exog = 0, row-major) and 1.981 (n_exog = 1, column-major), the tiled loop's values."""
+    correct = kernels.unrolled_source
+
+    def broken(*shape):
+        source = correct(*shape)
+        assert "f0 = min(1.0, c0 / g0) if finite0 else 1.0" in source
+        return source.replace("f0 = min(1.0, c0 / g0)", "f0 = min(1.0, 2.0 * c0 / g0)")
+
+    compiled = kernels.unrolled_kernel  # cached per shape: the broken kernels must neither use nor stay in it
+    monkeypatch.setattr(kernels, "unrolled_source", broken)
+    compiled.cache_clear()
+    try:
+        shapes = _force_generated_kernels(monkeypatch)
+        a = run_audit("exact", seed=303)
+    finally:
+        compiled.cache_clear()
+    assert shapes, "the generated kernels were not used"
+    assert a.rho_accountant == pytest.approx(RHO1 + RHO2, rel=1e-12)  # the accountant still claims ρ = 2.5
+    assert a.mu_lb > a.mu_accountant, f"not caught: mu_lb={a.mu_lb:.3f} <= {a.mu_accountant:.3f}"
