@@ -84,6 +84,7 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS_CSV = REPO / "docs" / "_static" / "engine_speed.csv"  # committed: written only when --csv names it
 T_FIT = 20
 DATA_SEED = 20260
+WARM_UP_ROWS = 70_000
 FULL_N = (10**4, 10**5, 10**6, 10**7)
 FULL_PQ = (1, 5, 50)
 QUICK_N = (10**4, 10**5)
@@ -252,12 +253,15 @@ def best_of(measure: Callable[[int], float], budget_s: float, max_repeats: int) 
     return min(timings), len(timings)
 
 
-def warm_up(p: int, q: int, options: dict, with_iv2sls: bool) -> None:
-    """Import everything and compile (numba) on small data, before the measured part."""
+def warm_up(p: int, q: int, options: dict, with_iv2sls: bool, order: str = "C") -> None:
+    """Import everything and compile (numba) on small data, before the measured part: enough rows that each of two
+    threads takes a block of 2^15 rows, where small shapes use their generated kernel (dpivreg.kernels)."""
     from dpivreg.model import theorem_clip
 
-    Z, X, Y = make_data(2000, p, q, seed=1)
-    engine_call(Z, X, Y, T=2, clip=theorem_clip(2000, q, 2), seed=0, options=options)
+    Z, X, Y = make_data(WARM_UP_ROWS, p, q, seed=1)
+    if order == "F":
+        Z, X = np.asfortranarray(Z), np.asfortranarray(X)
+    engine_call(Z, X, Y, T=2, clip=theorem_clip(WARM_UP_ROWS, q, 2), seed=0, options=options)
     if with_iv2sls:
         iv2sls_call(Z, X, Y)
 
@@ -266,7 +270,7 @@ def run_cell(n: int, p: int, q: int, *, options: dict, iv2sls: bool, budget_s: f
     """Measure one cell; returns the raw numbers (the parent adds the floor and the ratios)."""
     from dpivreg.model import theorem_clip
 
-    warm_up(p, q, options, iv2sls)
+    warm_up(p, q, options, iv2sls, order)
     Z, X, Y = make_data(n, p, q)
     if order == "F":  # column-major, as pandas' to_numpy() and the model's working rows give
         Z, X = np.asfortranarray(Z), np.asfortranarray(X)

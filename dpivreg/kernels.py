@@ -127,17 +127,11 @@ def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray,
     S1 = np.zeros((q, p_endog))
     s2 = np.zeros(M.shape[1] - p_endog - 1)
     counts = np.zeros(3, dtype=np.int64)
-    if kernel == "numba" and _unrolls(Z, M.shape[1]):
-        with _COMPILE_LOCK:
-            by_columns, by_rows = unrolled_kernel(q, p_endog, M.shape[1], max(k, 0), k >= 0)
-        if Z.strides[0] == X_endog.strides[0] == Y.strides[0] == 8:
-            by_columns(tuple(Z.T), tuple(X_endog.T), Y, M, clips, S1, s2, counts)
-        else:
-            by_rows(Z, X_endog, Y, M, clips, S1, s2, counts)
-    elif kernel == "numba":
-        with _COMPILE_LOCK:  # threads starting together compile once
-            kernel_function = _numba_kernel()
-        kernel_function(Z, X_endog, Y, M, clips, k, S1, s2, counts)
+    if kernel == "numba":
+        if not (_unrolls(Z, M.shape[1]) and _generated_sums(Z, X_endog, Y, M, clips, k, S1, s2, counts)):
+            with _COMPILE_LOCK:  # threads starting together compile once
+                kernel_function = _numba_kernel()
+            kernel_function(Z, X_endog, Y, M, clips, k, S1, s2, counts)
     else:
         for start in range(0, Z.shape[0], _SUB_BLOCK_ROWS):
             stop = start + _SUB_BLOCK_ROWS
@@ -545,12 +539,13 @@ def _numba_kernel():
 
 
 # The fused loop for one shape, generated: every row's work written out term by term over scalars that stay in
-# registers, reading each column with unit stride, so the compiler vectorises the whole row loop with no buffers
-# between its steps. Measured on one thread, 10⁶ rows, column-major rows, against :func:`_fused_rows`: 3.1 times
-# faster at p = q = 5 (6.7 against 20.6 ms; 2.6 ms is a read-only pass), 4.4 at q = 2, 2.3 at q = 8, but 1.2 at
-# q = 10 (its q·p_endog accumulators no longer fit the registers) while compiling takes 4 s: hence the limit on
-# q·width. It compiles for each shape (0.5–2 s), so it is used on blocks large enough to repay that once, and its
-# source is written to a file so that numba caches the compiled kernel on disk (:func:`kernel_cache_directory`).
+# registers, so the compiler vectorises the whole row loop with no buffers between its steps. Measured on one
+# thread, 10⁶ rows, p = q = 5, against :func:`_fused_rows` (21-23 ms in either layout): 6.5-6.9 ms on column-major
+# rows, 8.7-8.9 ms on row-major rows (2.6-3.2 ms is a read-only pass). Column-major: 4.4 times faster at q = 2,
+# 2.3 at q = 8, but 1.2 at q = 10 (its q·p_endog accumulators no longer fit the registers) while compiling takes
+# 4 s: hence the limit on q·width. It compiles for each shape (0.5-2 s), so it is used on blocks large enough to
+# repay that once, and its source is written to a file so that numba caches the compiled kernel on disk
+# (:func:`kernel_cache_directory`).
 _UNROLLED_MAX_ROW_WORK = 136
 _UNROLLED_MIN_ROWS = 1 << 15
 
@@ -560,13 +555,49 @@ def _unrolls(Z: np.ndarray, width: int) -> bool:
     return Z.shape[0] >= _UNROLLED_MIN_ROWS and Z.shape[1] * width <= _UNROLLED_MAX_ROW_WORK
 
 
-def unrolled_source(q: int, p_endog: int, width: int, k_lead: int, grouped: bool) -> str:
+def _generated_sums(Z, X_endog, Y, M, clips, split, S1, s2, counts) -> bool:
+    """Add the block's sums by the generated kernel that reads its layout (:func:`unrolled_source`): ``columns`` when
+    every column has unit stride, ``rows`` when every row's values are contiguous; False for other layouts (the
+    tiled loop takes them)."""
+    q, p_endog = Z.shape[1], X_endog.shape[1]
+    shape = (q, p_endog, M.shape[1], max(split, 0), split >= 0)
+    if Z.dtype != np.float64 or X_endog.dtype != np.float64 or Y.dtype != np.float64:
+        return False
+    if Z.strides[0] == X_endog.strides[0] == Y.strides[0] == 8:
+        with _COMPILE_LOCK:
+            kernel_function = unrolled_kernel(*shape)[0]
+        kernel_function(tuple(Z.T), tuple(X_endog.T), Y, M, clips, S1, s2, counts)
+        return True
+    if all(a.strides[1] == 8 and a.strides[0] > 0 and a.strides[0] % 8 == 0 for a in (Z, X_endog)):
+        z_row, x_row = Z.strides[0] // 8, X_endog.strides[0] // 8
+        with _COMPILE_LOCK:
+            kernel_function = unrolled_kernel(*shape, z_row, x_row)[1]
+        kernel_function(_rows_as_flat(Z), _rows_as_flat(X_endog), Y, M, clips, S1, s2, counts)
+        return True
+    return False
+
+
+def _rows_as_flat(A: np.ndarray) -> np.ndarray:
+    """A block whose rows are each contiguous as one 1-D view from its first value to its last: row i starts at
+    i·(row stride). The values between rows belong to the parent array, and the kernel does not read them."""
+    m, k = A.shape
+    length = (m - 1) * (A.strides[0] // 8) + k if m else 0
+    return np.lib.stride_tricks.as_strided(A, shape=(length,), strides=(8,), writeable=False)
+
+
+def unrolled_source(q: int, p_endog: int, width: int, k_lead: int, grouped: bool, z_row: int | None = None,
+                    x_row: int | None = None) -> str:
     """Python source of two kernels with :func:`_fused_rows`'s arguments after ``Y, M, clips`` (``S1, s2, counts``)
     for this shape: ``columns(Z_columns, X_columns, Y, M, clips, ...)``, the columns passed as tuples of 1-D arrays
-    of unit stride, and ``rows(Z, X_endog, Y, M, clips, ...)`` for any layout, which first copies a tile of rows into
-    column buffers (as the tiled loop does). Same arithmetic as the tiled loop (norms ‖z‖·‖r‖ and ‖x̃‖·abs(e) per
-    group, factors min(1, γ/norm) for finite γ, the instruments scaled by their group's factor and the residual by
-    the second stage's), so the sums agree to rounding; ``k_lead`` and ``grouped`` as ``split`` there."""
+    of unit stride (column-major blocks), and ``rows(Z_flat, X_flat, Y, M, clips, ...)`` for blocks whose rows are
+    each contiguous, passed as 1-D arrays in which row i starts at i·z_row and i·x_row (default q and p_endog;
+    written into the source, a constant stride lets the compiler load whole rows into vectors: measured 1.7 times
+    faster than copying tiles of rows into column buffers at p = q = 5). Same arithmetic as the tiled loop (norms ‖z‖·‖r‖
+    and ‖x̃‖·abs(e) per group, factors min(1, γ/norm) for finite γ, the instruments scaled by their group's factor
+    and the residual by the second stage's), so the sums agree to rounding; ``k_lead`` and ``grouped`` as ``split``
+    there."""
+    z_row = q if z_row is None else z_row
+    x_row = p_endog if x_row is None else x_row
     last = width - 1
     lead_z, rest_z = range(k_lead), range(k_lead, q)
     lead_x, rest_x = range(p_endog, p_endog + k_lead), range(p_endog + k_lead, last)
@@ -620,14 +651,9 @@ def unrolled_source(q: int, p_endog: int, width: int, k_lead: int, grouped: bool
     lines = ["import numpy as np", "", "", f"def columns(Z, X, Y, M, clips, S1, s2, counts):  # {shape}",
              "    n = Y.shape[0]", *setup(), "    for i in range(n):", *row(" " * 8, "Z[{k}][i]", "X[{j}][i]", "Y[i]"),
              *finish(), "", "",
-             f"def rows(Z, X, Y, M, clips, S1, s2, counts):  # {shape}",
-             "    n = Y.shape[0]", f"    Zt = np.empty(({q}, {_TILE_ROWS})); Xt = np.empty(({p_endog}, {_TILE_ROWS}))",
-             *setup(), f"    for start in range(0, n, {_TILE_ROWS}):", f"        m = min({_TILE_ROWS}, n - start)",
-             "        for i in range(m):",
-             *("            " + "; ".join(f"Zt[{k}, i] = Z[start + i, {k}]" for k in range(q)),
-               "            " + "; ".join(f"Xt[{j}, i] = X[start + i, {j}]" for j in range(p_endog))),
-             "        for i in range(m):", *row(" " * 12, "Zt[{k}, i]", "Xt[{j}, i]", "Y[start + i]"),
-             *finish()]
+             f"def rows(Z, X, Y, M, clips, S1, s2, counts):  # {shape}, rows every {z_row} and {x_row} values",
+             "    n = Y.shape[0]", *setup(), "    for i in range(n):",
+             *row(" " * 8, f"Z[i * {z_row} + {{k}}]", f"X[i * {x_row} + {{j}}]", "Y[i]"), *finish()]
     return "\n".join(lines) + "\n"
 
 
@@ -646,13 +672,14 @@ def kernel_cache_directory() -> Path | None:
 
 
 @lru_cache(maxsize=None)
-def unrolled_kernel(q: int, p_endog: int, width: int, k_lead: int, grouped: bool):
+def unrolled_kernel(q: int, p_endog: int, width: int, k_lead: int, grouped: bool, z_row: int | None = None,
+                    x_row: int | None = None):
     """The kernels ``columns`` and ``rows`` of :func:`unrolled_source` for this shape, compiled by numba with the
     tiled loop's settings (on first call). Their source is written to a file named by its hash, rewritten only if
     missing or different (so numba's disk cache, keyed by the file's time stamp, stays valid), and imported."""
     import numba
 
-    source = unrolled_source(q, p_endog, width, k_lead, grouped)
+    source = unrolled_source(q, p_endog, width, k_lead, grouped, z_row, x_row)
     name = f"fused_q{q}_p{p_endog}_w{width}_k{k_lead}{'g' if grouped else ''}_" + hashlib.sha256(
         source.encode()).hexdigest()[:12]
     directory = kernel_cache_directory()

@@ -314,8 +314,21 @@ def _block(q: int, p_endog: int, n_exog: int, grouped: bool, clips: str, *, n: i
     clip1, clip2 = CLIPS[clips]
     if not grouped:
         clip1, clip2 = clip1[0], clip2[0]
-    Z, X = np.asarray(Z, order=order), np.asarray(X, order=order)
-    return Z, X, Y, M, clip1, clip2, (n_exog if grouped else None)
+    return (*_laid_out(Z, X, order), Y, M, clip1, clip2, (n_exog if grouped else None))
+
+
+def _laid_out(Z: np.ndarray, X: np.ndarray, order: str) -> tuple[np.ndarray, np.ndarray]:
+    """Z and X in a memory layout: "C" or "F"; "rows": row-major column slices of wider arrays (each row contiguous,
+    rows further apart, as X[:, n_exog:] of a row-major X); "strided": every other column of a wider array (the tiled
+    loop takes it)."""
+    if order in ("C", "F"):
+        return np.asarray(Z, order=order), np.asarray(X, order=order)
+    if order == "rows":
+        pad = np.zeros((Z.shape[0], 2))
+        return np.column_stack([Z, pad[:, :1]])[:, :-1], np.column_stack([pad, X])[:, 2:]
+    wide_z, wide_x = np.zeros((Z.shape[0], 2 * Z.shape[1])), np.zeros((X.shape[0], 2 * X.shape[1]))
+    wide_z[:, ::2], wide_x[:, ::2] = Z, X
+    return wide_z[:, ::2], wide_x[:, ::2]
 
 
 def _tiled_sums(Z, X, Y, M, clip1, clip2, split):
@@ -328,13 +341,13 @@ def _tiled_sums(Z, X, Y, M, clip1, clip2, split):
 
 @needs_numba
 @pytest.mark.parametrize("clips", sorted(CLIPS))
-@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("order", ["C", "F", "rows", "strided"])
 @pytest.mark.parametrize("q, p_endog, n_exog, grouped", GENERATED_SHAPES)
 def test_generated_kernel_equals_the_tiled_loop_and_numpy(q, p_endog, n_exog, grouped, order, clips,
                                                           generated_everywhere):
-    """The generated kernels (``columns`` for column-major blocks, ``rows`` for row-major ones) give the tiled
-    loop's and numpy's sums to 1e-12 relative and the same counts, for every grouping and finite, infinite and
-    mixed thresholds."""
+    """The generated kernels (``columns`` for column-major blocks, ``rows`` for blocks with contiguous rows, also
+    further apart than their width) give the tiled loop's and numpy's sums to 1e-12 relative and the same counts,
+    for every grouping and finite, infinite and mixed thresholds; other layouts go to the tiled loop."""
     Z, X, Y, M, clip1, clip2, split = _block(q, p_endog, n_exog, grouped, clips, order=order)
     S1, s2, counts = kernels.block_sums(Z, X, Y, M, clip1, clip2, "numba", split)
     for want in (_tiled_sums(Z, X, Y, M, clip1, clip2, split), kernels.block_sums(Z, X, Y, M, clip1, clip2, "numpy",
@@ -360,7 +373,7 @@ def test_generated_kernel_flags_overflowing_rows(q, p_endog, n_exog, grouped, ge
 
 
 @needs_numba
-@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("order", ["C", "F", "rows"])
 @pytest.mark.parametrize("q, p_endog, n_exog, grouped", GENERATED_SHAPES)
 def test_generated_kernel_clips_every_row_to_its_threshold(q, p_endog, n_exog, grouped, order, generated_everywhere):
     """The release's sensitivity, exactly: one row's clipped gradient has norm at most γ in each group (so replacing
@@ -384,7 +397,8 @@ def test_generated_kernel_clips_every_row_to_its_threshold(q, p_endog, n_exog, g
 
 @needs_numba
 def test_large_blocks_of_small_shapes_take_the_generated_kernel(monkeypatch):
-    """From 2^15 rows and up to 136 multiply-adds a row (q·width); not below, nor for larger shapes."""
+    """From 2^15 rows and up to 136 multiply-adds a row (q·width), the generated kernel for the block's layout (its
+    row strides written into the row-major kernel); not below, nor for larger shapes, nor for other layouts."""
     shapes = []
     real = kernels.unrolled_kernel
 
@@ -393,10 +407,11 @@ def test_large_blocks_of_small_shapes_take_the_generated_kernel(monkeypatch):
         return real(*shape)
 
     monkeypatch.setattr(kernels, "unrolled_kernel", spy)
-    for n, q, p_endog in [(1 << 15, 3, 1), ((1 << 15) - 1, 3, 1), (1 << 15, 10, 10)]:
-        Z, X, Y, M, clip1, clip2, split = _block(q, p_endog, 0, False, "finite", n=n, order="F")
+    for n, q, p_endog, order in [(1 << 15, 3, 1, "F"), (1 << 15, 3, 1, "C"), (1 << 15, 3, 1, "rows"),
+                                 (1 << 15, 3, 1, "strided"), ((1 << 15) - 1, 3, 1, "F"), (1 << 15, 10, 10, "F")]:
+        Z, X, Y, M, clip1, clip2, split = _block(q, p_endog, 0, False, "finite", n=n, order=order)
         kernels.block_sums(Z, X, Y, M, clip1, clip2, "numba", split)
-    assert shapes == [(3, 1, 3, 0, False)]
+    assert shapes == [(3, 1, 3, 0, False), (3, 1, 3, 0, False, 3, 1), (3, 1, 3, 0, False, 4, 3)]
 
 
 @needs_numba
