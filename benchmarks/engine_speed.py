@@ -254,14 +254,16 @@ def best_of(measure: Callable[[int], float], budget_s: float, max_repeats: int) 
 
 
 def warm_up(p: int, q: int, options: dict, with_iv2sls: bool, order: str = "C") -> None:
-    """Import everything and compile (numba) on small data, before the measured part: enough rows that each of two
-    threads takes a block of 2^15 rows, where small shapes use their generated kernel (dpivreg.kernels)."""
+    """Import everything and compile or load numba's kernels, before the measured part: on 2,000 rows (the tiled
+    loop) and on enough rows that each of two threads takes a block of 2^15 rows, where small shapes use their
+    generated kernel (dpivreg.kernels)."""
     from dpivreg.model import theorem_clip
 
-    Z, X, Y = make_data(WARM_UP_ROWS, p, q, seed=1)
-    if order == "F":
-        Z, X = np.asfortranarray(Z), np.asfortranarray(X)
-    engine_call(Z, X, Y, T=2, clip=theorem_clip(WARM_UP_ROWS, q, 2), seed=0, options=options)
+    for rows in (2000, WARM_UP_ROWS):
+        Z, X, Y = make_data(rows, p, q, seed=1)
+        if order == "F":
+            Z, X = np.asfortranarray(Z), np.asfortranarray(X)
+        engine_call(Z, X, Y, T=2, clip=theorem_clip(rows, q, 2), seed=0, options=options)
     if with_iv2sls:
         iv2sls_call(Z, X, Y)
 
