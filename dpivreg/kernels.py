@@ -37,10 +37,12 @@ moment-form iteration of every simulated path, with q×p matrices.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import math
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -127,13 +129,16 @@ def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray,
         (then the sums are not valid: use :func:`safe_block_sums` for this iteration).
     """
     q, p_endog = Z.shape[1], X_endog.shape[1]
+    if not Z.shape[0] == X_endog.shape[0] == Y.shape[0]:  # the compiled loops would read past the shorter ones
+        raise ValueError(f"Z, X_endog and Y must have the same rows, got {Z.shape[0]}, {X_endog.shape[0]} and "
+                         f"{Y.shape[0]}.")
     clips, k = group_clips(clip1, clip2, split)
     S1 = np.zeros((q, p_endog))
     s2 = np.zeros(M.shape[1] - p_endog - 1)
     counts = np.zeros(3, dtype=np.int64)
     if kernel == "numba":
         if not (_unrolls(Z, M.shape[1]) and _generated_sums(Z, X_endog, Y, M, clips, k, S1, s2, counts)):
-            with _COMPILE_LOCK:  # threads starting together compile once
+            with _COMPILE_LOCK:  # threads starting together make one dispatcher (numba's own lock guards compiling)
                 kernel_function = _numba_kernel()
             kernel_function(Z, X_endog, Y, M, clips, k, S1, s2, counts)
     else:
@@ -662,6 +667,28 @@ def unrolled_source(q: int, p_endog: int, width: int, k_lead: int, grouped: bool
     return "\n".join(lines) + "\n"
 
 
+def _written_source(directory: Path, name: str, source: str) -> Path:
+    """``directory/name.py`` holding ``source``: written (atomically: another process never imports half a file)
+    unless it already holds exactly that, so its time stamp, and numba's cache keyed by it, stay valid."""
+    path = directory / f"{name}.py"
+    if not path.is_file() or path.read_text(encoding="utf-8") != source:
+        partial = directory / f"{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        partial.write_text(source, encoding="utf-8")
+        try:
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+    return path
+
+
+@lru_cache(maxsize=1)
+def _process_directory() -> Path:
+    """A temporary directory for this process's generated kernels when the cache cannot hold them, removed at exit."""
+    directory = Path(tempfile.mkdtemp(prefix="dpivreg-kernels-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
+
+
 def kernel_cache_directory() -> Path | None:
     """Where the generated kernels' sources go (numba caches their compiled code beside them, in ``__pycache__``):
     ``$DPIVREG_CACHE_DIR``, else ``dpivreg`` in ``$XDG_CACHE_HOME`` (``~/.cache``); None if it cannot be created
@@ -681,20 +708,19 @@ def unrolled_kernel(q: int, p_endog: int, width: int, k_lead: int, grouped: bool
                     x_row: int | None = None):
     """The kernels ``columns`` and ``rows`` of :func:`unrolled_source` for this shape, compiled by numba with the
     tiled loop's settings (on first call). Their source is written to a file named by its hash, rewritten only if
-    missing or different (so numba's disk cache, keyed by the file's time stamp, stays valid), and imported."""
+    missing or different (so numba's disk cache, keyed by the file's time stamp, stays valid), and imported; if the
+    cache directory cannot take it (not writable, a directory or an undecodable file in its place), from this
+    process's temporary directory instead."""
     import numba
 
     source = unrolled_source(q, p_endog, width, k_lead, grouped, z_row, x_row)
     name = f"fused_q{q}_p{p_endog}_w{width}_k{k_lead}{'g' if grouped else ''}_" + hashlib.sha256(
         source.encode()).hexdigest()[:12]
     directory = kernel_cache_directory()
-    if directory is None:
-        directory = Path(tempfile.mkdtemp(prefix="dpivreg-kernels-"))
-    path = directory / f"{name}.py"
-    if not path.is_file() or path.read_text(encoding="utf-8") != source:
-        partial = directory / f"{name}.{os.getpid()}.{threading.get_ident()}.tmp"
-        partial.write_text(source, encoding="utf-8")
-        os.replace(partial, path)  # atomic: another process never imports half a file
+    try:
+        path = _written_source(directory or _process_directory(), name, source)
+    except (OSError, UnicodeError):  # found by review: a bad cache file must not stop a fit
+        path = _written_source(_process_directory(), name, source)
     spec = importlib.util.spec_from_file_location(f"dpivreg_generated_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # numba's cached code refers to its function's module by name

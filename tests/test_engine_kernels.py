@@ -359,17 +359,41 @@ def test_generated_kernel_equals_the_tiled_loop_and_numpy(q, p_endog, n_exog, gr
 
 
 @needs_numba
+@pytest.mark.parametrize("order", ["C", "F", "rows"])
 @pytest.mark.parametrize("q, p_endog, n_exog, grouped", GENERATED_SHAPES)
-def test_generated_kernel_flags_overflowing_rows(q, p_endog, n_exog, grouped, generated_everywhere):
-    """A row whose gradient norm overflows is counted (the caller then takes the safe pass), as by the tiled loop;
-    with infinite thresholds nothing is counted."""
+def test_generated_kernel_flags_overflowing_and_nan_rows(q, p_endog, n_exog, grouped, order, generated_everywhere):
+    """Rows whose gradient norm overflows or is NaN are counted (the caller then takes the safe pass), as by the tiled
+    loop, in every layout; with infinite thresholds nothing is counted. Rows of zeros and rows with a zero residual
+    (norm 0, γ/0 = inf) add nothing and are not clipped."""
     for clips in ("finite", "infinite"):
         Z, X, Y, M, clip1, clip2, split = _block(q, p_endog, n_exog, grouped, clips, n=500, seed=1)
+        Z[3] = 0.0
+        Y[4] = Z[4] @ M[:, -1]  # e = 0
         Z[7] = 1e200
         Y[11] = 1e300
-        counts = kernels.block_sums(Z, X, Y, M, clip1, clip2, "numba", split)[2]
-        np.testing.assert_array_equal(counts, _tiled_sums(Z, X, Y, M, clip1, clip2, split)[2])
-        assert (counts[2] > 0) == (clips == "finite")
+        Y[13] = np.nan
+        Z, X = _laid_out(Z, X, order)
+        got = kernels.block_sums(Z, X, Y, M, clip1, clip2, "numba", split)
+        np.testing.assert_array_equal(got[2], _tiled_sums(Z, X, Y, M, clip1, clip2, split)[2])
+        assert (got[2][2] > 0) == (clips == "finite")
+        clean = np.setdiff1d(np.arange(500), [7, 11, 13])
+        S1, s2, counts = kernels.block_sums(Z[clean], X[clean], Y[clean], M, clip1, clip2, "numba", split)
+        want = kernels.block_sums(Z[clean], X[clean], Y[clean], M, clip1, clip2, "numpy", split)
+        np.testing.assert_array_equal(counts, want[2])
+        np.testing.assert_allclose(S1, want[0], rtol=1e-12, atol=1e-12 * np.abs(want[0]).max())
+        np.testing.assert_allclose(s2, want[1], rtol=1e-12, atol=1e-12 * np.abs(want[1]).max())
+
+
+@needs_numba
+def test_block_sums_refuses_rows_of_different_lengths(generated_everywhere):
+    """The compiled loops run over Y's rows: a shorter or longer Y (or X_endog) is an error, not a read past the end
+    (found by review)."""
+    Z, X, Y, M, clip1, clip2, split = _block(3, 1, 0, False, "finite", n=50)
+    for kernel in ("numba", "numpy"):
+        with pytest.raises(ValueError, match="same rows"):
+            kernels.block_sums(Z, X, Y[:40], M, clip1, clip2, kernel, split)
+        with pytest.raises(ValueError, match="same rows"):
+            kernels.block_sums(Z, X[:40], Y, M, clip1, clip2, kernel, split)
 
 
 @needs_numba
@@ -407,17 +431,19 @@ def test_large_blocks_of_small_shapes_take_the_generated_kernel(monkeypatch):
         return real(*shape)
 
     monkeypatch.setattr(kernels, "unrolled_kernel", spy)
-    for n, q, p_endog, order in [(1 << 15, 3, 1, "F"), (1 << 15, 3, 1, "C"), (1 << 15, 3, 1, "rows"),
-                                 (1 << 15, 3, 1, "strided"), ((1 << 15) - 1, 3, 1, "F"), (1 << 15, 10, 10, "F")]:
-        Z, X, Y, M, clip1, clip2, split = _block(q, p_endog, 0, False, "finite", n=n, order=order)
+    for n, q, p_endog, n_exog, order in [(1 << 15, 3, 1, 0, "F"), (1 << 15, 3, 1, 0, "C"), (1 << 15, 3, 1, 0, "rows"),
+                                         (1 << 15, 3, 1, 2, "F"), (1 << 15, 3, 1, 0, "strided"),
+                                         ((1 << 15) - 1, 3, 1, 0, "F"), (1 << 15, 10, 10, 0, "F")]:
+        Z, X, Y, M, clip1, clip2, split = _block(q, p_endog, n_exog, n_exog > 0, "finite", n=n, order=order)
         kernels.block_sums(Z, X, Y, M, clip1, clip2, "numba", split)
-    assert shapes == [(3, 1, 3, 0, False), (3, 1, 3, 0, False, 3, 1), (3, 1, 3, 0, False, 4, 3)]
+    assert shapes == [(3, 1, 3, 0, False), (3, 1, 3, 0, False, 3, 1), (3, 1, 3, 0, False, 4, 3), (3, 1, 5, 2, True)]
 
 
 @needs_numba
 def test_generated_kernels_are_written_once_and_cached(tmp_path, monkeypatch):
     """The source goes to $DPIVREG_CACHE_DIR/kernels under a name with its hash, numba caches the compiled code
-    beside it; a file that was changed is written again; an unusable directory falls back to a temporary one."""
+    beside it; a file that was changed is written again; an undecodable file or a directory in its place, or an
+    unusable cache directory, falls back to the process's temporary directory (review: they crashed the fit)."""
     monkeypatch.setenv("DPIVREG_CACHE_DIR", str(tmp_path))
     kernels.unrolled_kernel.cache_clear()
     try:
@@ -440,7 +466,16 @@ def test_generated_kernels_are_written_once_and_cached(tmp_path, monkeypatch):
         kernels.unrolled_kernel.cache_clear()
         run()
         assert source.read_text() == kernels.unrolled_source(*shape)
-        monkeypatch.setenv("DPIVREG_CACHE_DIR", str(source))  # a file: no directory can be made there
+        source.write_bytes(b"\xff\xfe not UTF-8")  # an undecodable file, then a directory in the source's place
+        kernels.unrolled_kernel.cache_clear()
+        run()
+        source.unlink()
+        source.mkdir()
+        kernels.unrolled_kernel.cache_clear()
+        run()
+        assert not list((tmp_path / "kernels").glob("*.tmp"))
+        monkeypatch.setenv("DPIVREG_CACHE_DIR", str(tmp_path / "kernels" / "__init__.txt"))
+        (tmp_path / "kernels" / "__init__.txt").write_text("a file: no directory can be made there")
         assert kernels.kernel_cache_directory() is None
         kernels.unrolled_kernel.cache_clear()
         run()

@@ -704,7 +704,7 @@ def test_audit_generated_kernels_are_sound_and_tight(n_exog, order, monkeypatch)
 
 
 @needs_numba
-def test_audit_catches_a_generated_kernel_that_clips_to_twice_the_threshold(monkeypatch):
+def test_audit_catches_a_generated_kernel_that_clips_to_twice_the_threshold(monkeypatch, tmp_path):
     """A generated kernel whose stage-1 factor is min(1, 2γ1/norm) doubles that stage's sensitivity (true μ² = 4·2ρ1
     + 2ρ2 = 14, μ = 3.74 against the claimed 2.236): the audit must see μ_lb above the claim. Seed 303 as for
     the broken engines. Observed: μ_lb = 2.854 (403 false positives, 16 false negatives); the sound generated
@@ -717,6 +717,7 @@ def test_audit_catches_a_generated_kernel_that_clips_to_twice_the_threshold(monk
         return source.replace("f0 = min(1.0, c0 / g0)", "f0 = min(1.0, 2.0 * c0 / g0)")
 
     compiled = kernels.unrolled_kernel  # cached per shape: the broken kernels must neither use nor stay in it
+    monkeypatch.setenv("DPIVREG_CACHE_DIR", str(tmp_path))  # nor stay in the user's cache directory
     monkeypatch.setattr(kernels, "unrolled_source", broken)
     compiled.cache_clear()
     try:
