@@ -26,9 +26,9 @@ Two implementations give the same numbers (to rounding): a numba kernel that fus
 work into one loop (fastest for small p, q), and numpy on cache-sized sub-blocks with BLAS
 (no compiler; fastest for large p, q). For small shapes on large blocks numba's loop is generated
 for the shape (:func:`unrolled_source`: every row's work written out over scalars held in
-registers), about three times faster than the general loop at p = q = 5. Rows whose gradient norm is not finite (it overflows
-float64) are flagged, and the caller recomputes that iteration with :func:`safe_block_sums`,
-which clips them through their unit vectors.
+registers), about three times faster than the general loop at p = q = 5. Rows whose gradient norm
+is not finite (it overflows float64) are flagged, and the caller recomputes that iteration with
+:func:`safe_block_sums`, which clips them through their unit vectors.
 
 The module also compiles the steps of the private inference's noise simulation
 (:func:`numba_simulation_steps`, for :func:`dpivreg.inference.simulate_fit`): no rows there, only the
@@ -601,11 +601,11 @@ def unrolled_source(q: int, p_endog: int, width: int, k_lead: int, grouped: bool
     for this shape: ``columns(Z_columns, X_columns, Y, M, clips, ...)``, the columns passed as tuples of 1-D arrays
     of unit stride (column-major blocks), and ``rows(Z_flat, X_flat, Y, M, clips, ...)`` for blocks whose rows are
     each contiguous, passed as 1-D arrays in which row i starts at i·z_row and i·x_row (default q and p_endog;
-    written into the source, a constant stride lets the compiler load whole rows into vectors: measured 1.7 times
-    faster than copying tiles of rows into column buffers at p = q = 5). Same arithmetic as the tiled loop (norms ‖z‖·‖r‖
-    and ‖x̃‖·abs(e) per group, factors min(1, γ/norm) for finite γ, the instruments scaled by their group's factor
-    and the residual by the second stage's), so the sums agree to rounding; ``k_lead`` and ``grouped`` as ``split``
-    there."""
+    written into the source, a constant stride lets the compiler load whole rows into vectors: measured 1.5-1.7
+    times faster than copying tiles of rows into column buffers at p = q = 5). Same arithmetic as the tiled loop
+    (norms ‖z‖·‖r‖ and ‖x̃‖·abs(e) per group, factors min(1, γ/norm) for finite γ, the instruments scaled by their
+    group's factor and the residual by the second stage's), so the sums agree to rounding; ``k_lead`` and
+    ``grouped`` as ``split`` there."""
     z_row = q if z_row is None else z_row
     x_row = p_endog if x_row is None else x_row
     last = width - 1

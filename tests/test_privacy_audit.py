@@ -696,7 +696,8 @@ def _force_generated_kernels(monkeypatch) -> list:
 @pytest.mark.parametrize("n_exog, order", [(0, "C"), (1, "F")])
 def test_audit_generated_kernels_are_sound_and_tight(n_exog, order, monkeypatch):
     """The exact-calibration audit, sound and tight as for the tiled loop, with the pass in the generated kernels:
-    row-major neighbours take their ``rows`` variant, column-major ones their ``columns`` variant. Same seed as the tiled loop's audit; the statistic differs only by rounding."""
+    row-major neighbours take their ``rows`` variant, column-major ones their ``columns`` variant. Same seed as the
+    tiled loop's audit; the statistic differs only by rounding (observed: the same μ_lb, 1.955 and 1.981)."""
     shapes = _force_generated_kernels(monkeypatch)
     a = run_audit("exact", seed=101, n_exog=n_exog, order=order)
     assert shapes, "the generated kernels were not used"
