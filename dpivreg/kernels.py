@@ -137,7 +137,7 @@ def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray,
     s2 = np.zeros(M.shape[1] - p_endog - 1)
     counts = np.zeros(3, dtype=np.int64)
     if kernel == "numba":
-        if not (_unrolls(Z, M.shape[1]) and _generated_sums(Z, X_endog, Y, M, clips, k, S1, s2, counts)):
+        if not _generated_sums(Z, X_endog, Y, M, clips, k, S1, s2, counts):
             with _COMPILE_LOCK:  # threads starting together make one dispatcher (numba's own lock guards compiling)
                 kernel_function = _numba_kernel()
             kernel_function(Z, X_endog, Y, M, clips, k, S1, s2, counts)
@@ -560,31 +560,27 @@ _UNROLLED_MAX_ROW_WORK = 136
 _UNROLLED_MIN_ROWS = 1 << 15
 
 
-def _unrolls(Z: np.ndarray, width: int) -> bool:
-    """Whether :func:`block_sums` takes a generated kernel (numba's, on a large block of a small shape)."""
-    return Z.shape[0] >= _UNROLLED_MIN_ROWS and Z.shape[1] * width <= _UNROLLED_MAX_ROW_WORK
-
-
 def _generated_sums(Z, X_endog, Y, M, clips, split, S1, s2, counts) -> bool:
     """Add the block's sums by the generated kernel that reads its layout (:func:`unrolled_source`): ``columns`` when
-    every column has unit stride, ``rows`` when every row's values are contiguous; False for other layouts (the
-    tiled loop takes them)."""
-    q, p_endog = Z.shape[1], X_endog.shape[1]
-    shape = (q, p_endog, M.shape[1], max(split, 0), split >= 0)
+    every column has unit stride, ``rows`` when every row's values are contiguous. False, adding nothing, for blocks
+    under :data:`_UNROLLED_MIN_ROWS` rows, shapes over :data:`_UNROLLED_MAX_ROW_WORK`, other dtypes and other layouts
+    (the tiled loop takes them)."""
+    q, p_endog, width = Z.shape[1], X_endog.shape[1], M.shape[1]
+    if Z.shape[0] < _UNROLLED_MIN_ROWS or q * width > _UNROLLED_MAX_ROW_WORK:
+        return False
     if Z.dtype != np.float64 or X_endog.dtype != np.float64 or Y.dtype != np.float64:
         return False
     if Z.strides[0] == X_endog.strides[0] == Y.strides[0] == 8:
-        with _COMPILE_LOCK:
-            kernel_function = unrolled_kernel(*shape)[0]
-        kernel_function(tuple(Z.T), tuple(X_endog.T), Y, M, clips, S1, s2, counts)
-        return True
-    if all(a.strides[1] == 8 and a.strides[0] > 0 and a.strides[0] % 8 == 0 for a in (Z, X_endog)):
-        z_row, x_row = Z.strides[0] // 8, X_endog.strides[0] // 8
-        with _COMPILE_LOCK:
-            kernel_function = unrolled_kernel(*shape, z_row, x_row)[1]
-        kernel_function(_rows_as_flat(Z), _rows_as_flat(X_endog), Y, M, clips, S1, s2, counts)
-        return True
-    return False
+        variant, strides, blocks = 0, (), (tuple(Z.T), tuple(X_endog.T))
+    elif all(a.strides[1] == 8 and a.strides[0] > 0 and a.strides[0] % 8 == 0 for a in (Z, X_endog)):
+        variant, strides, blocks = 1, (Z.strides[0] // 8, X_endog.strides[0] // 8), (_rows_as_flat(Z),
+                                                                                  _rows_as_flat(X_endog))
+    else:
+        return False
+    with _COMPILE_LOCK:
+        kernel_function = unrolled_kernel(q, p_endog, width, max(split, 0), split >= 0, *strides)[variant]
+    kernel_function(*blocks, Y, M, clips, S1, s2, counts)
+    return True
 
 
 def _rows_as_flat(A: np.ndarray) -> np.ndarray:
