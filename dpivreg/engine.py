@@ -21,7 +21,7 @@ import numpy as np
 from .backends import DaskRows, InMemoryRows, RowSource, is_dask_collection, one_pass
 from .kernels import KERNELS, pass_matrix
 from .privacy import PrivacyBudget, PrivacyLeakWarning, Release, noise_std, CALIBRATIONS
-from .validation import check_positive, check_rho, check_T
+from .validation import check_positive, check_raw_clip, check_rho, check_T
 
 __all__ = ["dp_2s_gd", "run_on_rows", "row_source", "DP2SGDPath", "DivergenceError", "METHODS",
            "preconditioner_root", "check_schedule", "IterationPlan", "iteration_plan", "check_progress",
@@ -821,13 +821,13 @@ def _check_clips(clip1, clip2):
     if any(pairs) and not all(pairs):
         raise TypeError("clip1 and clip2 must both be single thresholds or both (exogenous, rest) pairs.")
     if not all(pairs):
-        return (check_positive(clip1, "clip1", allow_none=True), check_positive(clip2, "clip2", allow_none=True),
+        return (check_raw_clip(clip1, "clip1", allow_none=True), check_raw_clip(clip2, "clip2", allow_none=True),
                 False)
     checked = []
     for c, name in ((clip1, "clip1"), (clip2, "clip2")):
         if len(c) != 2:
             raise ValueError(f"{name} as a pair must be (exogenous, rest), got {c!r}.")
-        checked.append((check_positive(c[0], f"{name}[0]"), check_positive(c[1], f"{name}[1]")))
+        checked.append((check_raw_clip(c[0], f"{name}[0]"), check_raw_clip(c[1], f"{name}[1]")))
     return checked[0], checked[1], True
 
 
@@ -1002,8 +1002,8 @@ def _clipped_gradients(rows: RowSource, theta: np.ndarray, beta: np.ndarray, W: 
     """(1/n)·Σᵢ CLIP_γ1(zᵢrᵢᵀ), (1/n)·Σᵢ CLIP_γ2(x̃ᵢeᵢ) and the clipped-row counts of one iteration.
 
     x̃ᵢ = W x̂ᵢ (W = I for ``method="gd"``). The fused pass (:func:`dpivreg.kernels.block_sums`) is exact
-    unless a row's gradient norm overflows float64; then the iteration is recomputed by the
-    overflow-safe pass. With privacy units the sums run over units of summed row gradients, n is the public
+    unless it flags a row whose norm overflows float64 or nears the limits where it would be inexact
+    (:func:`dpivreg.kernels.group_clips`); then the iteration is recomputed by the safe pass. With privacy units the sums run over units of summed row gradients, n is the public
     normaliser n̂ = N·k̂ and the counts count units (:mod:`dpivreg.units`).
     """
     gamma1 = _no_clip_as_inf(clip1)

@@ -26,9 +26,11 @@ Two implementations give the same numbers (to rounding): a numba kernel that fus
 work into one loop (fastest for small p, q), and numpy on cache-sized sub-blocks with BLAS
 (no compiler; fastest for large p, q). For small shapes on large blocks numba's loop is generated
 for the shape (:func:`unrolled_source`: every row's work written out over scalars held in
-registers), about three times faster than the general loop at p = q = 5. Rows whose gradient norm
-is not finite (it overflows float64) are flagged, and the caller recomputes that iteration with
-:func:`safe_block_sums`, which clips them through their unit vectors.
+registers), about three times faster than the general loop at p = q = 5. Rows whose clip factor
+float64 could make inexact (a norm that overflows, or one at the limits of :func:`group_clips`, where
+squares underflow or the factor would be subnormal) are flagged, and the caller recomputes that
+iteration with :func:`safe_block_sums`, which measures every row scaled by its largest value and clips
+through unit vectors.
 
 The module also compiles the steps of the private inference's noise simulation
 (:func:`numba_simulation_steps`, for :func:`dpivreg.inference.simulate_fit`): no rows there, only the
@@ -50,6 +52,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from .mechanisms import unit_rows
 
 __all__ = ["KERNELS", "numba_available", "resolve_kernel", "block_sums", "safe_block_sums", "pass_matrix", "working_rows", "mapped_columns",
            "fused_norm_counts", "fused_product_norm_counts", "numba_simulation_steps", "unit_gradient_terms",
@@ -150,35 +154,65 @@ def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray,
 
 
 def group_clips(clip1, clip2, split: int | None) -> tuple[np.ndarray, int]:
-    """The kernels' clip vector [γ1 lead, γ1 rest, γ2 lead, γ2 rest] and the split (−1: no groups)."""
+    """The kernels' clip vector and the split (−1: no groups).
+
+    The vector holds 12 values: the thresholds [γ1 lead, γ1 rest, γ2 lead, γ2 rest], then each group's norm limit
+    γ·2^480 and its product limit γ·2^1000 (:data:`NORM_LIMIT_SCALE`, :data:`PRODUCT_LIMIT_SCALE`). A row's clip
+    factor min(1, γ/(‖a‖·‖b‖)) is exact to rounding only while both norms are under the norm limit and their product
+    under the product limit; the kernels flag other rows as they flag overflowing ones (``counts[2]``), and the
+    caller recomputes the iteration by the safe pass, which takes every row's norms scaled by its largest value.
+
+    Why these limits: a sum of m squares loses at most m·2^−1074 to gradual underflow (components under 1e-154 square
+    to subnormals or to 0), so a computed norm can be short by √m·2^−537 (a row of such tiny instruments looks like
+    norm 0 and would escape clipping); times a partner norm under γ·2^480 that is at most √m·2^−57·γ, under 2^−37·γ
+    for m ≤ 2^40 terms. A product under γ·2^1000 keeps the factor γ/norm above 2^−1000, a normal float (a subnormal
+    factor is rounded by up to 40%). Both hold for thresholds ≥ 2^−900 (the public functions take at least
+    :data:`dpivreg.validation.MIN_RAW_CLIP`, 1e-100); an infinite threshold has infinite limits (no clipping, nothing
+    flagged).
+    """
     if split is None:
-        return np.array([clip1, clip1, clip2, clip2], dtype=np.float64), -1
-    return np.array([clip1[0], clip1[1], clip2[0], clip2[1]], dtype=np.float64), int(split)
+        gammas = np.array([clip1, clip1, clip2, clip2], dtype=np.float64)
+    else:
+        gammas = np.array([clip1[0], clip1[1], clip2[0], clip2[1]], dtype=np.float64)
+    limits = np.concatenate([np.ldexp(gammas, NORM_LIMIT_SCALE), np.ldexp(gammas, PRODUCT_LIMIT_SCALE)])
+    return np.concatenate([gammas, limits]), -1 if split is None else int(split)
 
 
-def _clip_factor(norms: np.ndarray, clip: float, counts: np.ndarray, slot: int) -> np.ndarray:
-    """min(1, γ/norm) in place of ``norms``; counts clipped rows and non-finite norms."""
+#: Binary exponents of the clip vector's limits (:func:`group_clips`): a factor's norm at or above γ·2^480, or a
+#: product of norms at or above γ·2^1000, sends the iteration to the safe pass.
+NORM_LIMIT_SCALE = 480
+PRODUCT_LIMIT_SCALE = 1000
+
+
+def _clip_factor(norm_a: np.ndarray, norm_b: np.ndarray, clips: np.ndarray, g: int, counts: np.ndarray,
+                 slot: int) -> np.ndarray:
+    """min(1, γ/(‖a‖·‖b‖)) of group ``g`` per row; counts clipped rows in ``counts[slot]``, and rows whose factor may
+    be inexact (a norm or the product at its limit, or not finite: :func:`group_clips`) in ``counts[2]``."""
+    norms = norm_a * norm_b
+    clip = clips[g]
     if math.isinf(clip):
         norms.fill(1.0)
         return norms
-    finite = np.isfinite(norms)
-    counts[2] += norms.size - np.count_nonzero(finite)
+    exact = (norm_a < clips[4 + g]) & (norm_b < clips[4 + g]) & (norms < clips[8 + g])
+    counts[2] += norms.size - np.count_nonzero(exact)
     counts[slot] += np.count_nonzero(norms > clip)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         np.divide(clip, norms, out=norms)
     return np.minimum(norms, 1.0, out=norms)
 
 
-def _group_factors(lead: np.ndarray, rest: np.ndarray, scale: np.ndarray, clip_lead: float, clip_rest: float,
-                   split: int, counts: np.ndarray, slot: int) -> tuple[np.ndarray, np.ndarray]:
-    """Clip factors of the two groups from their squared norms ``lead``, ``rest`` (times ``scale``, the
-    norm of the other factor of the rank-one gradient); one shared factor when ``split`` < 0."""
-    if split < 0:
-        factor = _clip_factor(np.sqrt(lead + rest) * scale, clip_lead, counts, slot)
-        return factor, factor
-    scratch = np.zeros(3, dtype=np.int64)
-    f_lead = _clip_factor(np.sqrt(lead) * scale, clip_lead, scratch, 0)
-    f_rest = _clip_factor(np.sqrt(rest) * scale, clip_rest, scratch, 1)
+def _group_factors(lead: np.ndarray, rest: np.ndarray, scale: np.ndarray, clips: np.ndarray, g: int, split: int,
+                   counts: np.ndarray, slot: int) -> tuple[np.ndarray, np.ndarray]:
+    """Clip factors of groups ``g`` (lead) and ``g + 1`` (rest) from their squared norms ``lead``, ``rest`` times
+    ``scale``, the norm of the other factor of the rank-one gradient; one shared factor (group ``g``'s threshold)
+    when ``split`` < 0."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if split < 0:
+            factor = _clip_factor(np.sqrt(lead + rest), scale, clips, g, counts, slot)
+            return factor, factor
+        scratch = np.zeros(3, dtype=np.int64)
+        f_lead = _clip_factor(np.sqrt(lead), scale, clips, g, scratch, 0)
+        f_rest = _clip_factor(np.sqrt(rest), scale, clips, g + 1, scratch, 1)
     counts[slot] += np.count_nonzero((f_lead < 1.0) | (f_rest < 1.0))
     counts[2] += scratch[2]
     return f_lead, f_rest
@@ -192,14 +226,14 @@ def _numpy_sub_block(Z, X_endog, Y, M, clips, split, S1, s2, counts) -> None:
     R1 -= X_endog
     norm_r = _row_norms(R1)
     f1_lead, f1_rest = _group_factors(np.einsum("ij,ij->i", Z[:, :k], Z[:, :k]),
-                                      np.einsum("ij,ij->i", Z[:, k:], Z[:, k:]), norm_r, clips[0], clips[1],
-                                      split, counts, 0)
+                                      np.einsum("ij,ij->i", Z[:, k:], Z[:, k:]), norm_r, clips, 0, split,
+                                      counts, 0)
     X_tilde = U[:, p_endog:-1]
     e = U[:, -1]
     e -= Y
     f2_lead, f2_rest = _group_factors(np.einsum("ij,ij->i", X_tilde[:, :k], X_tilde[:, :k]),
-                                      np.einsum("ij,ij->i", X_tilde[:, k:], X_tilde[:, k:]), np.abs(e),
-                                      clips[2], clips[3], split, counts, 1)
+                                      np.einsum("ij,ij->i", X_tilde[:, k:], X_tilde[:, k:]), np.abs(e), clips, 2,
+                                      split, counts, 1)
     if split < 0:
         S1 += Z.T @ (R1 * f1_rest[:, None])
         s2 += X_tilde.T @ (e * f2_rest)
@@ -239,8 +273,8 @@ def _fused_rows(Z, X_endog, Y, M, clips, split, S1, s2, counts):  # pragma: no c
     rr = np.empty(tile)
     xx_lead = np.empty(tile)
     xx_rest = np.empty(tile)
-    # Per group g (stage 1 lead, stage 1 rest, stage 2 lead, stage 2 rest), the rows' gradient norms, then in
-    # place their clip factors; without groups only g = 0 and 2 are used and stand for the rest too.
+    # Per group g (stage 1 lead, stage 1 rest, stage 2 lead, stage 2 rest), the norms of the rows' ‖z‖ or ‖x̃‖ part,
+    # then in place their clip factors; without groups only g = 0 and 2 are used and stand for the rest too.
     factors = np.empty((4, tile))
     rest1 = 1 if grouped else 0
     rest2 = 3 if grouped else 2
@@ -320,24 +354,28 @@ def _fused_rows(Z, X_endog, Y, M, clips, split, S1, s2, counts):  # pragma: no c
                 xx_rest[i] += U[j, i] * U[j, i]
         for i in range(m):
             U[last, i] -= Y[start + i]  # second-stage residual e
-        if grouped:  # gradient norms ‖z‖·‖r‖ and ‖x̃‖·abs(e) of each group
+        for i in range(m):
+            rr[i] = np.sqrt(rr[i])  # ‖r‖
+        if grouped:  # the other factor's norms per group: ‖z‖ (stage 1) and ‖x̃‖ (stage 2)
             for i in range(m):
-                norm_r = np.sqrt(rr[i])
-                abs_e = abs(U[last, i])
-                factors[0, i] = np.sqrt(zz_lead[i]) * norm_r
-                factors[1, i] = np.sqrt(zz_rest[i]) * norm_r
-                factors[2, i] = np.sqrt(xx_lead[i]) * abs_e
-                factors[3, i] = np.sqrt(xx_rest[i]) * abs_e
+                factors[0, i] = np.sqrt(zz_lead[i])
+                factors[1, i] = np.sqrt(zz_rest[i])
+                factors[2, i] = np.sqrt(xx_lead[i])
+                factors[3, i] = np.sqrt(xx_rest[i])
         else:
             for i in range(m):
-                factors[0, i] = np.sqrt(zz_lead[i] + zz_rest[i]) * np.sqrt(rr[i])
-                factors[2, i] = np.sqrt(xx_lead[i] + xx_rest[i]) * abs(U[last, i])
-        for g in range(0, 4, 1 if grouped else 2):  # clip factors min(1, γ/norm); non-finite norms counted
+                factors[0, i] = np.sqrt(zz_lead[i] + zz_rest[i])
+                factors[2, i] = np.sqrt(xx_lead[i] + xx_rest[i])
+        for g in range(0, 4, 1 if grouped else 2):  # clip factors min(1, γ/norm); inexact rows flagged (group_clips)
             clip = clips[g]
+            norm_limit = clips[4 + g]
+            product_limit = clips[8 + g]
             if clip < np.inf:
                 for i in range(m):
-                    norm = factors[g, i]
-                    overflow += not norm < np.inf
+                    a = factors[g, i]
+                    b = rr[i] if g < 2 else abs(U[last, i])
+                    norm = a * b
+                    overflow += not ((a < norm_limit) & (b < norm_limit) & (norm < product_limit))
                     factors[g, i] = min(1.0, clip / norm)
             else:
                 factors[g, :m] = 1.0
@@ -615,7 +653,8 @@ def unrolled_source(q: int, p_endog: int, width: int, k_lead: int, grouped: bool
 
     def setup() -> list[str]:
         return ["    " + "; ".join(f"m{k}_{j} = M[{k}, {j}]" for k in range(q) for j in range(width)),
-                *(f"    c{g} = clips[{g}]; finite{g} = c{g} < np.inf" for g in groups),
+                *(f"    c{g} = clips[{g}]; finite{g} = c{g} < np.inf; l{g} = clips[{4 + g}]; h{g} = clips[{8 + g}]"
+                  for g in groups),
                 "    " + "; ".join([f"a{k}_{j} = 0.0" for k in range(q) for j in range(p_endog)]
                                    + [f"b{j} = 0.0" for j in range(p_endog, last)]),
                 "    clipped1 = 0; clipped2 = 0; overflow = 0"]
@@ -627,18 +666,18 @@ def unrolled_source(q: int, p_endog: int, width: int, k_lead: int, grouped: bool
                 "; ".join(f"r{j} = u{j} - {x.format(j=j)}" for j in range(p_endog)),
                 "rr = " + total(f"r{j} * r{j}" for j in range(p_endog)),
                 f"e = u{last} - {y}"]
+        body.append("norm_r = np.sqrt(rr); abs_e = abs(e)")
         if grouped:
-            body.append("norm_r = np.sqrt(rr); abs_e = abs(e)")
-            body += [f"g{g} = np.sqrt({total(terms)}) * {scale}"
-                     for g, terms, scale in ((0, [f"z{k} * z{k}" for k in lead_z], "norm_r"),
-                                             (1, [f"z{k} * z{k}" for k in rest_z], "norm_r"),
-                                             (2, [f"u{j} * u{j}" for j in lead_x], "abs_e"),
-                                             (3, [f"u{j} * u{j}" for j in rest_x], "abs_e"))]
+            body += [f"n{g} = np.sqrt({total(terms)})"
+                     for g, terms in ((0, [f"z{k} * z{k}" for k in lead_z]), (1, [f"z{k} * z{k}" for k in rest_z]),
+                                      (2, [f"u{j} * u{j}" for j in lead_x]), (3, [f"u{j} * u{j}" for j in rest_x]))]
         else:
-            body.append(f"g0 = np.sqrt({total(f'z{k} * z{k}' for k in range(q))}) * np.sqrt(rr)")
-            body.append(f"g2 = np.sqrt({total(f'u{j} * u{j}' for j in range(p_endog, last))}) * abs(e)")
-        for g in groups:
-            body.append(f"overflow += finite{g} & (not g{g} < np.inf)")
+            body.append(f"n0 = np.sqrt({total(f'z{k} * z{k}' for k in range(q))})")
+            body.append(f"n2 = np.sqrt({total(f'u{j} * u{j}' for j in range(p_endog, last))})")
+        for g in groups:  # inexact factors (a norm or the product at its limit, or not finite) flagged: group_clips
+            other = "norm_r" if g < 2 else "abs_e"
+            body.append(f"g{g} = n{g} * {other}")
+            body.append(f"overflow += finite{g} & (not ((n{g} < l{g}) & ({other} < l{g}) & (g{g} < h{g})))")
             body.append(f"f{g} = min(1.0, c{g} / g{g}) if finite{g} else 1.0")
         body += [f"clipped1 += (f0 < 1.0) | (f{rest1} < 1.0)",
                  f"clipped2 += (f2 < 1.0) | (f{rest2} < 1.0)",
@@ -728,12 +767,13 @@ def unrolled_kernel(q: int, p_endog: int, width: int, k_lead: int, grouped: bool
 def safe_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np.ndarray,
                     whitened: np.ndarray, beta_full: np.ndarray, clip1, clip2,
                     split: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The clipped sums of one block, robust to rows whose gradient norm overflows float64.
+    """The clipped sums of one block, exact for every row (:func:`_clipped_sum_outer`).
 
-    Slower than :func:`block_sums` (it forms the block's x̃ explicitly); used only for an
-    iteration in which :func:`block_sums` met a non-finite norm. Such rows are clipped through
-    their unit vectors, γ·(aᵢ/‖aᵢ‖)(bᵢ/‖bᵢ‖)ᵀ, instead of silently vanishing. ``clip1``, ``clip2``
-    and ``split`` as in :func:`block_sums`.
+    Slower than :func:`block_sums` (it forms the block's x̃ explicitly and scales every row); used only for an
+    iteration in which :func:`block_sums` flagged a row: a non-finite norm, or one at the limits of
+    :func:`group_clips`, where the fast kernels' squared norms could underflow or their clip factor be subnormal.
+    Clipped rows are added through their unit vectors, γ·(aᵢ/‖aᵢ‖)(bᵢ/‖bᵢ‖)ᵀ. ``clip1``, ``clip2`` and ``split`` as
+    in :func:`block_sums`.
 
     Returns
     -------
@@ -742,7 +782,7 @@ def safe_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np
     s2 : ndarray (p,)
         Σᵢ CLIP_γ2(x̃ᵢeᵢ).
     counts : ndarray of int64 (3,)
-        Rows clipped per stage (overflowing rows count as clipped), and 0.
+        Rows clipped per stage (rows with an infinite or NaN value count as clipped), and 0.
     """
     counts = np.zeros(3, dtype=np.int64)
     R1 = Z @ theta - X_endog
@@ -763,36 +803,28 @@ def safe_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np
 
 
 def _clipped_sum_outer(A: np.ndarray, B: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
-    """Σᵢ CLIP_γ(aᵢbᵢᵀ) via ‖aᵢbᵢᵀ‖_F = ‖aᵢ‖·‖bᵢ‖, with overflowing rows clipped through unit vectors; and
-    which rows were clipped (a boolean per row)."""
+    """Σᵢ CLIP_γ(aᵢbᵢᵀ) via ‖aᵢbᵢᵀ‖_F = ‖aᵢ‖·‖bᵢ‖, exact for every row; and which rows were clipped.
+
+    Each row's norms are taken from the row scaled by its largest value (:func:`dpivreg.mechanisms.unit_rows`), so
+    neither tiny components (whose squares underflow) nor huge ones (whose squares overflow) make them inexact. The
+    product is compared with γ as (max|aᵢ|·max|bᵢ|)·(‖aᵢ/max|aᵢ|‖·‖bᵢ/max|bᵢ|‖), and a clipped row adds
+    γ·(aᵢ/‖aᵢ‖)(bᵢ/‖bᵢ‖)ᵀ, formed from unit vectors. A row with an infinite or NaN value (uᵢ = zᵢᵀM overflowed) adds nothing and counts as
+    clipped: its direction is not defined, and nothing is a term of norm ≤ γ.
+    """
     if math.isinf(clip):
         return A.T @ B, np.zeros(A.shape[0], dtype=bool)
-    norms = _row_norms(A) * _row_norms(B)
-    with np.errstate(divide="ignore"):
-        factors = np.minimum(1.0, clip / norms)
-    scaled = B * factors[:, None]
-    huge = ~np.isfinite(norms)
-    if huge.any():
-        norm_a, norm_b = _safe_row_norms(A[huge]), _safe_row_norms(B[huge])
-        live = (norm_a > 0) & (norm_b > 0)  # a zero factor makes the gradient zero
-        rows = np.zeros_like(B[huge])
-        rows[live] = clip * (B[huge][live] / norm_b[live, None]) / norm_a[live, None]
-        scaled[huge] = rows
-        factors[huge] = np.where(live, 0.0, 1.0)  # counted as clipped
-    return A.T @ scaled, factors < 1.0
+    (a_largest, a_unit, a_norm), (b_largest, b_unit, b_norm) = unit_rows(A), unit_rows(B)
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = (a_largest * b_largest) * (a_norm * b_norm)
+    broken = ~(np.isfinite(a_largest) & np.isfinite(b_largest))
+    clipped = ~broken & (norms > clip)
+    kept = ~broken & ~clipped
+    total = A[kept].T @ B[kept] + a_unit[clipped].T @ (clip * b_unit[clipped])
+    return total, clipped | broken
 
 
 def _row_norms(A: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", A, A))
-
-
-def _safe_row_norms(A: np.ndarray) -> np.ndarray:
-    """Row norms that do not overflow: max|aᵢⱼ|·‖aᵢ/max|aᵢⱼ|‖."""
-    largest = np.max(np.abs(A), axis=1)
-    norms = np.zeros_like(largest)
-    nonzero = largest > 0
-    norms[nonzero] = largest[nonzero] * _row_norms(A[nonzero] / largest[nonzero, None])
-    return norms
 
 
 # ---------------------------------------------------------------- per-unit gradients (privacy units)
@@ -852,8 +884,8 @@ def unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: n
         ones = np.ones(G.shape[0])
         groups = unit_gradient_groups(G, q, p_endog, lead)
         squares = [np.einsum("ui,ui->u", part, part) for part in groups]
-        factors = (*_group_factors(squares[0], squares[1], ones, clips[0], clips[1], k, counts, 0),
-                   *_group_factors(squares[2], squares[3], ones, clips[2], clips[3], k, counts, 1))
+        factors = (*_group_factors(squares[0], squares[1], ones, clips, 0, k, counts, 0),
+                   *_group_factors(squares[2], squares[3], ones, clips, 2, k, counts, 1))
         S1[:lead] += (factors[0] @ groups[0]).reshape(lead, p_endog)
         S1[lead:] += (factors[1] @ groups[1]).reshape(q - lead, p_endog)
         s2[:lead] += factors[2] @ groups[2]
@@ -875,6 +907,12 @@ def _fused_units(Z, X_endog, Y, M, clips, split, starts, S1, s2, counts):  # pra
     grouped = split >= 0
     k = split if grouped else 0
     c1_lead, c1_rest, c2_lead, c2_rest = clips[0], clips[1], clips[2], clips[3]
+    # A unit's norm is flagged (counts[2]) at its group's limits (group_clips: the partner norm is 1, so a
+    # threshold under 2^-480 flags every unit), or when it is not finite.
+    limits = np.empty(4)
+    for g in range(4):
+        limits[g] = min(clips[8 + g], clips[4 + g]) if clips[4 + g] > 1.0 else 0.0
+    limit1_lead, limit1_rest, limit2_lead, limit2_rest = limits[0], limits[1], limits[2], limits[3]
     G1 = np.empty((q, p_endog))
     g2 = np.empty(p)
     u = np.empty(width)
@@ -924,10 +962,10 @@ def _fused_units(Z, X_endog, Y, M, clips, split, starts, S1, s2, counts):  # pra
         fl = 1.0
         fr = 1.0
         if c1_lead < np.inf:
-            counts[2] += not n1l < np.inf
+            counts[2] += not n1l < limit1_lead
             fl = min(1.0, c1_lead / n1l)
         if c1_rest < np.inf:
-            counts[2] += grouped and not n1r < np.inf
+            counts[2] += grouped and not n1r < limit1_rest
             fr = min(1.0, c1_rest / n1r)
         counts[0] += (fl < 1.0) or (fr < 1.0)
         for c in range(q):
@@ -937,10 +975,10 @@ def _fused_units(Z, X_endog, Y, M, clips, split, starts, S1, s2, counts):  # pra
         fl = 1.0
         fr = 1.0
         if c2_lead < np.inf:
-            counts[2] += not n2l < np.inf
+            counts[2] += not n2l < limit2_lead
             fl = min(1.0, c2_lead / n2l)
         if c2_rest < np.inf:
-            counts[2] += grouped and not n2r < np.inf
+            counts[2] += grouped and not n2r < limit2_rest
             fr = min(1.0, c2_rest / n2r)
         counts[1] += (fl < 1.0) or (fr < 1.0)
         for j in range(p):
@@ -959,11 +997,12 @@ def _numba_unit_kernel():
 def safe_unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: np.ndarray, theta: np.ndarray,
                          whitened: np.ndarray, beta_full: np.ndarray, clip1, clip2,
                          split: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`unit_block_sums` robust to units whose summed gradient overflows float64 (the counterpart of
-    :func:`safe_block_sums`): each row's term is held as a logarithmic scale and a bounded direction, so that a
-    unit's sum, its norm and its clipped value are formed without overflow; a unit whose norm exceeds γ
-    contributes γ times its direction exactly. Slower; used only for an iteration in which
-    :func:`unit_block_sums` met a non-finite norm. The block is taken a chunk of whole units at a time (a unit
+    """:func:`unit_block_sums` exact for every unit (the counterpart of :func:`safe_block_sums`): each row's term is
+    held as a logarithmic scale and a bounded direction, so that a unit's sum, its norm (scaled by its largest value,
+    so neither overflow nor underflow) and its clipped value are formed exactly; a unit whose norm exceeds γ
+    contributes γ times its unit vector. A row with an infinite or NaN value adds nothing. Slower; used only for an
+    iteration in which :func:`unit_block_sums` flagged a unit (a non-finite norm, or one at the limits of
+    :func:`group_clips`). The block is taken a chunk of whole units at a time (a unit
     holds at most ``max_rows_per_unit`` rows)."""
     from .units import GROUP_CHUNK_VALUES, _cut  # noqa: PLC0415 - units imports nothing of the kernels
 
@@ -993,12 +1032,15 @@ def safe_unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, star
                         continue
                     direction = np.add.reduceat(weight * terms[:, part], local, axis=0)
                     flat = direction.reshape(local.size, -1)
-                    norm = np.sqrt(np.einsum("ui,ui->u", flat, flat))
+                    largest, unit, scaled_norm = unit_rows(flat)  # the unit's norm without underflow
+                    log_norm = np.log(largest) + np.log(scaled_norm) + ceiling  # −inf for a zero sum
                     gamma = clips[2 * stage + group]
-                    over = (np.log(norm) + ceiling > math.log(gamma)) if math.isfinite(gamma) else np.zeros(
-                        local.size, dtype=bool)
-                    factor = np.where(over, gamma / np.where(norm > 0, norm, 1.0), np.exp(ceiling))
-                    sums[stage][part] += np.einsum("u,u...->...", factor, direction)
+                    over = (log_norm > math.log(gamma)) if math.isfinite(gamma) else np.zeros(local.size, dtype=bool)
+                    plain = np.exp(ceiling)  # the unit's scale; inf when huge terms cancelled to a small sum
+                    kept = np.where(np.isfinite(plain)[:, None], flat * plain[:, None],
+                                    unit * np.exp(log_norm)[:, None])
+                    values = np.where(over[:, None], gamma * unit, kept)
+                    sums[stage][part] += values.sum(axis=0).reshape(direction.shape[1:])
                     clipped |= over
                 counts[stage] += int(np.count_nonzero(clipped))
     return sums[0], sums[1], counts
@@ -1006,10 +1048,11 @@ def safe_unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, star
 
 def _scaled(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows of A as (A / max|aᵢ|, log max|aᵢ|): bounded directions and logarithmic scales (−inf, direction 0, for a
-    zero row)."""
+    zero row, and for a row with an infinite or NaN value, whose direction is not defined: it adds nothing)."""
     largest = np.max(np.abs(A), axis=1)
-    safe = np.where(largest > 0, largest, 1.0)
-    return A / safe[:, None], np.log(largest)
+    usable = (largest > 0) & np.isfinite(largest)
+    safe = np.where(usable, largest, 1.0)
+    return np.where(usable[:, None], A / safe[:, None], 0.0), np.where(usable, np.log(safe), -np.inf)
 
 
 # ---------------------------------------------------------------- the privacy-noise simulation's steps (moment form)

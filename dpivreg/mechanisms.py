@@ -40,6 +40,7 @@ import math
 import numpy as np
 
 from .privacy import Release, gaussian_zcdp
+from .validation import check_raw_clip
 
 __all__ = [
     "box_moment_sum",
@@ -48,6 +49,7 @@ __all__ = [
     "release_moment_sum",
     "ball_moment_sum",
     "ball_second_moments",
+    "unit_rows",
     "log_grid",
     "histogram_counts",
     "histograms",
@@ -60,8 +62,9 @@ __all__ = [
 # second moments
 # ----------------------------------------------------------------------------------------
 def box_moment_sum(V: np.ndarray, has_constant: bool) -> np.ndarray:
-    """Σᵢ vᵢvᵢᵀ of the rows of [1, V] (or V), every entry of V clipped to [−1, 1] first."""
-    V = np.clip(V, -1.0, 1.0)
+    """Σᵢ vᵢvᵢᵀ of the rows of [1, V] (or V), every entry of V clipped to [−1, 1] first (NaN to −1: the clamp is
+    total, so one row moves the sum by at most the stated sensitivity whatever it holds)."""
+    V = np.fmin(np.fmax(V, -1.0), 1.0)  # fmax returns −1 for NaN, where np.clip would keep the NaN
     if has_constant:
         V = np.column_stack([np.ones(V.shape[0]), V])
     return V.T @ V
@@ -116,11 +119,31 @@ def release_moment_sum(outer_sum: np.ndarray, n: int, *, rho: float, rng: np.ran
 
 
 def ball_moment_sum(W: np.ndarray, row_bound: float) -> np.ndarray:
-    """Σᵢ wᵢwᵢᵀ over the rows of W, each clipped to L2 norm ``row_bound``."""
-    norms = np.sqrt(np.einsum("ij,ij->i", W, W))
-    with np.errstate(divide="ignore"):
-        W = W * np.minimum(1.0, row_bound / norms)[:, None]
-    return W.T @ W
+    """Σᵢ wᵢwᵢᵀ over the rows of W, each clipped to L2 norm ``row_bound`` = B: a longer row adds B²·uᵢuᵢᵀ with its
+    unit vector uᵢ (:func:`unit_rows`, exact for rows of any finite size), a row with an infinite or NaN value adds
+    nothing (it has no direction; nothing is a row of norm ≤ B)."""
+    largest, unit, scaled_norms = unit_rows(W)
+    finite = np.isfinite(largest)
+    with np.errstate(over="ignore", invalid="ignore"):
+        over = finite & (largest * scaled_norms > row_bound)
+    kept = W[finite & ~over]
+    return kept.T @ kept + row_bound**2 * (unit[over].T @ unit[over])
+
+
+def unit_rows(A: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row aᵢ as (max|aᵢⱼ|, aᵢ/‖aᵢ‖, ‖aᵢ/max|aᵢⱼ|‖ in [1, √k]).
+
+    ‖aᵢ‖ is the product of the first and the last, without the overflow (values over 1e154) or the underflow (values
+    under 1e-154) of √(Σaᵢⱼ²); the unit vector is formed from the scaled row, since dividing by a subnormal ‖aᵢ‖
+    would not give norm 1. Zero rows and rows with an infinite or NaN value have unit vector 0 (their largest value,
+    0 or inf / NaN, tells which). The clipping primitive of every release that must hold for rows of any size.
+    """
+    largest = np.max(np.abs(A), axis=1) if A.shape[1] else np.zeros(A.shape[0])
+    usable = (largest > 0) & np.isfinite(largest)
+    with np.errstate(invalid="ignore"):
+        scaled = np.where(usable[:, None], A / np.where(usable, largest, 1.0)[:, None], 0.0)
+    norms = np.where(usable, np.sqrt(np.einsum("ij,ij->i", scaled, scaled)), 1.0)
+    return largest, scaled / norms[:, None], norms
 
 
 def ball_second_moments(W: np.ndarray, *, rho: float, rng: np.random.Generator, row_bound: float,
@@ -128,6 +151,7 @@ def ball_second_moments(W: np.ndarray, *, rho: float, rng: np.random.Generator, 
     """Release WᵀW/n with rows clipped to L2 norm ``row_bound`` = B ("Analyze Gauss", Dwork, Talwar,
     Thakurta & Zhang 2014): sensitivity √2·B²/n (module docstring). ``rho = inf``: the exact matrix."""
     n = W.shape[0]
+    row_bound = check_raw_clip(row_bound, "row_bound")
     return release_moment_sum(ball_moment_sum(W, row_bound), n, rho=rho, rng=rng,
                               sensitivity=math.sqrt(2.0) * row_bound**2 / n, bound=row_bound, name=name,
                               stage=stage)

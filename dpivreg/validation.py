@@ -25,7 +25,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["MAX_T", "MAX_TAU", "MAX_RHO", "MIN_RHO", "MIN_CLIP", "MAX_CLIP", "as_real", "check_rho", "check_delta", "check_spent_rho",
+__all__ = ["MAX_T", "MAX_TAU", "MAX_RHO", "MIN_RHO", "MIN_CLIP", "MAX_CLIP", "MIN_RAW_CLIP", "as_real", "check_rho", "check_delta", "check_spent_rho",
            "check_epsilon", "check_positive", "check_T", "check_tau", "check_count", "check_flag", "check_clip"]
 
 #: Largest number of iterations a fit or a plan accepts.
@@ -42,6 +42,11 @@ MIN_RHO: float = 1e-100
 MIN_CLIP: float = 1e-8
 #: Largest clipping threshold on the working scale (the noise, proportional to it, must stay within float64).
 MAX_CLIP: float = 1e100
+#: Smallest clipping threshold the engine and the moment mechanisms accept on the caller's own scale
+#: (:func:`dpivreg.dp_2s_gd` takes raw arrays): clipping is exact in float64 for thresholds from 2^-900 on
+#: (:func:`dpivreg.kernels.group_clips`), and the sensitivity √2·B²/n of a ball-clipped moment release must stay a
+#: normal float (at B = 1e-175, B² is 0 and the release had no noise); the mirror of :data:`MAX_CLIP`.
+MIN_RAW_CLIP: float = 1e-100
 
 
 def as_real(value: object, name: str, expected: str) -> float:
@@ -106,6 +111,17 @@ def check_positive(value, name: str, *, allow_none: bool = False) -> float | Non
     value = as_real(value, name, "a positive number")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    return value
+
+
+def check_raw_clip(value, name: str, *, allow_none: bool = False) -> float | None:
+    """A clipping threshold on the caller's own scale: a finite number >= :data:`MIN_RAW_CLIP` (``None``, no
+    clipping, passes through with ``allow_none``)."""
+    value = check_positive(value, name, allow_none=allow_none)
+    if value is not None and value < MIN_RAW_CLIP:
+        raise ValueError(f"{name} = {value:g} is below {MIN_RAW_CLIP:g}: float64 cannot clip exactly at such a "
+                         "threshold (the squares of gradients that small underflow). Rescale the data so that a "
+                         "row's gradient is nearer 1.")
     return value
 
 

@@ -145,8 +145,8 @@ VARIANTS = {
     "correct": {},
     # np.triu(noise, 1): the diagonal (where the ball's attaining canary differs) is released without noise
     "diagonal_not_noised": {"np": _NumpyWith(triu=lambda m, k=0: np.triu(m, max(k, 1)))},
-    # the ball's row clipping is lost: np.minimum(1, B/‖w‖) → 1
-    "no_row_clipping": {"np": _NumpyWith(minimum=lambda a, b: np.ones_like(np.asarray(b, dtype=float)))},
+    # the ball's row clipping is lost: Σᵢ wᵢwᵢᵀ of the rows as they are
+    "no_row_clipping": {"ball_moment_sum": lambda W, row_bound: W.T @ W},
     "add_remove_sensitivity": {"ball_second_moments": add_remove_sensitivity},
     # i.i.d. noise on the full matrix, not mirrored: NOT a privacy bug (see its test), only asymmetric
     "independent_triangles": {"np": _NumpyWith(triu=lambda m, k=0: m if k == 0 else np.zeros_like(m))},
@@ -155,7 +155,8 @@ VARIANTS = {
     # box: the √2-smaller sensitivity of a norm ball's Frobenius bound misapplied (Δ = D/(√2·n))
     "half_frobenius": {"box_moment_sensitivity": lambda dim, n: dim / (math.sqrt(2.0) * n)},
     # box: entries not clipped to [−1, 1]
-    "no_entry_clipping": {"np": _NumpyWith(clip=lambda a, lo, hi: np.asarray(a, dtype=float))},
+    "no_entry_clipping": {"np": _NumpyWith(fmax=lambda a, lo: np.asarray(a, dtype=float),
+                                           fmin=lambda a, hi: np.asarray(a, dtype=float))},
 }
 MECHANISM_OF = {"add_remove_sensitivity": "ball", "no_row_clipping": "ball", "diagonal_not_noised": "ball",
                 "independent_triangles": "ball", "constant_not_counted": "box",
@@ -395,8 +396,8 @@ def test_moments_audit_catches_broken_releases(variant, far):
 
     * constant_not_counted: Δ = d/n = 3/n instead of D/n = 4/n: true μ = (4/3)·2.236 = 2.981;
     * half_frobenius: Δ = D/(√2·n): true μ = √2·2.236 = 3.162;
-    * no_entry_clipping (``np.clip`` a no-op), canaries with entries 10: their Gram difference is 100× the
-      claimed sensitivity: perfect separation (μ_lb = 5.340, the largest 2,000 runs can certify).
+    * no_entry_clipping (the clamp ``np.fmin(np.fmax(V, -1), 1)`` a no-op), canaries with entries 10: their Gram
+      difference is 100× the claimed sensitivity: perfect separation (μ_lb = 5.340, the largest 2,000 runs can certify).
 
     Ball (canary B·e₁ vs B·e₂):
 
