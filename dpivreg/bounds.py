@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import sys
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
@@ -105,6 +106,9 @@ def _pair(name: Hashable, pair) -> Pair:
         raise ValueError(f"bounds[{name!r}] must be finite, got {pair!r}.")
     if not lo < hi:
         raise ValueError(f"bounds[{name!r}] must satisfy lower < upper, got {pair!r}.")
+    if not (hi - lo) / 2 >= sys.float_info.min:  # the map divides by the half-width: a subnormal one is inexact
+        raise ValueError(f"bounds[{name!r}] = {pair!r} are too close together: the half-width (upper − lower)/2 must "
+                         f"be at least {sys.float_info.min:g}. Rescale the column or widen its bounds.")
     return lo, hi
 
 

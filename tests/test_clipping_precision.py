@@ -199,3 +199,22 @@ def test_thresholds_too_small_to_clip_exactly_are_refused(call):
     under 2^-900 the kernels' clipping is not exact (group_clips)."""
     with pytest.raises(ValueError, match="below 1e-100"):
         call()
+
+
+def test_the_clipped_squared_residuals_are_total():
+    """residual_variance_release's block function: a NaN residual adds C, like any residual beyond √C."""
+    from dpivreg.inference import clipped_squared_residuals
+
+    Z, X = np.ones((3, 1)), np.ones((3, 1))
+    Y = np.array([np.nan, 1e200, 0.5])
+    (total,) = clipped_squared_residuals(Z, X, Y, np.zeros(1), 0, 2.0)
+    assert total[0] == pytest.approx(2.0 + 2.0 + 0.25)
+
+
+@pytest.mark.parametrize("pair", [(0.0, 5e-324), (-2e-308, 2e-308)])
+def test_bounds_whose_half_width_is_subnormal_are_refused(pair):
+    """The map (v − mid)/half divides by the half-width: a subnormal one gave NaN and a LinAlgError from numpy."""
+    from dpivreg.bounds import _pair
+
+    with pytest.raises(ValueError, match="too close together"):
+        _pair("w", pair)
