@@ -77,6 +77,7 @@ from .mechanisms import (
 )
 from .kernels import fused_product_norm_counts, resolve_kernel
 from .privacy import Release
+from .validation import check_raw_clip
 from .units import group_sums
 
 __all__ = ["COV_TYPES", "HISTOGRAM_SHARE", "unadjusted_covariance", "robust_covariance", "score_meat_release",
@@ -364,6 +365,7 @@ def release_score_meat(rows, beta: np.ndarray, n_exog: int, *, bound: float, rho
     """The Gaussian mechanism of the meat at a given threshold C = ``bound``: (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ (or over
     the clusters' summed scores) with symmetric noise of standard deviation :func:`score_meat_sensitivity`/√(2ρ).
     Returns the released matrix (not yet projected), its record and σ."""
+    bound = _checked_bound(bound)
     total = _score_outer_sum(rows, structural_scores, (beta, n_exog), bound, clustered)
     terms = 1 if clustered else rows.max_rows
     return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, stage="rho_inf", terms=terms,
@@ -374,10 +376,17 @@ def release_first_stage_meat(rows, theta: np.ndarray, *, bound: float, rho: floa
                              rng: np.random.Generator, clustered: bool = False) -> tuple[np.ndarray, Release, float]:
     """The Gaussian mechanism of the first stage's meat at threshold C = ``bound``, as
     :func:`release_score_meat` for the scores v̂ᵢ ⊗ z̃ᵢ at ``theta`` (stage ``"rho_diag"``)."""
+    bound = _checked_bound(bound)
     total = _score_outer_sum(rows, first_stage_scores, (theta,), bound, clustered)
     terms = 1 if clustered else rows.max_rows
     return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, stage="rho_diag", terms=terms,
                           name=_meat_name(first_stage_scores, clustered, terms))
+
+
+def _checked_bound(bound) -> float:
+    """A meat's clipping threshold C: ``inf`` (no clipping, not private) or a threshold of
+    :func:`dpivreg.validation.check_raw_clip` (under 1e-100, C² over n rounds to 0 and the release has no noise)."""
+    return math.inf if bound == math.inf else check_raw_clip(bound, "bound")
 
 
 def _gaussian_meat(total: np.ndarray, n: float, *, bound: float, rho: float, rng: np.random.Generator, name: str,

@@ -145,7 +145,8 @@ def clipped_squared_residuals(Z, X_endog, Y, beta, n_exog: int, clip: float) -> 
 def _clipped_squared_sum(Z, X_endog, Y, beta, n_exog: int, clip: float):
     """Σᵢ min(ũᵢ², C): a number for numpy rows, a lazy scalar for Dask arrays. ``fmin`` maps a NaN residual to C (the
     clamp is total: one row moves the sum by at most C whatever it holds)."""
-    return np.sum(np.fmin(structural_residuals(Z, X_endog, Y, beta, n_exog) ** 2, clip))
+    with np.errstate(over="ignore", invalid="ignore"):  # ũ² = inf is clamped to C like any large residual
+        return np.sum(np.fmin(structural_residuals(Z, X_endog, Y, beta, n_exog) ** 2, clip))
 
 
 def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, rho: float, tau: float,

@@ -129,8 +129,9 @@ def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray,
     S1 : ndarray, shape (q, p_endog)
     s2 : ndarray, shape (p,)
     counts : ndarray of int64, shape (3,)
-        Rows clipped in stage 1, in stage 2 (in any group), and rows whose clipped norm was not finite
-        (then the sums are not valid: use :func:`safe_block_sums` for this iteration).
+        Rows clipped in stage 1, in stage 2 (in any group), and rows flagged because float64 could make their clip
+        factor inexact: a norm that is not finite, or one at the limits of :func:`group_clips` (then the sums are
+        not valid: use :func:`safe_block_sums` for this iteration).
     """
     q, p_endog = Z.shape[1], X_endog.shape[1]
     if not Z.shape[0] == X_endog.shape[0] == Y.shape[0]:  # the compiled loops would read past the shorter ones
@@ -147,9 +148,10 @@ def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray,
             kernel_function(Z, X_endog, Y, M, clips, k, S1, s2, counts)
     else:
         rows = max(1024, min(_SUB_BLOCK_ROWS, _SUB_BLOCK_VALUES // (q + M.shape[1])))
-        for start in range(0, Z.shape[0], rows):
-            stop = start + rows
-            _numpy_sub_block(Z[start:stop], X_endog[start:stop], Y[start:stop], M, clips, k, S1, s2, counts)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflowing rows are flagged, as the compiled loops do
+            for start in range(0, Z.shape[0], rows):
+                stop = start + rows
+                _numpy_sub_block(Z[start:stop], X_endog[start:stop], Y[start:stop], M, clips, k, S1, s2, counts)
     return S1, s2, counts
 
 
@@ -174,7 +176,8 @@ def group_clips(clip1, clip2, split: int | None) -> tuple[np.ndarray, int]:
         gammas = np.array([clip1, clip1, clip2, clip2], dtype=np.float64)
     else:
         gammas = np.array([clip1[0], clip1[1], clip2[0], clip2[1]], dtype=np.float64)
-    limits = np.concatenate([np.ldexp(gammas, NORM_LIMIT_SCALE), np.ldexp(gammas, PRODUCT_LIMIT_SCALE)])
+    with np.errstate(over="ignore"):  # a limit beyond float64 is inf: nothing is flagged by it
+        limits = np.concatenate([np.ldexp(gammas, NORM_LIMIT_SCALE), np.ldexp(gammas, PRODUCT_LIMIT_SCALE)])
     return np.concatenate([gammas, limits]), -1 if split is None else int(split)
 
 
@@ -785,9 +788,10 @@ def safe_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np
         Rows clipped per stage (rows with an infinite or NaN value count as clipped), and 0.
     """
     counts = np.zeros(3, dtype=np.int64)
-    R1 = Z @ theta - X_endog
-    X_tilde = Z @ whitened
-    e = (Z @ beta_full - Y)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):  # a row that overflows adds nothing (_clipped_sum_outer)
+        R1 = Z @ theta - X_endog
+        X_tilde = Z @ whitened
+        e = (Z @ beta_full - Y)[:, None]
     if split is None:
         S1, clipped1 = _clipped_sum_outer(Z, R1, clip1)
         s2, clipped2 = _clipped_sum_outer(X_tilde, e, clip2)
@@ -860,8 +864,9 @@ def unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: n
     The units are runs of consecutive rows starting at ``starts`` (offsets in the block, the first 0). Each
     unit's gradient is the sum of its rows' gradients, clipped as a whole (a sum of rank-one terms is not rank
     one: its norm is taken from the summed matrix); with ``split`` its leading rows (coordinates) and the rest
-    are clipped separately, as for rows. ``counts``: units clipped in stage 1, in stage 2, and units whose norm is
-    not finite (then use :func:`safe_unit_block_sums` for the iteration). ``kernel``: ``"numba"`` (one compiled
+    are clipped separately, as for rows. ``counts``: units clipped in stage 1, in stage 2, and units flagged because
+    their norm is not finite or at the limits of :func:`group_clips` (then use :func:`safe_unit_block_sums` for the
+    iteration). ``kernel``: ``"numba"`` (one compiled
     loop over the units' rows, :func:`_fused_units`) or ``"numpy"`` (per-row gradients of a chunk of rows summed
     by unit with ``reduceat``); the same numbers to rounding.
     """
@@ -891,8 +896,9 @@ def unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, starts: n
         s2[:lead] += factors[2] @ groups[2]
         s2[lead:] += factors[3] @ groups[3]
 
-    group_sums(lambda rows: unit_gradient_terms(Z[rows], X_endog[rows], Y[rows], M), starts, Z.shape[0], consume,
-               width=width)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflowing units are flagged, as the compiled loop does
+        group_sums(lambda rows: unit_gradient_terms(Z[rows], X_endog[rows], Y[rows], M), starts, Z.shape[0], consume,
+                   width=width)
     return S1, s2, counts
 
 

@@ -45,7 +45,8 @@ MAX_CLIP: float = 1e100
 #: Smallest clipping threshold the engine and the moment mechanisms accept on the caller's own scale
 #: (:func:`dpivreg.dp_2s_gd` takes raw arrays): clipping is exact in float64 for thresholds from 2^-900 on
 #: (:func:`dpivreg.kernels.group_clips`), and the sensitivity √2·B²/n of a ball-clipped moment release must stay a
-#: normal float (at B = 1e-175, B² is 0 and the release had no noise); the mirror of :data:`MAX_CLIP`.
+#: normal float (at B = 1e-175, B² is 0 and the release had no noise). The largest is :data:`MAX_CLIP`: n rows
+#: of norm near 1e308 sum to inf without any row's norm overflowing.
 MIN_RAW_CLIP: float = 1e-100
 
 
@@ -115,13 +116,17 @@ def check_positive(value, name: str, *, allow_none: bool = False) -> float | Non
 
 
 def check_raw_clip(value, name: str, *, allow_none: bool = False) -> float | None:
-    """A clipping threshold on the caller's own scale: a finite number >= :data:`MIN_RAW_CLIP` (``None``, no
-    clipping, passes through with ``allow_none``)."""
+    """A clipping threshold on the caller's own scale: a finite number in [:data:`MIN_RAW_CLIP`, :data:`MAX_CLIP`]
+    (``None``, no clipping, passes through with ``allow_none``)."""
     value = check_positive(value, name, allow_none=allow_none)
     if value is not None and value < MIN_RAW_CLIP:
         raise ValueError(f"{name} = {value:g} is below {MIN_RAW_CLIP:g}: float64 cannot clip exactly at such a "
                          "threshold (the squares of gradients that small underflow). Rescale the data so that a "
                          "row's gradient is nearer 1.")
+    if value is not None and value > MAX_CLIP:
+        raise ValueError(f"{name} = {value:g} is above {MAX_CLIP:g}: sums of rows clipped at such a threshold can "
+                         "overflow float64 (unflagged, so a neighbour could tell), and the noise is proportional to "
+                         "it. Rescale the data so that a row's gradient is nearer 1.")
     return value
 
 

@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 
 from dpivreg import dp_2s_gd, kernels, mechanisms
+from dpivreg.covariance import release_first_stage_meat, release_score_meat
+from dpivreg.engine import row_source
 from dpivreg.kernels import numba_available
 
 needs_numba = pytest.mark.skipif(not numba_available(), reason="numba not installed")
@@ -193,12 +195,31 @@ def test_the_box_clamp_is_total():
                      clip1=1e-300, clip2=1.0),
     lambda: dp_2s_gd(np.ones((4, 2)), np.ones((4, 2)), np.ones(4), T=1, rho1=1.0, rho2=1.0, eta=0.1, alpha=0.1,
                      clip1=(1.0, 1.0), clip2=(1.0, 1e-250), n_exog=1),
-], ids=["ball row_bound", "engine clip1", "engine clip2 group"])
+    lambda: release_score_meat(row_source(np.ones((4, 1)), np.ones((4, 1)), np.ones(4)), np.ones(1), 0,
+                               bound=1e-160, rho=1.0, rng=np.random.default_rng(0)),
+    lambda: release_first_stage_meat(row_source(np.ones((4, 1)), np.ones((4, 1)), np.ones(4)), np.ones((1, 1)),
+                                     bound=1e-160, rho=1.0, rng=np.random.default_rng(0)),
+], ids=["ball row_bound", "engine clip1", "engine clip2 group", "score meat", "first-stage meat"])
 def test_thresholds_too_small_to_clip_exactly_are_refused(call):
-    """Under 1e-100 a threshold's square over n can round to 0 (the ball release had sensitivity 0, no noise), and
-    under 2^-900 the kernels' clipping is not exact (group_clips)."""
+    """Under 1e-100 a threshold's square over n can round to 0 (the ball release had sensitivity 0, no noise; found
+    by review for the meats at 1e-160), and under 2^-900 the kernels' clipping is not exact (group_clips)."""
     with pytest.raises(ValueError, match="below 1e-100"):
         call()
+
+
+def test_thresholds_whose_sums_could_overflow_are_refused():
+    """Three rows of norm 7e307 under γ = 8e307 are not clipped and not flagged, yet sum to inf (found by review): the
+    engine would fail on one neighbour and not the other."""
+    with pytest.raises(ValueError, match="above 1e"):
+        dp_2s_gd(np.ones((4, 1)), np.ones((4, 1)), np.ones(4), T=1, rho1=1.0, rho2=1.0, eta=0.1, alpha=0.1,
+                 clip1=8e307, clip2=1.0)
+
+
+def test_the_limits_of_large_thresholds_are_infinite_without_a_warning():
+    """γ·2^1000 overflows for γ ≥ 2^24: the limit is inf (nothing flagged by it), silently, in any thread."""
+    with np.errstate(over="raise"):
+        clips, _ = kernels.group_clips(1e8, 1e90, None)
+    assert clips[8] == math.inf and clips[4] == np.ldexp(1e8, 480)
 
 
 def test_the_clipped_squared_residuals_are_total():
