@@ -158,31 +158,31 @@ def block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.ndarray,
 def group_clips(clip1, clip2, split: int | None) -> tuple[np.ndarray, int]:
     """The kernels' clip vector and the split (−1: no groups).
 
-    The vector holds 12 values: the thresholds [γ1 lead, γ1 rest, γ2 lead, γ2 rest], then each group's norm limit
-    γ·2^480 and its product limit γ·2^1000 (:data:`NORM_LIMIT_SCALE`, :data:`PRODUCT_LIMIT_SCALE`). A row's clip
-    factor min(1, γ/(‖a‖·‖b‖)) is exact to rounding only while both norms are under the norm limit and their product
-    under the product limit; the kernels flag other rows as they flag overflowing ones (``counts[2]``), and the
-    caller recomputes the iteration by the safe pass, which takes every row's norms scaled by its largest value.
+    The vector holds 8 values: the thresholds [γ1 lead, γ1 rest, γ2 lead, γ2 rest], then each group's norm limit
+    L = min(γ·2^480, √(γ·2^1000)). A row's clip factor min(1, γ/(‖a‖·‖b‖)) is exact to rounding while both norms are
+    under L; the kernels flag rows whose norms add up to L or more (one addition and one comparison a group, which
+    also flags norms that are not finite), and the caller recomputes the iteration by the safe pass, which takes
+    every row's norms scaled by its largest value.
 
-    Why these limits: a sum of m squares loses at most m·2^−1074 to gradual underflow (components under 1e-154 square
+    Why this limit: a sum of m squares loses at most m·2^−1074 to gradual underflow (components under 1e-154 square
     to subnormals or to 0), so a computed norm can be short by √m·2^−537 (a row of such tiny instruments looks like
     norm 0 and would escape clipping); times a partner norm under γ·2^480 that is at most √m·2^−57·γ, under 2^−37·γ
-    for m ≤ 2^40 terms. A product under γ·2^1000 keeps the factor γ/norm above 2^−1000, a normal float (a subnormal
-    factor is rounded by up to 40%). Both hold for thresholds ≥ 2^−900 (the public functions take at least
-    :data:`dpivreg.validation.MIN_RAW_CLIP`, 1e-100); an infinite threshold has infinite limits (no clipping, nothing
-    flagged).
+    for m ≤ 2^40 terms. Two norms under √(γ·2^1000) have a product under γ·2^1000, which keeps the factor γ/norm above
+    2^−1000, a normal float (a subnormal factor is rounded by up to 40%). Both hold for thresholds ≥ 2^−900 (the
+    public functions take at least :data:`dpivreg.validation.MIN_RAW_CLIP`, 1e-100); an infinite threshold has an
+    infinite limit (no clipping, nothing flagged).
     """
     if split is None:
         gammas = np.array([clip1, clip1, clip2, clip2], dtype=np.float64)
     else:
         gammas = np.array([clip1[0], clip1[1], clip2[0], clip2[1]], dtype=np.float64)
     with np.errstate(over="ignore"):  # a limit beyond float64 is inf: nothing is flagged by it
-        limits = np.concatenate([np.ldexp(gammas, NORM_LIMIT_SCALE), np.ldexp(gammas, PRODUCT_LIMIT_SCALE)])
+        limits = np.minimum(np.ldexp(gammas, NORM_LIMIT_SCALE), np.ldexp(np.sqrt(gammas), PRODUCT_LIMIT_SCALE // 2))
     return np.concatenate([gammas, limits]), -1 if split is None else int(split)
 
 
-#: Binary exponents of the clip vector's limits (:func:`group_clips`): a factor's norm at or above γ·2^480, or a
-#: product of norms at or above γ·2^1000, sends the iteration to the safe pass.
+#: Binary exponents of the clip vector's limits (:func:`group_clips`): a factor's norm at or above γ·2^480, or
+#: √(γ·2^1000) (so that the product of two norms stays under γ·2^1000), sends the iteration to the safe pass.
 NORM_LIMIT_SCALE = 480
 PRODUCT_LIMIT_SCALE = 1000
 
@@ -190,13 +190,13 @@ PRODUCT_LIMIT_SCALE = 1000
 def _clip_factor(norm_a: np.ndarray, norm_b: np.ndarray, clips: np.ndarray, g: int, counts: np.ndarray,
                  slot: int) -> np.ndarray:
     """min(1, γ/(‖a‖·‖b‖)) of group ``g`` per row; counts clipped rows in ``counts[slot]``, and rows whose factor may
-    be inexact (a norm or the product at its limit, or not finite: :func:`group_clips`) in ``counts[2]``."""
+    be inexact (the norms adding up to the limit of :func:`group_clips`, or not finite) in ``counts[2]``."""
     norms = norm_a * norm_b
     clip = clips[g]
     if math.isinf(clip):
         norms.fill(1.0)
         return norms
-    exact = (norm_a < clips[4 + g]) & (norm_b < clips[4 + g]) & (norms < clips[8 + g])
+    exact = norm_a + norm_b < clips[4 + g]
     counts[2] += norms.size - np.count_nonzero(exact)
     counts[slot] += np.count_nonzero(norms > clip)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -372,13 +372,12 @@ def _fused_rows(Z, X_endog, Y, M, clips, split, S1, s2, counts):  # pragma: no c
         for g in range(0, 4, 1 if grouped else 2):  # clip factors min(1, γ/norm); inexact rows flagged (group_clips)
             clip = clips[g]
             norm_limit = clips[4 + g]
-            product_limit = clips[8 + g]
             if clip < np.inf:
                 for i in range(m):
                     a = factors[g, i]
                     b = rr[i] if g < 2 else abs(U[last, i])
                     norm = a * b
-                    overflow += not ((a < norm_limit) & (b < norm_limit) & (norm < product_limit))
+                    overflow += not a + b < norm_limit
                     factors[g, i] = min(1.0, clip / norm)
             else:
                 factors[g, :m] = 1.0
@@ -656,7 +655,7 @@ def unrolled_source(q: int, p_endog: int, width: int, k_lead: int, grouped: bool
 
     def setup() -> list[str]:
         return ["    " + "; ".join(f"m{k}_{j} = M[{k}, {j}]" for k in range(q) for j in range(width)),
-                *(f"    c{g} = clips[{g}]; finite{g} = c{g} < np.inf; l{g} = clips[{4 + g}]; h{g} = clips[{8 + g}]"
+                *(f"    c{g} = clips[{g}]; finite{g} = c{g} < np.inf; l{g} = clips[{4 + g}]"
                   for g in groups),
                 "    " + "; ".join([f"a{k}_{j} = 0.0" for k in range(q) for j in range(p_endog)]
                                    + [f"b{j} = 0.0" for j in range(p_endog, last)]),
@@ -677,10 +676,10 @@ def unrolled_source(q: int, p_endog: int, width: int, k_lead: int, grouped: bool
         else:
             body.append(f"n0 = np.sqrt({total(f'z{k} * z{k}' for k in range(q))})")
             body.append(f"n2 = np.sqrt({total(f'u{j} * u{j}' for j in range(p_endog, last))})")
-        for g in groups:  # inexact factors (a norm or the product at its limit, or not finite) flagged: group_clips
+        for g in groups:  # inexact factors (a norm at its limit, or not finite) flagged: group_clips
             other = "norm_r" if g < 2 else "abs_e"
             body.append(f"g{g} = n{g} * {other}")
-            body.append(f"overflow += finite{g} & (not ((n{g} < l{g}) & ({other} < l{g}) & (g{g} < h{g})))")
+            body.append(f"overflow += finite{g} & (not n{g} + {other} < l{g})")
             body.append(f"f{g} = min(1.0, c{g} / g{g}) if finite{g} else 1.0")
         body += [f"clipped1 += (f0 < 1.0) | (f{rest1} < 1.0)",
                  f"clipped2 += (f2 < 1.0) | (f{rest2} < 1.0)",
@@ -917,7 +916,7 @@ def _fused_units(Z, X_endog, Y, M, clips, split, starts, S1, s2, counts):  # pra
     # threshold under 2^-480 flags every unit), or when it is not finite.
     limits = np.empty(4)
     for g in range(4):
-        limits[g] = min(clips[8 + g], clips[4 + g]) if clips[4 + g] > 1.0 else 0.0
+        limits[g] = clips[4 + g] if clips[4 + g] > 1.0 else 0.0
     limit1_lead, limit1_rest, limit2_lead, limit2_rest = limits[0], limits[1], limits[2], limits[3]
     G1 = np.empty((q, p_endog))
     g2 = np.empty(p)

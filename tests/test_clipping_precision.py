@@ -122,13 +122,11 @@ def test_without_the_flags_these_rows_escape(path, case, monkeypatch):
 
 
 def test_the_limits_follow_the_thresholds():
-    """γ·2^480 for the norms, γ·2^1000 for their product (exact powers of two), and none for an infinite γ."""
-    clips, split = kernels.group_clips((1.0, 3.0), (0.5, math.inf), 2)
+    """min(γ·2^480, √(γ·2^1000)) for the norms: γ·2^480 up to γ = 2^40, then √γ·2^500; none for an infinite γ."""
+    clips, split = kernels.group_clips((1.0, 2.0 ** 50), (0.5, math.inf), 2)
     assert split == 2
-    np.testing.assert_array_equal(clips[:4], [1.0, 3.0, 0.5, math.inf])
-    np.testing.assert_array_equal(clips[4:8], np.ldexp([1.0, 3.0, 0.5, math.inf], 480))
-    np.testing.assert_array_equal(clips[8:], np.ldexp([1.0, 3.0, 0.5, math.inf], 1000))
-    assert clips[4] == 2.0 ** 480 and clips[8] == 2.0 ** 1000
+    np.testing.assert_array_equal(clips[:4], [1.0, 2.0 ** 50, 0.5, math.inf])
+    np.testing.assert_array_equal(clips[4:], [2.0 ** 480, 2.0 ** 525, 2.0 ** 479, math.inf])
 
 
 def test_the_safe_pass_clips_subnormal_rows_through_unit_vectors():
@@ -215,11 +213,12 @@ def test_thresholds_whose_sums_could_overflow_are_refused():
                  clip1=8e307, clip2=1.0)
 
 
-def test_the_limits_of_large_thresholds_are_infinite_without_a_warning():
-    """γ·2^1000 overflows for γ ≥ 2^24: the limit is inf (nothing flagged by it), silently, in any thread."""
+def test_the_limits_of_large_thresholds_are_computed_without_a_warning():
+    """γ·2^480 overflows for γ ≥ 2^544 (found by review for γ·2^1000, which a threshold of 1e8 overflowed): the limit
+    is the smaller, finite √γ·2^500, silently, in any thread."""
     with np.errstate(over="raise"):
-        clips, _ = kernels.group_clips(1e8, 1e90, None)
-    assert clips[8] == math.inf and clips[4] == np.ldexp(1e8, 480)
+        clips, _ = kernels.group_clips(1e8, 1e200, None)
+    assert clips[4] == np.ldexp(1e8, 480) and clips[6] == np.ldexp(1e100, 500)
 
 
 def test_the_clipped_squared_residuals_are_total():
