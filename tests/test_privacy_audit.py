@@ -86,11 +86,13 @@ CONF = 5e-4  # one-sided CP level for each of FPR and FNR: false-failure probabi
 TIGHT = 0.8  # "exact" must reach μ_lb ≥ 0.8·sqrt(2ρ); see _expected_mu_lb and the tests' docstrings
 
 
-def neighbours(n_exog: int = 0, seed: int = 20260401, blank: bool = False):
+def neighbours(n_exog: int = 0, seed: int = 20260401, blank: bool = False, canary: str = "far"):
     """(Z, X, Y) for D and D′: n − 1 shared ordinary rows and the canary as the last row.
 
     ``blank=True``: the n − 1 shared rows are all zero (zero gradients in both stages), so the
     canary alone drives Θ (Θ⁽ᵗ⁾ is then mostly the first stage's noise, small and isotropic).
+    ``canary="tiny"`` (n_exog = 0): z = 1.5e-162·1, whose squares round to 0, x = ±1.3e154·1/√p (‖x‖² just under
+    the largest float) and y = 0 (:data:`TINY_CANARY_CLIPS`, :func:`test_audit_of_a_canary_whose_squares_underflow`).
     """
     rng = np.random.default_rng(seed)
     m = N_ROWS - 1
@@ -102,22 +104,23 @@ def neighbours(n_exog: int = 0, seed: int = 20260401, blank: bool = False):
     Y = X @ np.array([1.0, -0.5])[:P] + rng.standard_normal(m) + 0.5 * (X[:, -1] - Z[:, -1])
     if blank:
         Z, X, Y = np.zeros_like(Z), np.zeros_like(X), np.zeros_like(Y)
-    z_c = np.eye(Q)[0]
+    z_c = np.eye(Q)[0] if canary == "far" else np.full(Q, 1.5e-162)
     out = []
     for sign in (+1.0, -1.0):
-        x_c = np.full(P, sign * M)
+        x_c = np.full(P, sign * M) if canary == "far" else np.full(P, sign * 1.3e154 / math.sqrt(P))
         x_c[:n_exog] = z_c[:n_exog]
-        out.append((np.vstack([Z, z_c]), np.vstack([X, x_c]), np.append(Y, sign * M)))
+        out.append((np.vstack([Z, z_c]), np.vstack([X, x_c]), np.append(Y, sign * M if canary == "far" else 0.0)))
     return out
 
 
-def claimed_lambdas(calibration: str, rho1: float = RHO1, rho2: float = RHO2) -> tuple[float, float]:
+def claimed_lambdas(calibration: str, rho1: float = RHO1, rho2: float = RHO2,
+                    clips: tuple[float, float] = (CLIP1, CLIP2)) -> tuple[float, float]:
     """Noise std of each stage the claimed mechanism uses (re-derived here, not read from the engine)."""
     if calibration == "exact":  # Δ²/(2λ²)·T = ρ with Δ = 2γ/n
         f = lambda g, r: g / N_ROWS * math.sqrt(2.0 * T / r)  # noqa: E731
     else:  # the paper's Proposition
         f = lambda g, r: 2.0 * g / N_ROWS * math.sqrt(T / r)  # noqa: E731
-    return f(CLIP1, rho1), f(CLIP2, rho2)
+    return f(clips[0], rho1), f(clips[1], rho2)
 
 
 # ----------------------------------------------------------------------------------------
@@ -129,7 +132,8 @@ def _clip_rows(g: np.ndarray, clip: float) -> np.ndarray:
     return g * np.minimum(1.0, clip / np.maximum(norms, np.finfo(float).tiny))
 
 
-def clipped_mean_gradients(data, theta: np.ndarray, beta: np.ndarray, n_exog: int, roots: np.ndarray | None = None):
+def clipped_mean_gradients(data, theta: np.ndarray, beta: np.ndarray, n_exog: int, roots: np.ndarray | None = None,
+                           clips: tuple[float, float] = (CLIP1, CLIP2)):
     """Both stages' clipped mean gradients at a batch of iterates.
 
     theta (R, q, p − n_exog), beta (R, p) → g1 (R, q, p − n_exog), g2 (R, p), built from the
@@ -142,13 +146,13 @@ def clipped_mean_gradients(data, theta: np.ndarray, beta: np.ndarray, n_exog: in
     n = Z.shape[0]
     fitted = np.einsum("ni,rij->rnj", Z, theta)  # (R, n, pe)
     per1 = Z[None, :, :, None] * (fitted - X[None, :, n_exog:])[:, :, None, :]  # (R, n, q, pe)
-    g1 = _clip_rows(per1.reshape(R, n, -1), CLIP1).mean(axis=1).reshape(theta.shape)
+    g1 = _clip_rows(per1.reshape(R, n, -1), clips[0]).mean(axis=1).reshape(theta.shape)
     x_hat = np.concatenate([np.broadcast_to(X[None, :, :n_exog], (R, n, n_exog)), fitted], axis=2)
     resid = np.einsum("rnj,rj->rn", x_hat, beta) - Y[None, :]
     per2 = x_hat * resid[:, :, None]  # (R, n, p)
     if roots is not None:
         per2 = np.einsum("rjk,rnk->rnj", roots, per2)
-    g2 = _clip_rows(per2, CLIP2).mean(axis=1)
+    g2 = _clip_rows(per2, clips[1]).mean(axis=1)
     return g1, g2
 
 
@@ -281,7 +285,8 @@ def add_step_llr(S, mu2, d_norms, noise: list, w: int, t: int, G: tuple, gD: tup
 
 def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: int = RUNS,
               rho1: float = RHO1, rho2: float = RHO2, method: str = "gd", second_moment: str = "identity",
-              blank: bool = False, order: str = "C") -> Audit:
+              blank: bool = False, order: str = "C", canary: str = "far",
+              clips: tuple[float, float] = (CLIP1, CLIP2)) -> Audit:
     """Run DP-2S-GD ``runs`` times on each neighbour and audit the released paths.
 
     Calls ``dpivreg.engine.dp_2s_gd`` at call time, so monkeypatched engine internals are audited.
@@ -289,10 +294,12 @@ def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: i
     its default ridge; the auditor rebuilds R_t = P_t^(−1/2) from the released Θ⁽ᵗ⁾ with its own
     closed form (ridge from the claimed λ1), recovers the whitened noisy mean
     G̃ₜ = R_t⁻¹(βₜ − βₜ₊₁)/α = P_t^(1/2)(βₜ − βₜ₊₁)/α and compares it with both datasets' clipped
-    means of R_t x̂ᵢ eᵢ. ``order``: the neighbours' memory layout ("F": column-major, as pandas gives).
+    means of R_t x̂ᵢ eᵢ. ``order``: the neighbours' memory layout ("F": column-major, as pandas gives). ``canary`` as
+    in :func:`neighbours`, ``clips`` the thresholds (γ1, γ2) of the engine and of the auditor's own clipped means.
     """
-    worlds = [tuple(np.asarray(a, order=order) for a in world) for world in neighbours(n_exog, blank=blank)]
-    lam1, lam2 = claimed_lambdas(calibration, rho1, rho2)
+    worlds = [tuple(np.asarray(a, order=order) for a in world)
+              for world in neighbours(n_exog, blank=blank, canary=canary)]
+    lam1, lam2 = claimed_lambdas(calibration, rho1, rho2, clips)
     S_public = SECOND_MOMENTS[second_moment]
     extra = {} if method == "gd" else {"method": method, "second_moment": S_public}
     S = np.zeros((2, runs))
@@ -304,8 +311,8 @@ def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: i
         seeds = np.random.SeedSequence([seed, w]).spawn(runs)
         thetas, betas = [], []
         for s in seeds:
-            path = engine.dp_2s_gd(Zw, Xw, Yw, T=T, rho1=rho1, rho2=rho2, eta=ETA, alpha=ALPHA, clip1=CLIP1,
-                                   clip2=CLIP2, calibration=calibration, seed=s, n_exog=n_exog, **extra)
+            path = engine.dp_2s_gd(Zw, Xw, Yw, T=T, rho1=rho1, rho2=rho2, eta=ETA, alpha=ALPHA, clip1=clips[0],
+                                   clip2=clips[1], calibration=calibration, seed=s, n_exog=n_exog, **extra)
             thetas.append(path.theta)
             betas.append(path.beta)
         accountant.add(path.privacy.rho)
@@ -315,8 +322,8 @@ def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: i
             half = roots = None
             if method == "preconditioned":
                 half, roots = preconditioner_roots(theta[:, t], n_exog, S_public, claimed_ridge(lam1))
-            gD1, gD2 = clipped_mean_gradients(worlds[0], theta[:, t], beta[:, t], n_exog, roots)
-            gE1, gE2 = clipped_mean_gradients(worlds[1], theta[:, t], beta[:, t], n_exog, roots)
+            gD1, gD2 = clipped_mean_gradients(worlds[0], theta[:, t], beta[:, t], n_exog, roots, clips)
+            gE1, gE2 = clipped_mean_gradients(worlds[1], theta[:, t], beta[:, t], n_exog, roots, clips)
             G1 = (theta[:, t] - theta[:, t + 1]) / ETA
             G2 = (beta[:, t] - beta[:, t + 1]) / ALPHA
             if half is not None:
@@ -729,3 +736,39 @@ def test_audit_catches_a_generated_kernel_that_clips_to_twice_the_threshold(monk
     assert shapes, "the generated kernels were not used"
     assert a.rho_accountant == pytest.approx(RHO1 + RHO2, rel=1e-12)  # the accountant still claims ρ = 2.5
     assert a.mu_lb > a.mu_accountant, f"not caught: mu_lb={a.mu_lb:.3f} <= {a.mu_accountant:.3f}"
+
+
+#: The thresholds of the tiny canary's audit: its stage-1 gradient has norm √3·1.5e-162·1.3e154 = 3.4e-8, above γ1.
+TINY_CANARY_CLIPS = (1e-8, 2e-8)
+
+
+@pytest.mark.parametrize("limits", ["kept", "lifted"])
+def test_audit_of_a_canary_whose_squares_underflow(limits, monkeypatch):
+    """A canary whose instruments square to 0 (``neighbours(canary="tiny")``): the fast pass sees its stage-1 gradient
+    as norm 0, so only the flags of ``group_clips`` (its residual 1.3e154 is above γ1·2^480) send the iteration to the
+    safe pass, which clips it to γ1. Its stage-2 gradient x̂(x̂ᵀβ − 0), x̂ = Θᵀz, is the same in both worlds given the
+    path, so only stage 1 leaks: μ attained = sqrt(2ρ1) = 1.732, under the claimed 2.236.
+
+    With the limits lifted (only non-finite norms flagged, as before the fix) the canary adds 3.4·γ1 unclipped: true
+    μ = 3.4·1.732 = 5.9, and the audit must see μ_lb above the claim. Seed 303 as for the broken engines. Observed:
+    μ_lb = 1.535 with the limits (406 false positives / 359 false negatives; ≥ 0.8·1.732 = 1.386), 5.087 without them
+    (4 / 0)."""
+    if limits == "lifted":
+        real = kernels.group_clips
+
+        def lifted(clip1, clip2, split):
+            clips, k = real(clip1, clip2, split)
+            clips[4:] = np.inf
+            return clips, k
+
+        monkeypatch.setattr(kernels, "group_clips", lifted)
+    a = run_audit("exact", seed=303, canary="tiny", clips=TINY_CANARY_CLIPS)
+    assert a.rho_accountant == pytest.approx(RHO1 + RHO2, rel=1e-12)
+    if limits == "lifted":
+        assert a.mu_lb > a.mu_accountant, f"not caught: mu_lb={a.mu_lb:.3f} <= {a.mu_accountant:.3f}"
+        return
+    np.testing.assert_allclose(a.d_norms[..., 0], 2 * TINY_CANARY_CLIPS[0] / N_ROWS, rtol=1e-9)
+    np.testing.assert_array_equal(a.d_norms[..., 1], 0.0)
+    attained = math.sqrt(2 * RHO1)
+    assert a.mu_lb <= a.mu_accountant, f"unsound: mu_lb={a.mu_lb:.3f} > {a.mu_accountant:.3f}"
+    assert a.mu_lb >= TIGHT * attained, f"not tight: mu_lb={a.mu_lb:.3f} < {TIGHT} x {attained:.3f}"
