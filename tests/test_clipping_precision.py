@@ -103,18 +103,10 @@ def test_one_row_adds_at_most_its_threshold_in_every_group(path, case, grouped, 
 @pytest.mark.parametrize("case", ["underflowing instruments", "subnormal clip factor"])
 @pytest.mark.parametrize("path", ["numpy", pytest.param("tiled", marks=needs_numba),
                                   pytest.param("generated columns", marks=needs_numba)])
-def test_without_the_flags_these_rows_escape(path, case, monkeypatch):
+def test_without_the_flags_these_rows_escape(path, case, monkeypatch, lift_clip_limits):
     """The cases are not vacuous: with the limits of group_clips lifted (only non-finite norms flagged, as before),
     the same rows leave the fast pass with more than γ."""
-    real = kernels.group_clips
-
-    def lifted(clip1, clip2, split):
-        clips, k = real(clip1, clip2, split)
-        clips[4:] = np.inf
-        return clips, k
-
-    monkeypatch.setattr(kernels, "group_clips", lifted)
-    kernels.unrolled_kernel.cache_clear()  # the generated kernel reads the limits from the clip vector at run time
+    lift_clip_limits()
     data, state, M, (clip1, clip2, split) = _row(case, False)
     S1, s2, flagged = _engine_sums(path, data, state, M, clip1, clip2, split, monkeypatch)
     assert not flagged

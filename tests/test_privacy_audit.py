@@ -743,7 +743,7 @@ TINY_CANARY_CLIPS = (1e-8, 2e-8)
 
 
 @pytest.mark.parametrize("limits", ["kept", "lifted"])
-def test_audit_of_a_canary_whose_squares_underflow(limits, monkeypatch):
+def test_audit_of_a_canary_whose_squares_underflow(limits, lift_clip_limits):
     """A canary whose instruments square to 0 (``neighbours(canary="tiny")``): the fast pass sees its stage-1 gradient
     as norm 0, so only the flags of ``group_clips`` (its residual 1.3e154 is above γ1·2^480) send the iteration to the
     safe pass, which clips it to γ1. Its stage-2 gradient x̂(x̂ᵀβ − 0), x̂ = Θᵀz, is the same in both worlds given the
@@ -754,14 +754,7 @@ def test_audit_of_a_canary_whose_squares_underflow(limits, monkeypatch):
     μ_lb = 1.535 with the limits (406 false positives / 359 false negatives; ≥ 0.8·1.732 = 1.386), 5.087 without them
     (4 / 0)."""
     if limits == "lifted":
-        real = kernels.group_clips
-
-        def lifted(clip1, clip2, split):
-            clips, k = real(clip1, clip2, split)
-            clips[4:] = np.inf
-            return clips, k
-
-        monkeypatch.setattr(kernels, "group_clips", lifted)
+        lift_clip_limits()
     a = run_audit("exact", seed=303, canary="tiny", clips=TINY_CANARY_CLIPS)
     assert a.rho_accountant == pytest.approx(RHO1 + RHO2, rel=1e-12)
     if limits == "lifted":
