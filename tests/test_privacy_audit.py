@@ -751,8 +751,11 @@ def test_audit_of_a_canary_whose_squares_underflow(limits, lift_clip_limits):
 
     With the limits lifted (only non-finite norms flagged, as before the fix) the canary adds 3.4·γ1 unclipped: true
     μ = 3.4·1.732 = 5.9, and the audit must see μ_lb above the claim. Seed 303 as for the broken engines. Observed:
-    μ_lb = 1.535 with the limits (406 false positives / 359 false negatives; ≥ 0.8·1.732 = 1.386), 5.087 without them
-    (4 / 0)."""
+    μ_lb = 1.535 with the limits (406 false positives / 359 false negatives), 5.087 without them (4 / 0).
+
+    Tightness: an exactly 1.732-GDP mechanism audited with 2,000 runs gives on average μ_lb ≈ 1.521 with delta-method
+    sd 0.042 (:func:`expected_mu_lb`); the floor is 3.5 sd below, 1.375 (TIGHT·μ would sit only 3.2 sd below). Over
+    191 other seeds (seeds 9-199, a reviewer's run) μ_lb ranged 1.385-1.652."""
     if limits == "lifted":
         lift_clip_limits()
     a = run_audit("exact", seed=303, canary="tiny", clips=TINY_CANARY_CLIPS)
@@ -763,5 +766,7 @@ def test_audit_of_a_canary_whose_squares_underflow(limits, lift_clip_limits):
     np.testing.assert_allclose(a.d_norms[..., 0], 2 * TINY_CANARY_CLIPS[0] / N_ROWS, rtol=1e-9)
     np.testing.assert_array_equal(a.d_norms[..., 1], 0.0)
     attained = math.sqrt(2 * RHO1)
+    assert_llr_law(a.S, attained)
     assert a.mu_lb <= a.mu_accountant, f"unsound: mu_lb={a.mu_lb:.3f} > {a.mu_accountant:.3f}"
-    assert a.mu_lb >= TIGHT * attained, f"not tight: mu_lb={a.mu_lb:.3f} < {TIGHT} x {attained:.3f}"
+    expected, sd = expected_mu_lb(attained, a.runs)
+    assert a.mu_lb >= expected - 3.5 * sd, f"not tight: mu_lb={a.mu_lb:.3f} < {expected:.3f} - 3.5 x {sd:.3f}"
