@@ -159,7 +159,7 @@ def group_clips(clip1, clip2, split: int | None) -> tuple[np.ndarray, int]:
     """The kernels' clip vector and the split (−1: no groups).
 
     The vector holds 8 values: the thresholds [γ1 lead, γ1 rest, γ2 lead, γ2 rest], then each group's norm limit
-    L = min(γ·2^480, √(γ·2^1000), 2^511). A row's clip factor min(1, γ/(‖a‖·‖b‖)) and its clipped terms are exact to
+    L = min(γ·2^480, 2^511). A row's clip factor min(1, γ/(‖a‖·‖b‖)) and its clipped terms are exact to
     rounding while both norms are under L; the kernels flag rows whose norms add up to L or more (one addition and one
     comparison a group, which also flags norms that are not finite), and the caller recomputes the iteration by the
     safe pass, which takes every row's norms scaled by its largest value.
@@ -167,8 +167,9 @@ def group_clips(clip1, clip2, split: int | None) -> tuple[np.ndarray, int]:
     Why this limit: a sum of m squares loses at most m·2^−1074 to gradual underflow (components under 1e-154 square
     to subnormals or to 0), so a computed norm can be short by √m·2^−537 (a row of such tiny instruments looks like
     norm 0 and would escape clipping); times a partner norm under γ·2^480 that is at most √m·2^−57·γ, under 2^−37·γ
-    for m ≤ 2^40 terms. Two norms under L have a product under γ·2^1000, which keeps the factor γ/norm above
-    2^−1000, a normal float (a subnormal factor is rounded by up to 40%), and under 2^1022, so no product of a
+    for m ≤ 2^40 terms. Two norms under L have a product under L², which is under γ·2^1000 (γ·2^480 is the smaller
+    term up to γ = 2^31, and γ²·2^960 ≤ γ·2^1000 there; beyond, 2^1022 ≤ γ·2^1000), so the factor γ/norm stays above
+    2^−1000, a normal float (a subnormal factor is rounded by up to 40%); and L² ≤ 2^1022, so no product of a
     row's values overflows, in whatever order the compiler multiplies them (x̃·e·f as (x̃·e)·f: inf·0 was NaN, found
     by fuzzing a threshold of 1e300). Both hold for thresholds ≥ 2^−900 (the public functions take at least
     :data:`dpivreg.validation.MIN_RAW_CLIP`, 1e-100); an infinite threshold clips and flags nothing.
@@ -178,12 +179,11 @@ def group_clips(clip1, clip2, split: int | None) -> tuple[np.ndarray, int]:
     else:
         gammas = np.array([clip1[0], clip1[1], clip2[0], clip2[1]], dtype=np.float64)
     with np.errstate(over="ignore"):  # a limit beyond float64 is inf, and the others are smaller
-        limits = np.minimum(np.minimum(np.ldexp(gammas, NORM_LIMIT_SCALE), np.ldexp(np.sqrt(gammas), 500)), 2.0 ** 511)
+        limits = np.minimum(np.ldexp(gammas, NORM_LIMIT_SCALE), 2.0 ** 511)
     return np.concatenate([gammas, limits]), -1 if split is None else int(split)
 
 
-#: Binary exponent of the clip vector's norm limit γ·2^480 (:func:`group_clips`), which also stays under √(γ·2^1000)
-#: and 2^511, so that the product of two norms stays under γ·2^1000 and 2^1022.
+#: Binary exponent of the clip vector's norm limit min(γ·2^480, 2^511) (:func:`group_clips`).
 NORM_LIMIT_SCALE = 480
 
 

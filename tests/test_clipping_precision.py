@@ -114,7 +114,7 @@ def test_without_the_flags_these_rows_escape(path, case, monkeypatch, lift_clip_
 
 
 def test_the_limits_follow_the_thresholds():
-    """min(γ·2^480, √(γ·2^1000), 2^511) for the norms: γ·2^480 up to γ = 2^31, then 2^511."""
+    """min(γ·2^480, 2^511) for the norms: γ·2^480 up to γ = 2^31, then 2^511."""
     clips, split = kernels.group_clips((1.0, 2.0 ** 50), (0.5, 2.0 ** 31), 2)
     assert split == 2
     np.testing.assert_array_equal(clips[:4], [1.0, 2.0 ** 50, 0.5, 2.0 ** 31])
@@ -216,7 +216,8 @@ def test_the_limits_of_large_thresholds_are_computed_without_a_warning():
 @pytest.mark.parametrize("path", PATHS)
 def test_a_row_whose_product_would_overflow_is_flagged(path, monkeypatch):
     """Internal callers may clip at 1e300: a row with ‖x̃‖ = 1e85 and e = 1e300 has norms adding up to under
-    √(γ·2^1000) but a product of 1e385; the generated kernel multiplied x̃·e first (inf·0 = NaN, found by fuzzing)."""
+    √(γ·2^1000) but a product of 1e385; the generated kernel multiplied x̃·e first (inf·0 = NaN, found by fuzzing).
+    The cap 2^511 of the limit flags it."""
     Z, X, Y = np.array([[0.0, 1.0]]), np.zeros((1, 1)), np.array([-1e300])
     theta, whitened, beta_full = np.zeros((2, 1)), np.array([[0.0], [1e85]]), np.zeros(2)
     M = np.ascontiguousarray(np.concatenate([theta, whitened, beta_full[:, None]], axis=1))
@@ -224,3 +225,22 @@ def test_a_row_whose_product_would_overflow_is_flagged(path, monkeypatch):
         S1, s2, flagged = _engine_sums(path, (Z, X, Y), (theta, whitened, beta_full), M, 1.0, 1e300, None, monkeypatch)
     assert flagged
     assert np.all(np.isfinite(s2)) and abs(s2[0]) == pytest.approx(1e300, rel=1e-12)
+
+
+def test_the_clipped_squared_residuals_are_total():
+    """residual_variance_release's block function: a NaN residual adds C, like any residual beyond √C."""
+    from dpivreg.inference import clipped_squared_residuals
+
+    Z, X = np.ones((3, 1)), np.ones((3, 1))
+    Y = np.array([np.nan, 1e200, 0.5])
+    (total,) = clipped_squared_residuals(Z, X, Y, np.zeros(1), 0, 2.0)
+    assert total[0] == pytest.approx(2.0 + 2.0 + 0.25)
+
+
+@pytest.mark.parametrize("pair", [(0.0, 5e-324), (-2e-308, 2e-308)])
+def test_bounds_whose_half_width_is_subnormal_are_refused(pair):
+    """The map (v − mid)/half divides by the half-width: a subnormal one gave NaN and a LinAlgError from numpy."""
+    from dpivreg.bounds import _pair
+
+    with pytest.raises(ValueError, match="too close together"):
+        _pair("w", pair)

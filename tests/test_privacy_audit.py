@@ -755,7 +755,7 @@ def test_audit_of_a_canary_whose_squares_underflow(limits, lift_clip_limits):
 
     Tightness: an exactly 1.732-GDP mechanism audited with 2,000 runs gives on average μ_lb ≈ 1.521 with delta-method
     sd 0.042 (:func:`expected_mu_lb`); the floor is 3.5 sd below, 1.375 (TIGHT·μ would sit only 3.2 sd below). Over
-    191 other seeds (seeds 9-199, a reviewer's run) μ_lb ranged 1.385-1.652."""
+    199 other seeds (1-199, a reviewer's run) μ_lb ranged 1.368-1.652, one under the floor (seed 1)."""
     if limits == "lifted":
         lift_clip_limits()
     a = run_audit("exact", seed=303, canary="tiny", clips=TINY_CANARY_CLIPS)
@@ -766,6 +766,8 @@ def test_audit_of_a_canary_whose_squares_underflow(limits, lift_clip_limits):
     np.testing.assert_allclose(a.d_norms[..., 0], 2 * TINY_CANARY_CLIPS[0] / N_ROWS, rtol=1e-9)
     np.testing.assert_array_equal(a.d_norms[..., 1], 0.0)
     attained = math.sqrt(2 * RHO1)
+    np.testing.assert_allclose(a.lambdas_released, claimed_lambdas("exact", clips=TINY_CANARY_CLIPS), rtol=1e-12)
+    np.testing.assert_allclose(a.mu2, attained**2, rtol=1e-9)
     assert_llr_law(a.S, attained)
     assert a.mu_lb <= a.mu_accountant, f"unsound: mu_lb={a.mu_lb:.3f} > {a.mu_accountant:.3f}"
     expected, sd = expected_mu_lb(attained, a.runs)
