@@ -675,7 +675,8 @@ def dp_2s_gd(
     eta, alpha : float
         Step sizes of the two stages (> 0).
     clip1, clip2 : float, (float, float) or None
-        Clipping thresholds γ1, γ2 (> 0). ``None`` disables clipping, which leaves the
+        Clipping thresholds γ1, γ2, in [1e-100, 1e100] (:func:`dpivreg.validation.check_raw_clip`: float64 clips
+        exactly there, see :ref:`the privacy boundary <method-boundary>`). ``None`` disables clipping, which leaves the
         gradient's sensitivity unbounded: only allowed with the matching ρ = inf. A pair
         (γ_exog, γ_rest) (both stages, with ``n_exog > 0``) clips by groups: the rows of the
         first-stage gradient zᵢrᵢᵀ that belong to the exogenous instruments, and the exogenous
