@@ -1004,8 +1004,9 @@ def _clipped_gradients(rows: RowSource, theta: np.ndarray, beta: np.ndarray, W: 
 
     x̃ᵢ = W x̂ᵢ (W = I for ``method="gd"``). The fused pass (:func:`dpivreg.kernels.block_sums`) is exact
     unless it flags a row whose norm overflows float64 or nears the limits where it would be inexact
-    (:func:`dpivreg.kernels.group_clips`); then the iteration is recomputed by the safe pass. With privacy units the sums run over units of summed row gradients, n is the public
-    normaliser n̂ = N·k̂ and the counts count units (:mod:`dpivreg.units`).
+    (:func:`dpivreg.kernels.group_clips`); then the iteration is recomputed by the safe pass. With privacy units
+    the sums run over units of summed row gradients, n is the public normaliser n̂ = N·k̂ and the counts count units
+    (:mod:`dpivreg.units`).
     """
     gamma1 = _no_clip_as_inf(clip1)
     gamma2 = _no_clip_as_inf(clip2)

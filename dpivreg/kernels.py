@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .mechanisms import unit_rows
+from .mechanisms import max_scaled_rows, unit_rows
 
 __all__ = ["KERNELS", "numba_available", "resolve_kernel", "block_sums", "safe_block_sums", "pass_matrix", "working_rows", "mapped_columns",
            "fused_norm_counts", "fused_product_norm_counts", "numba_simulation_steps", "unit_gradient_terms",
@@ -208,14 +208,13 @@ def _group_factors(lead: np.ndarray, rest: np.ndarray, scale: np.ndarray, clips:
                    counts: np.ndarray, slot: int) -> tuple[np.ndarray, np.ndarray]:
     """Clip factors of groups ``g`` (lead) and ``g + 1`` (rest) from their squared norms ``lead``, ``rest`` times
     ``scale``, the norm of the other factor of the rank-one gradient; one shared factor (group ``g``'s threshold)
-    when ``split`` < 0."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        if split < 0:
-            factor = _clip_factor(np.sqrt(lead + rest), scale, clips, g, counts, slot)
-            return factor, factor
-        scratch = np.zeros(3, dtype=np.int64)
-        f_lead = _clip_factor(np.sqrt(lead), scale, clips, g, scratch, 0)
-        f_rest = _clip_factor(np.sqrt(rest), scale, clips, g + 1, scratch, 1)
+    when ``split`` < 0. Its callers hold overflow quiet (an overflowing row is flagged, not an error)."""
+    if split < 0:
+        factor = _clip_factor(np.sqrt(lead + rest), scale, clips, g, counts, slot)
+        return factor, factor
+    scratch = np.zeros(3, dtype=np.int64)
+    f_lead = _clip_factor(np.sqrt(lead), scale, clips, g, scratch, 0)
+    f_rest = _clip_factor(np.sqrt(rest), scale, clips, g + 1, scratch, 1)
     counts[slot] += np.count_nonzero((f_lead < 1.0) | (f_rest < 1.0))
     counts[2] += scratch[2]
     return f_lead, f_rest
@@ -811,8 +810,8 @@ def _clipped_sum_outer(A: np.ndarray, B: np.ndarray, clip: float) -> tuple[np.nd
     Each row's norms are taken from the row scaled by its largest value (:func:`dpivreg.mechanisms.unit_rows`), so
     neither tiny components (whose squares underflow) nor huge ones (whose squares overflow) make them inexact. The
     product is compared with γ as (max|aᵢ|·max|bᵢ|)·(‖aᵢ/max|aᵢ|‖·‖bᵢ/max|bᵢ|‖), and a clipped row adds
-    γ·(aᵢ/‖aᵢ‖)(bᵢ/‖bᵢ‖)ᵀ, formed from unit vectors. A row with an infinite or NaN value (uᵢ = zᵢᵀM overflowed) adds nothing and counts as
-    clipped: its direction is not defined, and nothing is a term of norm ≤ γ.
+    γ·(aᵢ/‖aᵢ‖)(bᵢ/‖bᵢ‖)ᵀ, formed from unit vectors. A row with an infinite or NaN value (uᵢ = zᵢᵀM overflowed) adds
+    nothing and counts as clipped: its direction is not defined, and nothing is a term of norm ≤ γ.
     """
     if math.isinf(clip):
         return A.T @ B, np.zeros(A.shape[0], dtype=bool)
@@ -1054,10 +1053,9 @@ def safe_unit_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, star
 def _scaled(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows of A as (A / max|aᵢ|, log max|aᵢ|): bounded directions and logarithmic scales (−inf, direction 0, for a
     zero row, and for a row with an infinite or NaN value, whose direction is not defined: it adds nothing)."""
-    largest = np.max(np.abs(A), axis=1)
+    largest, scaled = max_scaled_rows(A)
     usable = (largest > 0) & np.isfinite(largest)
-    safe = np.where(usable, largest, 1.0)
-    return np.where(usable[:, None], A / safe[:, None], 0.0), np.where(usable, np.log(safe), -np.inf)
+    return scaled, np.where(usable, np.log(np.where(usable, largest, 1.0)), -np.inf)
 
 
 # ---------------------------------------------------------------- the privacy-noise simulation's steps (moment form)

@@ -50,6 +50,7 @@ __all__ = [
     "ball_moment_sum",
     "ball_second_moments",
     "unit_rows",
+    "max_scaled_rows",
     "log_grid",
     "histogram_counts",
     "histograms",
@@ -138,12 +139,20 @@ def unit_rows(A: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     would not give norm 1. Zero rows and rows with an infinite or NaN value have unit vector 0 (their largest value,
     0 or inf / NaN, tells which). The clipping primitive of every release that must hold for rows of any size.
     """
+    largest, scaled = max_scaled_rows(A)
+    norms = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
+    norms[norms == 0] = 1.0  # the rows of zeros left by max_scaled_rows
+    return largest, scaled / norms[:, None], norms
+
+
+def max_scaled_rows(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row aᵢ as (max|aᵢⱼ|, aᵢ/max|aᵢⱼ|): the scaled row's largest value is ±1, so its squares neither overflow
+    nor all underflow. Zero rows and rows with an infinite or NaN value scale to 0."""
     largest = np.max(np.abs(A), axis=1) if A.shape[1] else np.zeros(A.shape[0])
     usable = (largest > 0) & np.isfinite(largest)
     with np.errstate(invalid="ignore"):
         scaled = np.where(usable[:, None], A / np.where(usable, largest, 1.0)[:, None], 0.0)
-    norms = np.where(usable, np.sqrt(np.einsum("ij,ij->i", scaled, scaled)), 1.0)
-    return largest, scaled / norms[:, None], norms
+    return largest, scaled
 
 
 def ball_second_moments(W: np.ndarray, *, rho: float, rng: np.random.Generator, row_bound: float,

@@ -25,8 +25,9 @@ import numbers
 
 import numpy as np
 
-__all__ = ["MAX_T", "MAX_TAU", "MAX_RHO", "MIN_RHO", "MIN_CLIP", "MAX_CLIP", "MIN_RAW_CLIP", "as_real", "check_rho", "check_delta", "check_spent_rho",
-           "check_epsilon", "check_positive", "check_T", "check_tau", "check_count", "check_flag", "check_clip"]
+__all__ = ["MAX_T", "MAX_TAU", "MAX_RHO", "MIN_RHO", "MIN_CLIP", "MAX_CLIP", "MIN_RAW_CLIP", "as_real", "check_rho",
+           "check_delta", "check_spent_rho", "check_epsilon", "check_positive", "check_T", "check_tau", "check_count",
+           "check_flag", "check_clip", "check_raw_clip"]
 
 #: Largest number of iterations a fit or a plan accepts.
 MAX_T: int = 1_000_000

@@ -41,7 +41,8 @@ CASES = {
 }
 
 PATHS = ["numpy", pytest.param("tiled", marks=needs_numba), pytest.param("generated columns", marks=needs_numba),
-         pytest.param("generated rows", marks=needs_numba), "units numpy", pytest.param("units numba", marks=needs_numba)]
+         pytest.param("generated rows", marks=needs_numba), "units numpy",
+         pytest.param("units numba", marks=needs_numba)]
 
 
 def _row(case: str, grouped: bool):
