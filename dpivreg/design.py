@@ -48,6 +48,7 @@ from .backends import add_parts, map_row_blocks
 from .boundary import (DATA_CHECK_NOTE, BoundaryFacts, MissingPolicy, data_derived_levels, declared_zero_columns, fill_frame,
                        indicator_name, missing_policy, unit_columns)
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors
+from .derived_columns import DerivedColumn, derived_terms, intercept_columns, row_slices
 from .formula_replay import formula_problems, replay_problems
 
 __all__ = [
@@ -210,6 +211,10 @@ class IVDesign(BoundaryFacts, _DesignNames):
     source_rows : ndarray of int, optional
         Positions in the data the design was built from of the design's rows, when they are not all of its rows
         in order (rows dropped): the privacy unit's and clusters' ids of a fit are read at these positions.
+    derived : dict, optional
+        ``{(block, position): DerivedColumn}``: the columns computed from the data for the rows a pass reads
+        (:mod:`dpivreg.derived_columns`) instead of held; the block holds a placeholder at their position (one
+        value broadcast over the rows), and reading the block (``design.exog``) computes them.
     missing, data_levels, zero_allowed, n_lost, data_columns, unit_columns, stateful
         Keyword-only: the privacy boundary's facts (:class:`dpivreg.boundary.BoundaryFacts`).
 
@@ -238,6 +243,7 @@ class IVDesign(BoundaryFacts, _DesignNames):
     n_dropped: int = 0
     constant: Hashable | None = None
     source_rows: np.ndarray | None = field(default=None, repr=False)
+    derived: Mapping[tuple[str, int], DerivedColumn] | None = field(default=None, repr=False)
 
     # By identity, as the docstring says (eq=False alone would inherit BoundaryFacts' comparison of the facts, and
     # two designs of different data compared equal; found by review).
@@ -311,9 +317,13 @@ class IVDesign(BoundaryFacts, _DesignNames):
         return self.constant
 
     def __getstate__(self) -> dict:
-        """Pickle without the cached array views of the blocks (they would store the data twice)."""
+        """Pickle without the cached array views of the blocks (they would store the data twice), the derived
+        columns computed into their blocks (a recipe holds the caller's namespace)."""
         state = self.__dict__.copy()
         state.pop("_columns", None)
+        if self.derived:
+            state["_blocks"] = {name: self._held(name) for name in _BLOCKS}
+            state["derived"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -324,11 +334,22 @@ class IVDesign(BoundaryFacts, _DesignNames):
 
     # ------------------------------------------------------------ passes over the rows (NON-PRIVATE)
     @cached_property
-    def _columns(self) -> tuple[np.ndarray, ...]:
-        """The columns of [dependent, exog, endog, instruments], one float64 array each: views of the blocks'
+    def _columns(self) -> tuple[np.ndarray | DerivedColumn, ...]:
+        """The columns of [dependent, exog, endog, instruments], one 1-D array each: views of the blocks'
         values (a whole block's ``to_numpy()`` would copy a block that pandas holds in several pieces, as the
-        blocks that share the caller's columns are)."""
-        return tuple(column for name in _BLOCKS for column in frame_columns(self._stored(name)))
+        blocks that share the caller's columns are), or the :class:`DerivedColumn` that computes the rows read."""
+        return tuple(column for name in _BLOCKS for column in block_columns(self._stored(name), self.derived, name))
+
+    def _held(self, name: str) -> pd.DataFrame:
+        """Block ``name`` as held (0/1 columns as uint8), its derived columns computed, in new memory."""
+        block = self._stored(name)
+        mine = {j: column for (owner, j), column in (self.derived or {}).items() if owner == name}
+        if not mine:
+            return block
+        block = block.copy(deep=False)
+        for j, column in mine.items():
+            block.isetitem(j, column.values())
+        return block
 
     def row_block(self, rows: slice) -> np.ndarray:
         """Rows ``rows`` of [dependent, exog, endog, instruments] as one float64 array (:func:`stack_rows`)."""
@@ -386,12 +407,16 @@ class IVDesign(BoundaryFacts, _DesignNames):
         return ReorderedDesign(self, np.asarray(order, dtype=np.int64), groups)
 
 
+#: A design's derived columns: ``{(block, position): DerivedColumn}``.
+Derived = Mapping[tuple[str, int], DerivedColumn]
+
+
 def _block_property(name: str) -> property:
     """``IVDesign.<name>``: the block with float64 columns. A column held as uint8 (0/1 values) is widened in a new
     frame (arithmetic on uint8 wraps around, 0 − 1 = 255; found by review); a block without one is the block."""
 
     def read(design: IVDesign) -> pd.DataFrame:
-        block = design._stored(name)
+        block = design._held(name)
         compact = {column: np.float64 for column, dtype in block.dtypes.items() if dtype == np.uint8}
         return block.astype(compact) if compact else block
 
@@ -411,6 +436,30 @@ def frame_columns(frame: pd.DataFrame) -> list[np.ndarray]:
     reading a block column by column never consolidates it into a copy."""
     columns = (frame.iloc[:, j] for j in range(frame.shape[1]))
     return [column.to_numpy() if column.dtype == np.uint8 else column.to_numpy(dtype=np.float64) for column in columns]
+
+
+def block_columns(frame: pd.DataFrame, derived: Mapping[tuple[str, int], DerivedColumn] | None,
+                  block: str) -> list[np.ndarray | DerivedColumn]:
+    """:func:`frame_columns` of design block ``block``, each derived column (``derived``, keyed by (block,
+    position)) in place of its placeholder."""
+    columns: list[np.ndarray | DerivedColumn] = list(frame_columns(frame))
+    for (owner, j), column in (derived or {}).items():
+        if owner == block:
+            columns[j] = column
+    return columns
+
+
+def column_blocks(column: np.ndarray | DerivedColumn):
+    """``(rows, values)`` covering a column: the whole array at once, a derived column a block of rows at a time
+    (its values are never held whole)."""
+    if isinstance(column, DerivedColumn):
+        return ((rows, column[rows]) for rows in row_slices(column.size))
+    return iter(((slice(None), column),))
+
+
+def whole_column(column: np.ndarray | DerivedColumn) -> np.ndarray:
+    """A column's values as one array (computed, for a derived column: only for error messages)."""
+    return column.values() if isinstance(column, DerivedColumn) else column
 
 
 def column_checksum(block: np.ndarray) -> np.ndarray:
@@ -686,7 +735,7 @@ def formulaic_block_matrix(block: str, text: str, data: pd.DataFrame, context: M
 
 def _formulaic_blocks(
     formula: str, data: pd.DataFrame, parts: _FormulaParts, context: Mapping[str, Any]
-) -> dict[str, pd.DataFrame]:
+) -> tuple[dict[str, pd.DataFrame], dict[tuple[str, int], DerivedColumn]]:
     """
     Materialise the blocks with formulaic as linearmodels' ``IVFormulaParser`` does.
 
@@ -708,10 +757,14 @@ def _formulaic_blocks(
 
     Returns
     -------
-    dict of str to DataFrame
+    blocks : dict of str to DataFrame
         Every block with all rows of ``data`` (missing values kept).
+    derived : dict
+        ``{(block, position): DerivedColumn}``: the columns computed per block of rows (:func:`_formulaic_block`),
+        placeholders in ``blocks``.
     """
     blocks: dict[str, pd.DataFrame] = {}
+    derived: dict[tuple[str, int], DerivedColumn] = {}
     for block, text in _block_formulas(parts).items():
         if text is None:
             blocks[block] = _empty_block(data.index)
@@ -722,10 +775,11 @@ def _formulaic_blocks(
             continue
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            frame = _formulaic_block(block, text, data, context)
+            frame, computed = _formulaic_block(block, text, data, context)
         _check_undeclared_levels(caught, block, text)
         blocks[block] = frame
-    return blocks
+        derived.update({(block, j): column for j, column in computed.items()})
+    return blocks, derived
 
 
 #: Rows per block when a formula is built block by block (:func:`_formulaic_block`): formulaic costs about 12 ms a
@@ -733,18 +787,24 @@ def _formulaic_blocks(
 FORMULA_BLOCK_ROWS = 1 << 17
 
 
-def _formulaic_block(block: str, text: str, data: pd.DataFrame, context: Mapping[str, Any]) -> pd.DataFrame:
+def _formulaic_block(block: str, text: str, data: pd.DataFrame,
+                     context: Mapping[str, Any]) -> tuple[pd.DataFrame, dict[int, DerivedColumn]]:
     """
-    One block built by formulaic, :data:`FORMULA_BLOCK_ROWS` rows at a time when that gives the same matrix.
+    One block built by formulaic, :data:`FORMULA_BLOCK_ROWS` rows at a time when that gives the same matrix, and
+    the columns of that block computed per block of rows instead of held (``{position: DerivedColumn}``).
 
     When the formula's expressions act on each row alone (:func:`dpivreg.formula_replay.formula_problems`, from the
     text), the first rows are built with :func:`formulaic_block_matrix`; when its model spec replays exactly too
-    (:func:`dpivreg.formula_replay.replay_problems`: declared category levels, no stateful transform), the spec is
-    applied to each later block of rows and the values written into the design's columns (:class:`_CompactColumns`),
-    so formulaic's intermediate frames never hold more than a block. Otherwise (a function of the caller's own,
-    ``np.mean``, an array of the namespace, levels read from a text column, ``center()``, ...) formulaic builds the
-    block from all rows at once, as linearmodels does, and the first rows' own build (which might fail or warn on
-    those rows alone) is dropped. Either way the design holds the columns compactly (0/1 columns as uint8).
+    (:func:`dpivreg.formula_replay.replay_problems`: declared category levels, no stateful transform), the terms
+    with a recipe that reproduces those rows (:func:`dpivreg.derived_columns.derived_terms`: a numeric expression
+    of numeric columns, a categorical column's coding) become :class:`DerivedColumn` s, held as a placeholder in
+    the frame, and the spec is applied to each later block of rows for the other columns, their values written
+    into the design's columns (:class:`_CompactColumns`), so formulaic's intermediate frames never hold more than
+    a block. Without pandas' copy-on-write no column is derived (a recipe shares the caller's columns, as
+    :func:`plain_column_block` does). Otherwise (a function of the caller's own, ``np.mean``, an array of the
+    namespace, levels read from a text column, ``center()``, ...) formulaic builds the block from all rows at
+    once, as linearmodels does, and the first rows' own build (which might fail or warn on those rows alone) is
+    dropped. Either way the design holds the columns compactly (0/1 columns as uint8).
     """
     rows = FORMULA_BLOCK_ROWS
     n = data.shape[0]
@@ -753,8 +813,10 @@ def _formulaic_block(block: str, text: str, data: pd.DataFrame, context: Mapping
     replay = first is not None
     if not replay:
         first = formulaic_block_matrix(block, text, data, context)
-    columns = _CompactColumns(n, float_values(pd.DataFrame(first), block))
-    if replay:
+    recipes = derived_terms(first, data, ctx) if replay and _copy_on_write() else {}
+    values = float_values(pd.DataFrame(first), block)
+    columns = _CompactColumns(n, values, skip=recipes, ones=intercept_columns(first) if replay else ())
+    if replay and columns.replayed:
         for start in range(rows, n, rows):
             try:
                 part = first.model_spec.get_model_matrix(data.iloc[start:start + rows], context=ctx)
@@ -763,7 +825,7 @@ def _formulaic_block(block: str, text: str, data: pd.DataFrame, context: Mapping
             columns.write(start, float_values(pd.DataFrame(part), block))
     frame = columns.frame(data.index, list(first.columns))
     frame.attrs[_FLOAT_BLOCK] = True  # already the design's block: _as_float_blocks keeps it
-    return frame
+    return frame, {j: DerivedColumn(recipe, n) for j, recipe in recipes.items()}
 
 
 def _replaying_first_rows(block: str, text: str, data: pd.DataFrame, context: Mapping[str, Any],
@@ -793,16 +855,29 @@ class _CompactColumns:
     are all 0 or 1 (dummies, indicators) is held as uint8, one byte a row instead of eight, and becomes float64 at its
     first other value (a NaN, a −0.0 too), so every value reads back exactly; a column of ones (the intercept) is one
     value broadcast over the rows, as in :func:`plain_column_block`. Every pass reads the columns as float64
-    (:func:`stack_rows`)."""
+    (:func:`stack_rows`). The columns at positions ``skip`` (derived columns) are not held: a placeholder, one value
+    broadcast over the rows, stands in their place."""
 
-    def __init__(self, n: int, first: np.ndarray) -> None:
-        self.arrays = [np.empty(n, dtype=np.uint8 if _zero_or_one(column) else np.float64) for column in first.T]
+    def __init__(self, n: int, first: np.ndarray, skip: Mapping[int, Any] = (), ones: Any = ()) -> None:
+        ones = {j for j in ones if np.all(first[:, j] == 1.0)}
+        self.skip = frozenset(skip) | ones
+        self.arrays = [_placeholder(n) if j in skip else np.broadcast_to(np.float64(1.0), (n,)) if j in ones
+                       else np.empty(n, dtype=np.uint8 if _zero_or_one(column) else np.float64)
+                       for j, column in enumerate(first.T)]
         self.write(0, first)
 
+    @property
+    def replayed(self) -> bool:
+        """Whether a column needs formulaic's values for the later rows: one neither derived nor ``ones``, the
+        intercept's positions (a term ``1`` is ones on every row)."""
+        return len(self.skip) < len(self.arrays)
+
     def write(self, start: int, values: np.ndarray) -> None:
-        """Rows ``start:start + len(values)`` of every column."""
+        """Rows ``start:start + len(values)`` of every column (but the skipped ones)."""
         stop = start + values.shape[0]
         for j, column in enumerate(values.T):
+            if j in self.skip:
+                continue
             target = self.arrays[j]
             if target.dtype == np.uint8 and not _zero_or_one(column):
                 widened = np.empty(target.shape[0])
@@ -817,6 +892,11 @@ class _CompactColumns:
         frame = pd.DataFrame(dict(enumerate(arrays)), index=index, copy=False)
         frame.columns = names
         return frame
+
+
+def _placeholder(n: int) -> np.ndarray:
+    """What a block holds in place of a derived column: one value (NaN) broadcast over the rows, no memory."""
+    return np.broadcast_to(np.float64(np.nan), (n,))
 
 
 def _zero_or_one(values: np.ndarray) -> bool:
@@ -1287,8 +1367,8 @@ def _align_arrays(
 
 
 def _drop_missing(
-    blocks: dict[str, pd.DataFrame], already_dropped: int = 0
-) -> tuple[dict[str, pd.DataFrame], int]:
+    blocks: dict[str, pd.DataFrame], already_dropped: int = 0, derived: Derived | None = None
+) -> tuple[dict[str, pd.DataFrame], np.ndarray, Derived]:
     """
     Drop the rows with a missing value in any block (jointly).
 
@@ -1298,6 +1378,8 @@ def _drop_missing(
         The float64 blocks, on the same rows.
     already_dropped : int, optional
         Rows with missing values that the formula engine dropped before.
+    derived : dict, optional
+        The blocks' derived columns (:class:`IVDesign`'s ``derived``), read a block of rows at a time.
 
     Returns
     -------
@@ -1305,6 +1387,8 @@ def _drop_missing(
         The blocks on the complete rows.
     missing : ndarray
         Boolean mask of the dropped rows among the rows of ``blocks``.
+    derived : dict
+        The derived columns on the complete rows.
 
     Raises
     ------
@@ -1312,10 +1396,12 @@ def _drop_missing(
         If the data have no rows, or no row is left.
     """
     nobs = blocks["dependent"].shape[0]
+    derived = dict(derived or {})
     missing = np.zeros(nobs, dtype=bool)
-    for frame in blocks.values():
-        for column in frame_columns(frame):
-            missing |= np.isnan(column)
+    for block, frame in blocks.items():
+        for column in block_columns(frame, derived, block):
+            for rows, values in column_blocks(column):
+                missing[rows] |= np.isnan(values)
     n_dropped = int(missing.sum())
     total = nobs + already_dropped
     if total == 0:
@@ -1327,8 +1413,26 @@ def _drop_missing(
             f"{DATA_CHECK_NOTE}"
         )
     if n_dropped:
-        blocks = {block: frame.loc[~missing] for block, frame in blocks.items()}
-    return blocks, missing
+        kept = np.flatnonzero(~missing)
+        blocks = {block: _kept_rows(frame, ~missing, [j for owner, j in derived if owner == block])
+                  for block, frame in blocks.items()}
+        derived = {key: column.taken(kept) for key, column in derived.items()}
+    return blocks, missing, derived
+
+
+def _kept_rows(frame: pd.DataFrame, keep: np.ndarray, placeholders: list[int]) -> pd.DataFrame:
+    """``frame.loc[keep]``, its derived columns' placeholders (:func:`_placeholder`) new ones of the kept length
+    instead of copies."""
+    if not placeholders:
+        return frame.loc[keep]
+    held = [j for j in range(frame.shape[1]) if j not in placeholders]
+    rest = frame.iloc[:, held].loc[keep]
+    n = rest.shape[0]
+    arrays = {j: _placeholder(n) for j in placeholders}
+    arrays.update({j: rest.iloc[:, i] for i, j in enumerate(held)})
+    out = pd.DataFrame({j: arrays[j] for j in range(frame.shape[1])}, index=frame.index[keep], copy=False)
+    out.columns = frame.columns
+    return out
 
 
 def _as_float_blocks(blocks: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
@@ -1429,12 +1533,13 @@ def _check_unique_names(blocks: dict[str, pd.DataFrame]) -> None:
             )
 
 
-def _check_finite(blocks: dict[str, pd.DataFrame]) -> None:
-    """Raise if a column contains an infinite value."""
+def _check_finite(blocks: dict[str, pd.DataFrame], derived: Derived | None = None) -> None:
+    """Raise if a column contains an infinite value (``derived``: the blocks' derived columns)."""
     for block, frame in blocks.items():
-        if all(np.isfinite(column).all() for column in frame_columns(frame)):
+        columns = block_columns(frame, derived, block)
+        if all(np.isfinite(values).all() for column in columns for _, values in column_blocks(column)):
             continue
-        finite = np.isfinite(frame.to_numpy(dtype=np.float64))  # only to name the columns and rows
+        finite = np.isfinite(np.column_stack([whole_column(column) for column in columns]))  # only for the message
         bad = np.flatnonzero(~finite.all(axis=0))
         names = [frame.columns[j] for j in bad]
         rows = np.flatnonzero(~finite.all(axis=1))
@@ -1485,6 +1590,8 @@ def _check_instruments(
     n_dropped: int = 0,
     full_instruments: pd.DataFrame | None = None,
     zero_allowed: tuple[Hashable, ...] = (),
+    derived: Derived | None = None,
+    full_derived: Derived | None = None,
 ) -> None:
     """
     Raise for a constant instrument or one that duplicates another column.
@@ -1493,30 +1600,42 @@ def _check_instruments(
     instruments on all rows (``full_instruments``) are known and an
     instrument varies only in the dropped rows, the message says so.
     Columns in ``zero_allowed`` (declared levels, indicators) that are all zero
-    are exempt (:mod:`dpivreg.boundary`).
+    are exempt (:mod:`dpivreg.boundary`). ``derived`` and ``full_derived``: the derived columns of ``blocks``
+    and of ``full_instruments``' blocks, read a block of rows at a time.
     """
     instruments = blocks["instruments"]
     exog = blocks["exog"]
-    z, x = frame_columns(instruments), frame_columns(exog)
-    exempt_z = [name in zero_allowed and not z[j].any() for j, name in enumerate(instruments.columns)]
-    exempt_x = [name in zero_allowed and not x[i].any() for i, name in enumerate(exog.columns)]
+    z, x = block_columns(instruments, derived, "instruments"), block_columns(exog, derived, "exog")
+    exempt_z = [name in zero_allowed and _all_zero(z[j]) for j, name in enumerate(instruments.columns)]
+    exempt_x = [name in zero_allowed and _all_zero(x[i]) for i, name in enumerate(exog.columns)]
     for j, name in enumerate(instruments.columns):
         column = z[j]
         if exempt_z[j]:
             continue
-        if np.all(column == column[0]):
+        first = float(column[0:1][0])
+        if all(np.all(values == first) for _, values in column_blocks(column)):
             varied = (
                 full_instruments is not None
-                and name in full_instruments.columns
-                and _varies(full_instruments[name].to_numpy(dtype=np.float64))
+                and _varies(whole_column(block_columns(full_instruments, full_derived, "instruments")[j]))
             )
-            raise _constant_instrument_error(name, column[0], column.size, n_dropped, varied)
+            raise _constant_instrument_error(name, first, len(column), n_dropped, varied)
         for i, other in enumerate(exog.columns):
-            if not exempt_x[i] and np.array_equal(column, x[i]):
+            if not exempt_x[i] and _same_column(column, x[i]):
                 raise _duplicate_instrument_error(name, other, "exog")
         for i in range(j):
-            if not exempt_z[i] and np.array_equal(column, z[i]):
+            if not exempt_z[i] and _same_column(column, z[i]):
                 raise _duplicate_instrument_error(name, instruments.columns[i], "instruments")
+
+
+def _all_zero(column: np.ndarray | DerivedColumn) -> bool:
+    return not any(values.any() for _, values in column_blocks(column))
+
+
+def _same_column(a: np.ndarray | DerivedColumn, b: np.ndarray | DerivedColumn) -> bool:
+    """``np.array_equal(a, b)`` a block of rows at a time when either is derived."""
+    if not isinstance(a, DerivedColumn) and not isinstance(b, DerivedColumn):
+        return bool(np.array_equal(a, b))
+    return all(np.array_equal(a[rows], b[rows]) for rows in row_slices(len(a)))
 
 
 def _constant_instrument_error(
@@ -1570,6 +1689,8 @@ def _validate(
     n_dropped: int = 0,
     full_instruments: pd.DataFrame | None = None,
     zero_allowed: tuple[Hashable, ...] = (),
+    derived: Derived | None = None,
+    full_derived: Derived | None = None,
 ) -> None:
     """
     Run every check of a design that has no missing values, except its rank
@@ -1577,12 +1698,12 @@ def _validate(
 
     ``n_dropped`` rows with a missing value were dropped before, and
     ``full_instruments`` are the instruments before that (if known); both only
-    refine the messages. ``zero_allowed``: see :func:`_check_instruments`.
+    refine the messages. ``zero_allowed``, ``derived``, ``full_derived``: see :func:`_check_instruments`.
     """
     _check_unique_names(blocks)
-    _check_finite(blocks)
+    _check_finite(blocks, derived)
     _check_enough_rows(blocks, n_dropped)
-    _check_instruments(blocks, n_dropped, full_instruments, zero_allowed)
+    _check_instruments(blocks, n_dropped, full_instruments, zero_allowed, derived, full_derived)
 
 
 def _build(
@@ -1595,6 +1716,7 @@ def _build(
     constant: Any = None,
     boundary: dict | None = None,
     count_lost: Any = None,
+    derived: Derived | None = None,
 ) -> tuple[IVDesign, np.ndarray]:
     """
     Drop missing rows, validate and assemble the design.
@@ -1615,6 +1737,8 @@ def _build(
         The design's ``missing``, ``data_levels``, ``zero_allowed``, ... (:mod:`dpivreg.boundary`).
     count_lost : callable, optional
         ``count_lost(kept)``: the design's ``n_lost`` given the kept rows' positions (formulas only).
+    derived : dict, optional
+        The blocks' derived columns, ``{(block, position): DerivedColumn}`` (:func:`_formulaic_block`).
 
     Returns
     -------
@@ -1625,14 +1749,15 @@ def _build(
     """
     _check_counts(blocks)
     full = _as_float_blocks(blocks)
-    blocks, missing = _drop_missing(full, 0 if positions is None else nrows - positions.size)
+    blocks, missing, kept_derived = _drop_missing(full, 0 if positions is None else nrows - positions.size, derived)
     if missing.any():
         kept = (np.arange(nrows) if positions is None else positions)[~missing]
     else:
         kept = positions  # None: all rows, in order (no n-length index array)
     n_kept = nrows if kept is None else kept.size
     boundary = boundary or {}
-    _validate(blocks, int(nrows - n_kept), full["instruments"], boundary.get("zero_allowed", ()))
+    _validate(blocks, int(nrows - n_kept), full["instruments"], boundary.get("zero_allowed", ()), kept_derived,
+              derived)
     name = declared_constant(list(blocks["exog"].columns), constant)
     if name is not None:
         values = blocks["exog"][name].to_numpy()
@@ -1644,6 +1769,7 @@ def _build(
         n_dropped=int(nrows - n_kept),
         constant=name,
         source_rows=None if n_kept == nrows else kept,  # positions are increasing: all rows means all in order
+        derived=kept_derived or None,
         n_lost=count_lost(kept) if count_lost is not None and n_kept < nrows else 0,
         **boundary,
     )
@@ -1829,10 +1955,10 @@ def design_from_formula(
     _check_data_columns(data, parts)
     formula, data, parts, added = apply_missing_policy(formula, data, parts, policy)
     if formula_engine == "formulaic":
-        blocks = _formulaic_blocks(formula, data, parts, context)
+        blocks, derived = _formulaic_blocks(formula, data, parts, context)
         positions = None  # every row of data, in order
     else:
-        blocks, positions = _patsy_blocks(data, parts, context)
+        (blocks, positions), derived = _patsy_blocks(data, parts, context), {}
     design, kept = _build(
         blocks,
         positions=positions,
@@ -1841,6 +1967,7 @@ def design_from_formula(
         formula_engine=formula_engine,
         boundary=formula_boundary(data, parts, policy, added, blocks, data.head(256), context, formula_engine),
         count_lost=lambda kept: lost_rows(data, parts, kept),
+        derived=derived,
     )
     _warn_dropped(design, "design_from_formula", stacklevel=2)
     _warn_encoded_missing(data, parts, kept, stacklevel=2)
