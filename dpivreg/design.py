@@ -24,10 +24,11 @@ dropped, convert every block to numbers read as float64 and validate the design 
 condition, constant or duplicate instruments, rank, infinite values, enough
 rows). The caller's data are never modified.
 
-Memory: plain float64 columns are shared with the caller's frame (:func:`plain_column_block`); columns the
-design computes are held compactly where that is exact (0/1 columns as uint8, a column of ones as one
-broadcast value, :class:`_CompactColumns`), and a formula whose terms act row by row is built a block of rows
-at a time (:func:`_formulaic_block`). Every pass reads float64 blocks of rows (:func:`stack_rows`).
+Memory: plain float64 columns are shared with the caller's frame (:func:`plain_column_block`); a formula whose
+terms act row by row is built a block of rows at a time (:func:`_formulaic_block`), and its transformed terms
+(``np.log(s)``, ``C(g)``) are computed for the rows each pass reads instead of held (:mod:`dpivreg.derived_columns`);
+other columns the design computes are held compactly where that is exact (0/1 columns as uint8, a column of ones
+as one broadcast value, :class:`_CompactColumns`). Every pass reads float64 blocks of rows (:func:`stack_rows`).
 """
 
 from __future__ import annotations
