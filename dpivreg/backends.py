@@ -22,7 +22,7 @@ import numpy as np
 from .kernels import block_sums, resolve_kernel, safe_block_sums, safe_unit_block_sums, unit_block_sums
 
 __all__ = ["RowSource", "InMemoryRows", "BuiltRows", "DaskRows", "is_dask_collection", "map_row_blocks", "add_parts",
-           "DESIGN_BLOCK_ROWS", "count_passes", "PassCounter", "balanced_owners", "task_shares"]
+           "DESIGN_BLOCK_ROWS", "row_blocks", "count_passes", "PassCounter", "balanced_owners", "task_shares"]
 
 # Below this many rows per thread, starting threads costs more than it saves.
 _MIN_ROWS_PER_THREAD = 20_000
@@ -149,7 +149,7 @@ def map_row_blocks(func, n: int, *, block_rows: int = DESIGN_BLOCK_ROWS, n_threa
     the threads run (see :func:`_limit_blas_to_one_thread`).
     """
     with one_pass():
-        blocks = (blocks or _row_blocks(n, block_rows)) or [slice(0, 0)]
+        blocks = (blocks or row_blocks(n, block_rows)) or [slice(0, 0)]
         threads = min(default_threads() if n_threads is None else n_threads, len(blocks),
                       max(1, n // _MIN_ROWS_PER_THREAD))
         if threads <= 1:
@@ -326,7 +326,7 @@ class BuiltRows(InMemoryRows):
 
     def _map(self, func, *args):
         def run(rows: slice):
-            blocks = _row_blocks(rows.stop - rows.start, self._block_rows)
+            blocks = row_blocks(rows.stop - rows.start, self._block_rows)
             return _add([func(*self._build(slice(rows.start + b.start, rows.start + b.stop)), *args) for b in blocks])
 
         return self._run(run)
@@ -567,10 +567,10 @@ def _in_blocks(Z, X_endog, Y, func, *args) -> tuple:
     functions written with numpy make row-length temporaries, which then stay cache-sized."""
     if Z.shape[0] <= DESIGN_BLOCK_ROWS:
         return func(Z, X_endog, Y, *args)
-    return _add([func(Z[rows], X_endog[rows], Y[rows], *args) for rows in _row_blocks(Z.shape[0], DESIGN_BLOCK_ROWS)])
+    return _add([func(Z[rows], X_endog[rows], Y[rows], *args) for rows in row_blocks(Z.shape[0], DESIGN_BLOCK_ROWS)])
 
 
-def _row_blocks(n: int, block_rows: int) -> list[slice]:
+def row_blocks(n: int, block_rows: int = DESIGN_BLOCK_ROWS) -> list[slice]:
     """Consecutive slices of ``block_rows`` rows (the last one shorter) covering range(n)."""
     return [slice(a, min(a + block_rows, n)) for a in range(0, n, block_rows)]
 

@@ -9,9 +9,11 @@ rows it reads (:func:`dpivreg.design.stack_rows`); the design then costs no more
 Two recipes, each for a term of one block's formula whose values on a row depend on that row alone (the spec
 replays, :mod:`dpivreg.formula_replay`):
 
-* :class:`ExpressionRecipe`: a term of one numeric factor, one column, whose expression reads only numeric
-  columns of the data (``np.log(s)``, ``I(w ** 2)``, ``np.where(a > 0, a, 0)``): the expression evaluated on the
-  block's NumPy columns, element-wise functions being the same functions formulaic calls on pandas' columns;
+* :class:`ExpressionRecipe`: a term of one numeric factor (formulaic's kind), one column, whose expression reads
+  only numeric columns of the data (``np.log(s)``, ``I(w ** 2)``, ``np.where(a > 0, a, 0)``) and names of the
+  namespace that cannot change (NumPy, formulaic's and Python's element-wise functions, numbers): the expression
+  evaluated as formulaic evaluates it, on pandas Series of the block's rows (pandas' own rules then apply:
+  ``a % 0`` is missing, ``np.clip`` ignores a missing bound; NumPy's would differ);
 * :class:`CategoryRecipe`: a term whose factors read one categorical column and nothing else of the data
   (``C(g)``, ``g``, ``C(g, levels=...)``): its columns depend on the row's category alone, so formulaic's own
   coding of each category (and of a missing one) is read once into a small table, and a block's values are the
@@ -20,7 +22,10 @@ replays, :mod:`dpivreg.formula_replay`):
 :func:`derived_terms` offers a recipe only when it reproduces formulaic's matrix on the rows formulaic built
 (the design's first rows) bit for bit; every other term is built and held as before. The recipe keeps the data's
 columns through a pandas lazy copy (copy-on-write), so a later write into the caller's frame copies *their*
-column and leaves the design's values as they were.
+column and leaves the design's values as they were. Writes into a NumPy array that the caller's frame itself
+views bypass pandas and reach the recipe, as they reach the shared plain columns
+(:func:`dpivreg.design.plain_column_block`): a fit compares the rows it reads with the design's checksum and
+refuses changed data.
 """
 
 from __future__ import annotations
@@ -35,16 +40,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .backends import DESIGN_BLOCK_ROWS
-from .formula_replay import expression_names
+from .backends import row_blocks
+from .formula_replay import _ROWWISE_BUILTINS, _ROWWISE_NUMPY, expression_names
 
-__all__ = ["DerivedColumn", "ExpressionRecipe", "CategoryRecipe", "derived_terms", "intercept_columns", "same_values",
-           "row_slices"]
-
-
-def row_slices(n: int, block_rows: int = DESIGN_BLOCK_ROWS):
-    """Consecutive slices of ``block_rows`` rows covering ``range(n)``."""
-    return (slice(start, min(start + block_rows, n)) for start in range(0, n, block_rows))
+__all__ = ["DerivedColumn", "ExpressionRecipe", "CategoryRecipe", "derived_terms", "intercept_columns", "same_values"]
 
 
 class DerivedColumn:
@@ -54,11 +53,17 @@ class DerivedColumn:
     Parameters
     ----------
     recipe : callable
-        ``recipe(positions)``: the column's values at ``positions`` (a slice or an integer array) of the data.
+        ``recipe(positions)``: the column's values at ``positions`` (a slice or an integer array) of the data,
+        float64.
     size : int
         The design's rows.
     positions : ndarray of int, optional
         The positions in the data of the design's rows, when rows were dropped (None: all, in order).
+
+    Notes
+    -----
+    The values read may be a read-only view of the caller's column (a plain column that formulaic would copy):
+    readers copy them (:func:`dpivreg.design.stack_rows`) or only compare them.
     """
 
     __slots__ = ("recipe", "size", "positions")
@@ -74,12 +79,14 @@ class DerivedColumn:
         return self.size
 
     def __getitem__(self, rows: slice | np.ndarray) -> np.ndarray:
-        """The values at the design's rows ``rows`` (a slice or positions), a new float64 array."""
+        """The values at the design's rows ``rows`` (a slice or positions), NumPy's warnings quiet: the design's
+        build computed every row once with them (:func:`dpivreg.design._formulaic_block`)."""
         if self.positions is not None:
             rows = self.positions[rows]
         elif isinstance(rows, slice):
             rows = slice(*rows.indices(self.size))
-        return self.recipe(rows)
+        with np.errstate(all="ignore"):
+            return self.recipe(rows)
 
     def taken(self, kept: np.ndarray) -> "DerivedColumn":
         """The column on the design's rows at positions ``kept`` (the rows left after dropping some)."""
@@ -89,15 +96,14 @@ class DerivedColumn:
     def values(self) -> np.ndarray:
         """The whole column, in new memory (a user's read of a block, a pickle)."""
         out = np.empty(self.size)
-        for rows in row_slices(self.size):
+        for rows in row_blocks(self.size):
             out[rows] = self[rows]
         return out
 
 
 class ExpressionRecipe:
-    """A numeric factor's expression evaluated on the block's rows of the data's columns (NumPy arrays), its other
-    names looked up as formulaic does (the caller's namespace, then formulaic's transforms: ``np``, ``I``, ...). NumPy's warnings (``log`` of 0) are
-    not repeated at each pass: the design's build reports the values they produce (missing or infinite)."""
+    """A numeric factor's expression evaluated as formulaic evaluates it: on pandas Series of the block's rows of the
+    data's columns, its other names those of the namespace, looked up once (:func:`_namespace`)."""
 
     def __init__(self, expression: str, sources: pd.DataFrame, context: Mapping[str, Any]) -> None:
         self.expression = expression
@@ -107,11 +113,10 @@ class ExpressionRecipe:
         self._namespace = _namespace(expression, sources.columns, context)
 
     def __call__(self, rows: slice | np.ndarray) -> np.ndarray:
-        columns = {name: array[rows] for name, array in self._arrays.items()}
-        with np.errstate(all="ignore"):
-            value = eval(self._code, {"__builtins__": builtins}, self._namespace.new_child(columns))  # noqa: S307
+        columns = {name: pd.Series(array[rows], copy=False) for name, array in self._arrays.items()}
+        value = eval(self._code, {"__builtins__": builtins}, self._namespace.new_child(columns))  # noqa: S307
         out = np.asarray(value, dtype=np.float64)
-        length = next(iter(columns.values())).shape[0]
+        length = len(next(iter(columns.values())))
         return out if out.shape == (length,) else np.broadcast_to(out, (length,)).copy()
 
 
@@ -130,18 +135,29 @@ class CategoryRecipe:
 
 def _namespace(expression: str, columns: Any, context: Mapping[str, Any]) -> ChainMap:
     """The names ``expression`` reads that are not ``columns``, looked up in formulaic's order after the data's
-    columns: ``context``, then formulaic's transforms. Only those names are kept (not the caller's whole
-    namespace). NameError for a name found in neither (the term then has no recipe)."""
+    columns: ``context``, then formulaic's transforms, then Python's built-ins. Only those names are kept (not the
+    caller's whole namespace), and only values that cannot change between the build and a pass
+    (:func:`_unchanging`): a module of the caller's or an array would be read again at each pass. NameError for
+    any other name (the term then has no recipe)."""
     from formulaic.transforms import TRANSFORMS  # noqa: PLC0415 - formulaic is imported with the formula
 
-    scope = ChainMap(context, TRANSFORMS)
+    scope = ChainMap(context, TRANSFORMS, vars(builtins))
     names = {}
     for name in expression_names(expression) - set(columns):
-        if name not in scope and not hasattr(builtins, name):
+        if name not in scope or not _unchanging(scope[name], TRANSFORMS):
             raise NameError(name)
-        if name in scope:
-            names[name] = scope[name]
+        names[name] = scope[name]
     return ChainMap(names)
+
+
+def _unchanging(value: Any, transforms: Mapping[str, Any]) -> bool:
+    """Whether a namespace value reads the same at every pass: NumPy (its attributes are its functions and
+    constants), an element-wise function of NumPy, formulaic or Python's, or a number (not a 0-d array, which can
+    be written into)."""
+    if value is np or isinstance(value, (np.ufunc, bool, int, float, complex, str, np.generic)) or value is None:
+        return True
+    return (any(value is known for known in _ROWWISE_NUMPY + _ROWWISE_BUILTINS)
+            or any(value is known for known in transforms.values()))
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> bool:
@@ -166,13 +182,13 @@ def derived_terms(matrix: Any, data: pd.DataFrame, context: Mapping[str, Any]) -
         ``matrix``'s values on its rows bit for bit; other columns are absent.
     """
     spec = matrix.model_spec
-    position = {name: j for j, name in enumerate(matrix.columns)}
+    position = _positions(matrix)
     first = pd.DataFrame(matrix)
     recipes: dict[int, Callable] = {}
     for structure in spec.structure:
-        names = [name for factor in structure.term.factors for name in _read_columns(factor.expr, data)]
         if not structure.term.factors or any(_literal(factor) for factor in structure.term.factors):
             continue  # the intercept: held as one value broadcast over the rows
+        names = [name for factor in structure.term.factors for name in _read_columns(factor.expr, data)]
         found = _term_recipes(structure, names, spec, data, context)
         columns = [position[column] for column in structure.columns]
         if found is None or len(found) != len(columns):
@@ -193,10 +209,15 @@ def _reproduces(recipe: Callable, built: np.ndarray) -> bool:
 def intercept_columns(matrix: Any) -> list[int]:
     """Positions in formulaic's model matrix ``matrix`` of the columns of literal terms (``1``: the intercept), ones
     on every row."""
-    position = {name: j for j, name in enumerate(matrix.columns)}
+    position = _positions(matrix)
     return [position[column] for structure in matrix.model_spec.structure
             if structure.term.factors and all(_literal(factor) for factor in structure.term.factors)
             for column in structure.columns]
+
+
+def _positions(matrix: Any) -> dict[str, int]:
+    """Each column's position in a model matrix, by name."""
+    return {name: j for j, name in enumerate(matrix.columns)}
 
 
 def _literal(factor: Any) -> bool:
@@ -217,7 +238,7 @@ def _term_recipes(structure: Any, names: list[str], spec: Any, data: pd.DataFram
     if len(unique) == 1 and isinstance(data[unique[0]].dtype, pd.CategoricalDtype):
         return _category_recipes(structure, unique[0], spec, data, context)
     factors = structure.term.factors
-    if (len(factors) != 1 or len(structure.columns) != 1 or not unique
+    if (len(factors) != 1 or len(structure.columns) != 1 or not unique or not _numerical(spec, factors[0])
             or any(not _plain_number(data[name].dtype) for name in unique)):
         return None
     expression = factors[0].expr
@@ -227,6 +248,13 @@ def _term_recipes(structure: Any, names: list[str], spec: Any, data: pd.DataFram
         return [ExpressionRecipe(expression, data[unique], context)]
     except (SyntaxError, NameError):
         return None
+
+
+def _numerical(spec: Any, factor: Any) -> bool:
+    """Whether formulaic encoded ``factor`` as a number (``C(d)`` of a numeric column is a category: its
+    levels are checked on every block, so it is not computed by an expression)."""
+    kind = spec.encoder_state.get(factor.expr, (None,))[0]
+    return getattr(kind, "value", kind) == "numerical"
 
 
 def _plain_number(dtype: Any) -> bool:

@@ -33,7 +33,7 @@ as one broadcast value, :class:`_CompactColumns`). Every pass reads float64 bloc
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 import keyword
@@ -45,11 +45,11 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import is_bool_dtype, is_complex_dtype, is_numeric_dtype
 
-from .backends import add_parts, map_row_blocks
+from .backends import add_parts, map_row_blocks, row_blocks
 from .boundary import (DATA_CHECK_NOTE, BoundaryFacts, MissingPolicy, data_derived_levels, declared_zero_columns, fill_frame,
                        indicator_name, missing_policy, unit_columns)
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors
-from .derived_columns import DerivedColumn, derived_terms, intercept_columns, row_slices
+from .derived_columns import DerivedColumn, derived_terms, intercept_columns
 from .formula_replay import formula_problems, replay_problems
 
 __all__ = [
@@ -349,7 +349,8 @@ class IVDesign(BoundaryFacts, _DesignNames):
             return block
         block = block.copy(deep=False)
         for j, column in mine.items():
-            block.isetitem(j, column.values())
+            values = column.values()
+            block.isetitem(j, values.astype(np.uint8) if _zero_or_one(values) else values)  # held as built
         return block
 
     def row_block(self, rows: slice) -> np.ndarray:
@@ -414,7 +415,8 @@ Derived = Mapping[tuple[str, int], DerivedColumn]
 
 def _block_property(name: str) -> property:
     """``IVDesign.<name>``: the block with float64 columns. A column held as uint8 (0/1 values) is widened in a new
-    frame (arithmetic on uint8 wraps around, 0 − 1 = 255; found by review); a block without one is the block."""
+    frame (arithmetic on uint8 wraps around, 0 − 1 = 255; found by review), and derived columns are computed into
+    it at each read (:meth:`IVDesign._held`); a block with neither is the block."""
 
     def read(design: IVDesign) -> pd.DataFrame:
         block = design._held(name)
@@ -454,7 +456,7 @@ def column_blocks(column: np.ndarray | DerivedColumn):
     """``(rows, values)`` covering a column: the whole array at once, a derived column a block of rows at a time
     (its values are never held whole)."""
     if isinstance(column, DerivedColumn):
-        return ((rows, column[rows]) for rows in row_slices(column.size))
+        return ((rows, column[rows]) for rows in row_blocks(column.size))
     return iter(((slice(None), column),))
 
 
@@ -817,13 +819,15 @@ def _formulaic_block(block: str, text: str, data: pd.DataFrame,
     recipes = derived_terms(first, data, ctx) if replay and _copy_on_write() else {}
     values = float_values(pd.DataFrame(first), block)
     columns = _CompactColumns(n, values, skip=recipes, ones=intercept_columns(first) if replay else ())
-    if replay and columns.replayed:
-        for start in range(rows, n, rows):
-            try:
+    for start in range(rows, n, rows) if replay else ():
+        try:
+            if columns.replayed:
                 part = first.model_spec.get_model_matrix(data.iloc[start:start + rows], context=ctx)
-            except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached, as for the first rows
-                raise _block_error(block, text, "formulaic", exc) from exc
-            columns.write(start, float_values(pd.DataFrame(part), block))
+                columns.write(start, float_values(pd.DataFrame(part), block))
+            for recipe in recipes.values():  # every row computed once, as formulaic would: its warnings, its errors
+                recipe(slice(start, min(start + rows, n)))
+        except Exception as exc:  # noqa: BLE001 - wrapped with the cause attached, as for the first rows
+            raise _block_error(block, text, "formulaic", exc) from exc
     frame = columns.frame(data.index, list(first.columns))
     frame.attrs[_FLOAT_BLOCK] = True  # already the design's block: _as_float_blocks keeps it
     return frame, {j: DerivedColumn(recipe, n) for j, recipe in recipes.items()}
@@ -859,7 +863,7 @@ class _CompactColumns:
     (:func:`stack_rows`). The columns at positions ``skip`` (derived columns) are not held: a placeholder, one value
     broadcast over the rows, stands in their place."""
 
-    def __init__(self, n: int, first: np.ndarray, skip: Mapping[int, Any] = (), ones: Any = ()) -> None:
+    def __init__(self, n: int, first: np.ndarray, skip: Collection[int] = (), ones: Collection[int] = ()) -> None:
         ones = {j for j in ones if np.all(first[:, j] == 1.0)}
         self.skip = frozenset(skip) | ones
         self.arrays = [_placeholder(n) if j in skip else np.broadcast_to(np.float64(1.0), (n,)) if j in ones
@@ -1609,34 +1613,51 @@ def _check_instruments(
     z, x = block_columns(instruments, derived, "instruments"), block_columns(exog, derived, "exog")
     exempt_z = [name in zero_allowed and _all_zero(z[j]) for j, name in enumerate(instruments.columns)]
     exempt_x = [name in zero_allowed and _all_zero(x[i]) for i, name in enumerate(exog.columns)]
+    constant, same = _constant_and_same(z, x, exempt_z, exempt_x)
     for j, name in enumerate(instruments.columns):
-        column = z[j]
-        if exempt_z[j]:
-            continue
-        first = float(column[0:1][0])
-        if all(np.all(values == first) for _, values in column_blocks(column)):
+        if constant.get(j):
             varied = (
                 full_instruments is not None
                 and _varies(whole_column(block_columns(full_instruments, full_derived, "instruments")[j]))
             )
-            raise _constant_instrument_error(name, first, len(column), n_dropped, varied)
+            raise _constant_instrument_error(name, float(z[j][0:1][0]), len(z[j]), n_dropped, varied)
         for i, other in enumerate(exog.columns):
-            if not exempt_x[i] and _same_column(column, x[i]):
+            if same.get((j, "exog", i)):
                 raise _duplicate_instrument_error(name, other, "exog")
         for i in range(j):
-            if not exempt_z[i] and _same_column(column, z[i]):
+            if same.get((j, "instruments", i)):
                 raise _duplicate_instrument_error(name, instruments.columns[i], "instruments")
+
+
+def _constant_and_same(z: list, x: list, exempt_z: list[bool], exempt_x: list[bool]) -> tuple[dict, dict]:
+    """Which instruments (not exempt) take one value, ``{j: bool}``, and which equal an exogenous column or an
+    earlier instrument (neither exempt), ``{(j, "exog" | "instruments", i): bool}``: in one reading of the rows, a
+    block at a time when a column is derived (each column computed once per block, and no more once every pair
+    differs), all rows at once otherwise."""
+    derived = any(isinstance(column, DerivedColumn) for column in (*z, *x))
+    n = len(z[0])
+    constant = {j: True for j in range(len(z)) if not exempt_z[j]}
+    same = {(j, "exog", i): True for j in constant for i in range(len(x)) if not exempt_x[i]}
+    same.update({(j, "instruments", i): True for j in constant for i in range(j) if not exempt_z[i]})
+    first = {j: z[j][0:1] for j in constant}
+    for rows in row_blocks(n) if derived else [slice(0, n)]:
+        open_z = {j for j in constant if constant[j]} | {key[0] for key, equal in same.items() if equal}
+        open_z |= {key[2] for key, equal in same.items() if equal and key[1] == "instruments"}
+        open_x = {key[2] for key, equal in same.items() if equal and key[1] == "exog"}
+        if not open_z:
+            break
+        zb = {j: z[j][rows] for j in open_z}
+        xb = {i: x[i][rows] for i in open_x}
+        for j in constant:
+            constant[j] = constant[j] and bool(np.all(zb[j] == first[j]))
+        for (j, other, i), equal in same.items():
+            if equal:
+                same[(j, other, i)] = bool(np.array_equal(zb[j], (xb if other == "exog" else zb)[i]))
+    return constant, same
 
 
 def _all_zero(column: np.ndarray | DerivedColumn) -> bool:
     return not any(values.any() for _, values in column_blocks(column))
-
-
-def _same_column(a: np.ndarray | DerivedColumn, b: np.ndarray | DerivedColumn) -> bool:
-    """``np.array_equal(a, b)`` a block of rows at a time when either is derived."""
-    if not isinstance(a, DerivedColumn) and not isinstance(b, DerivedColumn):
-        return bool(np.array_equal(a, b))
-    return all(np.array_equal(a[rows], b[rows]) for rows in row_slices(len(a)))
 
 
 def _constant_instrument_error(
@@ -1761,8 +1782,9 @@ def _build(
               derived)
     name = declared_constant(list(blocks["exog"].columns), constant)
     if name is not None:
-        values = blocks["exog"][name].to_numpy()
-        check_declared_constant(name, float(values.min()), float(values.max()))
+        column = block_columns(blocks["exog"], kept_derived, "exog")[list(blocks["exog"].columns).index(name)]
+        parts = [(values.min(), values.max()) for _, values in column_blocks(column)]
+        check_declared_constant(name, float(min(low for low, _ in parts)), float(max(high for _, high in parts)))
     design = IVDesign(
         **blocks,
         formula=formula,
