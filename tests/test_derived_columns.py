@@ -17,19 +17,9 @@ from dpivreg import DPIV2SLS
 import dpivreg.design as design_module
 from dpivreg.derived_columns import DerivedColumn, same_values
 from dpivreg.design import EncodedMissingWarning, design_from_formula
+from test_formula_replay import LEVELS, _frame  # the replay tests' frame: numeric, integer, categorical columns
 
-LEVELS = ["a", "b", "c", "d"]
 BLOCKS = ("dependent", "exog", "endog", "instruments")
-
-
-def _frame(n: int = 1000, seed: int = 5) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    z, w = rng.uniform(-1, 1, (2, n))
-    x = 0.5 * z + 0.3 * w + rng.standard_normal(n)
-    return pd.DataFrame({"y": 1 + 2 * x + w + rng.standard_normal(n), "x": x, "z": z, "w": w,
-                         "s": rng.uniform(1, 10, n), "k": rng.integers(0, 4, n),
-                         "g": pd.Categorical.from_codes(rng.integers(0, 4, n), categories=LEVELS),
-                         "w 2": w + 1})
 
 
 @pytest.fixture
