@@ -117,3 +117,15 @@ def test_engine_speed_floors():
     assert row["arith_s_per_iter"] == pytest.approx(1e-2) and row["iter_over_arith"] == pytest.approx(1.0)
     assert dgemm_rate(size=128, repeats=1, threads=1) > 1e6
     assert read_bandwidth(threads=2, n_bytes=8_000_000, repeats=1) > 1e6
+
+
+def test_engine_breakdown_prints_every_part(capsys):
+    """``engine_breakdown.py`` (issue 15, item 6's evidence at p = q = 50) runs on a small n and prints each part
+    with its multiple of the arithmetic floor."""
+    import engine_breakdown
+
+    engine_breakdown.main(["--n", "2e4", "--pq", "8", "--repeats", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    parts = {line[:24].strip(): [float(value) for value in line[24:].split()] for line in lines[2:]}
+    assert set(parts) == {"iteration", "U = Z M", "Zᵀ W", "(Wᵀ Z)ᵀ", "the two products", "rest", "read X, Y"}
+    assert all(seconds > 0 and multiple > 0 for name, (seconds, multiple) in parts.items() if name != "rest")
