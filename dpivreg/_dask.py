@@ -27,7 +27,6 @@ Dask is optional: this module is imported only when a Dask collection is passed,
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import threading
@@ -58,6 +57,7 @@ from .design import (
     _as_float_blocks,
     float_values,
     _block_error,
+    _check_undeclared_levels,
     _block_formulas,
     _check_array_dtype,
     _check_column_dtype,
@@ -444,21 +444,28 @@ class _FormulaicBuilder:
     specs: tuple[Any, ...]
     context: Mapping[str, Any]
     categorical: tuple[Hashable, ...] = ()
+    texts: tuple[str | None, ...] = (None, None, None, None)
 
-    def frames(self, data: pd.DataFrame) -> dict[str, pd.DataFrame]:
-        """The four named blocks on ``data``'s rows (missing values kept)."""
-        # A missing category is coded as the reference level, as on the pandas path (which warns
-        # with EncodedMissingWarning); replaying a spec, formulaic also warns per partition. Its
-        # warning is silenced only where it can occur, since catch_warnings is not thread-safe.
-        missing_category = any(data[c].isna().any() for c in self.categorical if c in data.columns)
-        with warnings.catch_warnings() if missing_category else contextlib.nullcontext(), _FORMULA_LOCK:
-            if missing_category:
-                from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
-
-                warnings.simplefilter("ignore", DataMismatchWarning)
-            return {block: _empty_block(data.index) if spec is None
-                    else pd.DataFrame(spec.get_model_matrix(data, context=self.context))
-                    for block, spec in zip(_BLOCKS, self.specs)}
+    def frames(self, data: pd.DataFrame, *, check_levels: bool = True) -> dict[str, pd.DataFrame]:
+        """The four named blocks on ``data``'s rows (missing values kept). A value outside a category's declared
+        levels raises as on the pandas path (:func:`dpivreg.design._check_undeclared_levels`; formulaic would code
+        it as the reference level, silently: found by review), unless ``check_levels`` is False (the synthetic
+        sample the specs are built on)."""
+        # A missing category is coded as the reference level, as on the pandas path (which warns with
+        # EncodedMissingWarning); formulaic's own warning of it is dropped. Warnings are recorded under the lock
+        # (catch_warnings is not thread-safe; every formula evaluation holds the lock).
+        out = {}
+        with _FORMULA_LOCK:
+            for block, spec, text in zip(_BLOCKS, self.specs, self.texts):
+                if spec is None:
+                    out[block] = _empty_block(data.index)
+                    continue
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    out[block] = pd.DataFrame(spec.get_model_matrix(data, context=self.context))
+                if check_levels:
+                    _check_undeclared_levels(caught, block, text or str(spec.formula))
+        return out
 
     def __call__(self, data: pd.DataFrame) -> np.ndarray:
         parts = [float_values(frame, block) for block, frame in self.frames(data).items() if frame.shape[1]]
@@ -588,7 +595,8 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
 
     ctx = _formulaic_context(context)
     specs = []
-    for block, text in _block_formulas(parts).items():
+    texts = _block_formulas(parts)
+    for block, text in texts.items():
         if text is None:
             specs.append(None)
             continue
@@ -603,11 +611,12 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
     categorical = tuple(c for c in _formula_variables(parts, sample)
                         if isinstance(sample[c].dtype, pd.CategoricalDtype))
     shipped = _formula_context(specs_t, ctx, set(sample.columns))
-    builder = _FormulaicBuilder(specs_t, shipped, categorical)
+    texts_t = tuple(texts[block] for block in _BLOCKS)
+    builder = _FormulaicBuilder(specs_t, shipped, categorical, texts_t)
     try:
-        builder(sample)
+        builder.frames(sample, check_levels=False)
     except Exception:  # noqa: BLE001 - a name we could not see in the expressions: ship everything
-        builder = _FormulaicBuilder(specs_t, dict(ctx), categorical)
+        builder = _FormulaicBuilder(specs_t, dict(ctx), categorical, texts_t)
     return builder
 
 
@@ -779,7 +788,8 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
         builder = _formulaic_builder(sample, parts, context)
     else:
         builder = _patsy_builder(sample, parts, context)
-    sample_blocks = builder.frames(sample)
+    sample_blocks = builder.frames(sample, check_levels=False) if formula_engine == "formulaic" else builder.frames(
+        sample)
     _check_counts(sample_blocks)
     _as_float_blocks(sample_blocks)  # complex-valued blocks
     _check_unique_names(sample_blocks)

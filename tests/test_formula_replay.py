@@ -253,6 +253,23 @@ def test_dask_takes_declared_levels_and_contrasts_and_ships_only_the_names_read(
     assert set(builder.context) == {"factor"}
 
 
+@pytest.mark.parametrize("where", ["first", "later"])
+def test_dask_refuses_values_outside_the_declared_levels_as_pandas_does(where) -> None:
+    """Found by review: a partition's category outside C(g, levels=...) was coded as the reference level, silently,
+    where the pandas design raises (formulaic warns per partition; the warning was not read)."""
+    dd = pytest.importorskip("dask.dataframe")
+    data = _frame()
+    rows = data.index[:10] if where == "first" else data.index[-10:]
+    data.loc[rows, "g"] = "d"
+    data.loc[data.index[~data.index.isin(rows)], "g"] = data["g"].where(data["g"] != "d", "a")
+    formula = "y ~ 1 + C(g, levels=['a', 'b', 'c']) + [x ~ z]"
+    with pytest.raises(ValueError, match=r"has values \{'d'\} outside the declared levels") as eager:
+        design_from_formula(formula, data)
+    with pytest.raises(ValueError, match=r"has values \{'d'\} outside the declared levels") as lazy:
+        DPIV2SLS.from_formula(formula, dd.from_pandas(data, npartitions=3))
+    assert str(lazy.value) == str(eager.value)
+
+
 def test_dask_refuses_an_expression_that_reads_other_rows() -> None:
     dd = pytest.importorskip("dask.dataframe")
     ddf = dd.from_pandas(_frame(), npartitions=3)
