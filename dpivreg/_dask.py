@@ -27,6 +27,7 @@ Dask is optional: this module is imported only when a Dask collection is passed,
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 import threading
@@ -491,10 +492,12 @@ def _formula_stats(part: pd.DataFrame, builder: Any, used: list[Hashable],
     return stats
 
 
-def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts) -> None:
-    """Raise for columns whose encoding would depend on the data: text, or categories not known."""
+def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts, formula_engine: str = "formulaic") -> None:
+    """Raise for columns whose encoding would depend on the data: text (unless formulaic reads it only as a category
+    with declared levels, ``C(t, levels=[...])``), or categories not known."""
     from dask.dataframe.utils import has_known_categories  # noqa: PLC0415
 
+    factors = _formula_factors(parts)
     for col in _formula_variables(parts, meta):
         dtype = meta[col].dtype
         fix = (f"Make it a category with known categories first, e.g. "
@@ -506,12 +509,28 @@ def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts) -> None:
                     f"column {col!r} is a Dask category with unknown categories: the formula needs all "
                     f"levels to build the same dummy columns in every partition. {fix}"
                 )
-        elif _is_text_dtype(dtype) or not (is_numeric_dtype(dtype) or is_bool_dtype(dtype)):
+        elif ((_is_text_dtype(dtype) or not (is_numeric_dtype(dtype) or is_bool_dtype(dtype)))
+              and not (formula_engine == "formulaic" and _declared_levels_only(str(col), factors.get(str(col), [])))):
             raise ValueError(
                 f"column {col!r} has dtype {dtype}: with a Dask DataFrame the formula cannot read the levels "
                 f"of a text (or other non-numeric) column from the data (they may differ between partitions). "
                 f"{fix}"
             )
+
+
+def _declared_levels_only(name: str, expressions: list[str]) -> bool:
+    """Whether every expression reading column ``name`` is ``C(name, ..., levels=...)``: its coding is then the same in
+    every partition, and a partition's value outside the levels raises (:meth:`_FormulaicBuilder.frames`)."""
+    def declared(expression: str) -> bool:
+        try:
+            node = ast.parse(expression, mode="eval").body
+        except SyntaxError:
+            return False
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "C"
+                and bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id == name
+                and any(keyword.arg == "levels" for keyword in node.keywords))
+
+    return bool(expressions) and all(declared(expression) for expression in expressions)
 
 
 def _formula_context(specs: tuple[Any, ...], context: Mapping[str, Any], columns: set) -> dict[str, Any]:
@@ -776,7 +795,7 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     policy = missing_policy(missing, fill_values, indicators)
     parts = _split_formula(formula)
     meta = data._meta
-    _check_dask_columns(meta, parts)
+    _check_dask_columns(meta, parts, formula_engine)
     _check_data_columns(meta, parts)
     formula, data, parts, added = apply_missing_policy(formula, data, parts, policy)
     meta = data._meta

@@ -987,6 +987,14 @@ def _is_plain_number_column(data: pd.DataFrame, name: str) -> bool:
 _OUTSIDE_LEVELS = re.compile(r"categories outside of the nominated levels.*?: (\{.*?\})")
 
 
+def _outside_values(values: str) -> str:
+    """formulaic's set of values outside the levels without its missing values (``nan``, ``<NA>`` of a string
+    column: coded as the reference level, with :class:`EncodedMissingWarning`); empty if only those."""
+    items = [item.strip() for item in values.strip("{}").split(",")]
+    kept = [item for item in items if item not in ("nan", "<NA>", "None", "NaT")]
+    return "{" + ", ".join(kept) + "}" if kept else ""
+
+
 def _check_undeclared_levels(caught: list, block: str, text: str) -> None:
     """Raise if formulaic met values outside a category's declared levels (it would code them as the
     reference level, silently); re-emit every other warning."""
@@ -996,9 +1004,10 @@ def _check_undeclared_levels(caught: list, block: str, text: str) -> None:
             continue
         seen.add((record.category, str(record.message)))
         match = _OUTSIDE_LEVELS.search(str(record.message))
-        if match and match.group(1) != "{nan}":
+        outside = _outside_values(match.group(1)) if match else ""
+        if outside:
             raise ValueError(
-                f"the {_BLOCK_LABELS[block]} block {text!r} has values {match.group(1)} outside the declared "
+                f"the {_BLOCK_LABELS[block]} block {text!r} has values {outside} outside the declared "
                 "levels of a category (C(x, levels=...) or a Categorical's categories); formulaic would code "
                 "them as the reference level, silently. Declare every level, or recode or drop those rows "
                 f"first. {DATA_CHECK_NOTE}")

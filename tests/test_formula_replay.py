@@ -17,7 +17,7 @@ import pytest
 
 from dpivreg import DPIV2SLS
 import dpivreg.design as design_module
-from dpivreg.design import _CompactColumns, design_from_formula
+from dpivreg.design import EncodedMissingWarning, _CompactColumns, design_from_formula
 from dpivreg.formula_replay import replay_problems
 
 LEVELS = ["a", "b", "c", "d"]
@@ -268,6 +268,32 @@ def test_dask_refuses_values_outside_the_declared_levels_as_pandas_does(where) -
     with pytest.raises(ValueError, match=r"has values \{'d'\} outside the declared levels") as lazy:
         DPIV2SLS.from_formula(formula, dd.from_pandas(data, npartitions=3))
     assert str(lazy.value) == str(eager.value)
+
+
+def test_dask_reads_a_text_column_as_a_category_with_declared_levels() -> None:
+    """C(t, levels=[...]) codes a text column the same in every partition (a value outside the levels raises, as in
+    pandas), so the Dask design takes it; bare t or C(t) would read the levels from each partition and is refused.
+    A missing text value (<NA> in Dask's string columns) is coded as the reference level in both, with the same
+    warning."""
+    dd = pytest.importorskip("dask.dataframe")
+    data = _frame()
+    data.loc[data.index[[7, 900]], "t"] = None
+    ddf = dd.from_pandas(data, npartitions=3)
+    for formula in ["y ~ 1 + C(t, levels=['c', 'a', 'b', 'd']) + [x ~ z]",
+                    "y ~ 0 + w + [x ~ C(t, levels=['a', 'b', 'c', 'd'])]"]:
+        with pytest.warns(EncodedMissingWarning):
+            lazy = DPIV2SLS.from_formula(formula, ddf).design
+        with pytest.warns(EncodedMissingWarning):
+            eager = design_from_formula(formula, data)
+        assert lazy.exog_names == eager.exog_names and lazy.instrument_names == eager.instrument_names
+        np.testing.assert_array_equal(lazy.values.compute(scheduler="synchronous"),
+                                      np.column_stack([eager.dependent, eager.exog, eager.endog, eager.instruments]))
+    for formula in ["y ~ 1 + t + [x ~ z]", "y ~ 1 + C(t) + [x ~ z]", "y ~ 1 + C(t, levels=['a', 'b', 'c', 'd']) + t:w + "
+                    "[x ~ z]"]:
+        with pytest.raises(ValueError, match=r"column 't' has dtype .*as_known\(\)"):
+            DPIV2SLS.from_formula(formula, ddf)
+    with pytest.raises(ValueError, match=r"has values \{'d'\} outside the declared levels"):
+        DPIV2SLS.from_formula("y ~ 1 + C(t, levels=['a', 'b', 'c']) + [x ~ z]", ddf)
 
 
 def test_dask_refuses_an_expression_that_reads_other_rows() -> None:
