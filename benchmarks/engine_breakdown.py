@@ -12,6 +12,8 @@ kernel uses (``dpivreg.kernels``: sub-blocks of ``2**19 // (q + 2p + 1)`` rows):
                   scaling and the second stage's sum (a matrix-vector product), and reading X and Y from memory;
 * ``read X, Y``   ``X.sum()`` and ``Y.sum()``: the least the rest can take, since the first product reads Z but
                   not X (the residuals rᵢ = Θᵀzᵢ − xᵢ) or Y;
+* ``U = Z M (numba)`` the first product as a compiled loop over four rows at a time (numba, if installed): what a
+                  kernel fusing the rest into the product, written in numba, would start from;
 
 each as seconds and as a multiple of the arithmetic floor of the whole iteration. The two products and the
 reading of X and Y are the least a kernel built from BLAS calls can take; the target leaves the rest
@@ -31,6 +33,36 @@ from threadpoolctl import threadpool_limits
 
 from bandwidth import dgemm_rate  # benchmarks/bandwidth.py, beside this script
 from engine_speed import multiply_adds_per_row
+
+
+def numba_first_product():
+    """U = Z M a tile of four rows at a time, each tile's U kept in a small buffer (not stored): the product as a
+    fused kernel written in numba would form it. None without numba."""
+    try:
+        import numba
+    except ImportError:
+        return None
+
+    @numba.njit(fastmath=True, nogil=True)
+    def product(Z, M, out):
+        n, q = Z.shape
+        w = M.shape[1]
+        u = np.zeros((4, w))
+        total = 0.0
+        for i in range(0, n - 3, 4):
+            u[:] = 0.0
+            for j in range(q):
+                z0, z1, z2, z3 = Z[i, j], Z[i + 1, j], Z[i + 2, j], Z[i + 3, j]
+                for k in range(w):
+                    m = M[j, k]
+                    u[0, k] += z0 * m
+                    u[1, k] += z1 * m
+                    u[2, k] += z2 * m
+                    u[3, k] += z3 * m
+            total += u[0, 0] + u[3, w - 1]  # keeps the loop from being optimised away
+        out[0] = total
+
+    return product
 
 
 def best(run, repeats: int) -> float:
@@ -83,12 +115,18 @@ def main(argv=None) -> None:
         s1 = best(gradient_sum, args.repeats)
         s1t = best(gradient_sum_transposed, args.repeats)
         read = best(lambda: (X.sum(), Y.sum()), args.repeats)
+    compiled = numba_first_product()
+    if compiled is not None:
+        sink = np.zeros(1)
+        compiled(Z[:8], M, sink)  # compiled before it is timed
+        u_numba = best(lambda: compiled(Z, M, sink), args.repeats)
     products = u + min(s1, s1t)
     print(f"n = {n:,}, p = q = {p}, sub-blocks of {rows} rows, one thread; dgemm {rate / 1e9:.1f} G multiply-adds/s, "
           f"arithmetic floor {floor:.3g} s ({multiply_adds_per_row(p, q):,} multiply-adds a row)")
     print(f"{'part':<24} {'seconds':>8} {'÷ floor':>8}")
     for name, seconds in (("iteration", iteration), ("U = Z M", u), ("Zᵀ W", s1), ("(Wᵀ Z)ᵀ", s1t),
-                          ("the two products", products), ("rest", iteration - products), ("read X, Y", read)):
+                          ("the two products", products), ("rest", iteration - products), ("read X, Y", read),
+                          *((("U = Z M (numba)", u_numba),) if compiled is not None else ())):
         print(f"{name:<24} {seconds:>8.3g} {seconds / floor:>8.2f}")
 
 

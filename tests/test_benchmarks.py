@@ -127,5 +127,7 @@ def test_engine_breakdown_prints_every_part(capsys):
     engine_breakdown.main(["--n", "2e4", "--pq", "8", "--repeats", "1"])
     lines = capsys.readouterr().out.splitlines()
     parts = {line[:24].strip(): [float(value) for value in line[24:].split()] for line in lines[2:]}
-    assert set(parts) == {"iteration", "U = Z M", "Zᵀ W", "(Wᵀ Z)ᵀ", "the two products", "rest", "read X, Y"}
+    assert set(parts) - {"U = Z M (numba)"} == {"iteration", "U = Z M", "Zᵀ W", "(Wᵀ Z)ᵀ", "the two products", "rest",
+                                                "read X, Y"}
+    assert ("U = Z M (numba)" in parts) == numba_available()
     assert all(seconds > 0 and multiple > 0 for name, (seconds, multiple) in parts.items() if name != "rest")
