@@ -28,6 +28,7 @@ Dask is optional: this module is imported only when a Dask collection is passed,
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import math
 import threading
@@ -43,7 +44,8 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from .backends import add_parts, is_dask_collection as _is_dask_collection, one_pass
 from .cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors, r_factor
-from .formula_replay import ReplayProblem, expression_names, expression_problem, formula_problems, replay_problems
+from .formula_replay import (ReplayProblem, expression_names, expression_problem, formula_problems, given_levels,
+                             replay_problems)
 from .boundary import DATA_CHECK_NOTE, BoundaryFacts, missing_policy
 from .design import (
     _BLOCKS,
@@ -58,7 +60,7 @@ from .design import (
     _as_float_blocks,
     float_values,
     _block_error,
-    _check_undeclared_levels,
+    undeclared_levels_error,
     _block_formulas,
     _check_array_dtype,
     _check_column_dtype,
@@ -444,29 +446,63 @@ class _FormulaicBuilder:
 
     specs: tuple[Any, ...]
     context: Mapping[str, Any]
-    categorical: tuple[Hashable, ...] = ()
-    texts: tuple[str | None, ...] = (None, None, None, None)
+    levels: tuple[tuple[str, str, Hashable, tuple], ...] = ()
+
+    @property
+    def categorical(self) -> tuple[Hashable, ...]:
+        """The columns read as categories."""
+        return tuple(dict.fromkeys(column for _, _, column, _ in self.levels))
+
+    def check_levels(self, data: pd.DataFrame) -> None:
+        """Raise, as the pandas design does, for a value of ``data`` outside the levels of a category that reads it
+        (``self.levels``: block, block formula, column, levels); formulaic would code it as the reference level,
+        silently (found by review). The values are compared directly: formulaic's warning of them cannot be read
+        reliably in a partition's thread (the warnings filters are the process's)."""
+        for block, text, column, levels in self.levels:
+            present = pd.unique(data[column].dropna())
+            try:
+                allowed = set(levels)
+                outside = [value for value in present if value not in allowed]
+            except TypeError:  # unhashable levels
+                outside = [value for value in present if value not in levels]
+            if outside:
+                raise undeclared_levels_error(block, text, "{" + ", ".join(sorted(map(repr, outside))) + "}")
+
+    def _categories_as_levels(self, data: pd.DataFrame) -> pd.DataFrame:
+        """``data`` with each category column whose categories differ from a factor's declared levels given those
+        levels (its values lie in them, :meth:`check_levels`): the same coding, without the deprecation warning
+        pandas gives formulaic for categories outside the levels in every partition (found by review; the pandas
+        design drops that warning, which a partition's thread cannot catch safely). A column read with two sets of
+        levels is left as it is."""
+        wanted: dict[Hashable, tuple] = {}
+        for _, _, column, levels in self.levels:
+            wanted[column] = levels if wanted.get(column, levels) == levels else None
+        changed = {}
+        for column, levels in wanted.items():
+            values = data[column]
+            if (levels and isinstance(values.dtype, pd.CategoricalDtype)
+                    and list(values.cat.categories) != list(levels)):
+                changed[column] = values.cat.set_categories(list(levels))
+        return data.assign(**changed) if changed else data
 
     def frames(self, data: pd.DataFrame, *, check_levels: bool = True) -> dict[str, pd.DataFrame]:
-        """The four named blocks on ``data``'s rows (missing values kept). A value outside a category's declared
-        levels raises as on the pandas path (:func:`dpivreg.design._check_undeclared_levels`; formulaic would code
-        it as the reference level, silently: found by review), unless ``check_levels`` is False (the synthetic
-        sample the specs are built on)."""
-        # A missing category is coded as the reference level, as on the pandas path (which warns with
-        # EncodedMissingWarning); formulaic's own warning of it is dropped. Warnings are recorded under the lock
-        # (catch_warnings is not thread-safe; every formula evaluation holds the lock).
-        out = {}
-        with _FORMULA_LOCK:
-            for block, spec, text in zip(_BLOCKS, self.specs, self.texts):
-                if spec is None:
-                    out[block] = _empty_block(data.index)
-                    continue
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    out[block] = pd.DataFrame(spec.get_model_matrix(data, context=self.context))
-                if check_levels:
-                    _check_undeclared_levels(caught, block, text or str(spec.formula))
-        return out
+        """The four named blocks on ``data``'s rows (missing values kept), after :meth:`check_levels` unless
+        ``check_levels`` is False (the synthetic sample the specs are built on)."""
+        if check_levels:
+            self.check_levels(data)
+            data = self._categories_as_levels(data)
+        # A missing category is coded as the reference level, as on the pandas path (which warns
+        # with EncodedMissingWarning); replaying a spec, formulaic also warns per partition. Its
+        # warning is silenced only where it can occur, since catch_warnings is not thread-safe.
+        missing_category = any(data[c].isna().any() for c in self.categorical if c in data.columns)
+        with warnings.catch_warnings() if missing_category else contextlib.nullcontext(), _FORMULA_LOCK:
+            if missing_category:
+                from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
+
+                warnings.simplefilter("ignore", DataMismatchWarning)
+            return {block: _empty_block(data.index) if spec is None
+                    else pd.DataFrame(spec.get_model_matrix(data, context=self.context))
+                    for block, spec in zip(_BLOCKS, self.specs)}
 
     def __call__(self, data: pd.DataFrame) -> np.ndarray:
         parts = [float_values(frame, block) for block, frame in self.frames(data).items() if frame.shape[1]]
@@ -492,7 +528,8 @@ def _formula_stats(part: pd.DataFrame, builder: Any, used: list[Hashable],
     return stats
 
 
-def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts, formula_engine: str = "formulaic") -> None:
+def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts, formula_engine: str = "formulaic",
+                        context: Mapping[str, Any] | None = None) -> None:
     """Raise for columns whose encoding would depend on the data: text (unless formulaic reads it only as a category
     with declared levels, ``C(t, levels=[...])``), or categories not known."""
     from dask.dataframe.utils import has_known_categories  # noqa: PLC0415
@@ -510,7 +547,8 @@ def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts, formula_engine
                     f"levels to build the same dummy columns in every partition. {fix}"
                 )
         elif ((_is_text_dtype(dtype) or not (is_numeric_dtype(dtype) or is_bool_dtype(dtype)))
-              and not (formula_engine == "formulaic" and _declared_levels_only(str(col), factors.get(str(col), [])))):
+              and not (formula_engine == "formulaic"
+                       and _declared_levels_only(str(col), factors.get(str(col), []), context or {}))):
             raise ValueError(
                 f"column {col!r} has dtype {dtype}: with a Dask DataFrame the formula cannot read the levels "
                 f"of a text (or other non-numeric) column from the data (they may differ between partitions). "
@@ -518,17 +556,19 @@ def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts, formula_engine
             )
 
 
-def _declared_levels_only(name: str, expressions: list[str]) -> bool:
-    """Whether every expression reading column ``name`` is ``C(name, ..., levels=...)``: its coding is then the same in
-    every partition, and a partition's value outside the levels raises (:meth:`_FormulaicBuilder.frames`)."""
+def _declared_levels_only(name: str, expressions: list[str], context: Mapping[str, Any]) -> bool:
+    """Whether every expression reading column ``name`` is ``C(name, ..., levels=...)`` with levels that are given
+    (not None; a name of the namespace is looked up in ``context``): its coding is then the same in every partition,
+    and a partition's value outside the levels raises (:meth:`_FormulaicBuilder.check_levels`)."""
     def declared(expression: str) -> bool:
         try:
             node = ast.parse(expression, mode="eval").body
         except SyntaxError:
             return False
-        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "C"
-                and bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id == name
-                and any(keyword.arg == "levels" for keyword in node.keywords))
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "C"
+                and bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id == name):
+            return False
+        return any(keyword.arg == "levels" and given_levels(keyword.value, context) for keyword in node.keywords)
 
     return bool(expressions) and all(declared(expression) for expression in expressions)
 
@@ -608,8 +648,6 @@ def _other_rows_error(problem: ReplayProblem, block: str) -> ValueError:
 
 def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapping[str, Any]) -> _FormulaicBuilder:
     """Build the blocks' model specs once on ``sample`` (a frame with the data's column types)."""
-    from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
-
     from .design import _formulaic_context  # noqa: PLC0415
 
     ctx = _formulaic_context(context)
@@ -621,22 +659,71 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
             continue
         for problem in formula_problems(text, sample, ctx):  # before the sample, which such an array fails
             _check_namespace_array(problem, block)
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore", DataMismatchWarning)
+        with _quiet_sample():
             matrix = formulaic_block_matrix(block, text, sample, ctx)
         _check_spec(matrix.model_spec, block, text, sample, ctx)
         specs.append(matrix.model_spec if matrix.shape[1] or block != "exog" else None)
     specs_t = tuple(specs)
-    categorical = tuple(c for c in _formula_variables(parts, sample)
-                        if isinstance(sample[c].dtype, pd.CategoricalDtype))
+    levels = _category_levels(specs_t, texts, sample)
     shipped = _formula_context(specs_t, ctx, set(sample.columns))
-    texts_t = tuple(texts[block] for block in _BLOCKS)
-    builder = _FormulaicBuilder(specs_t, shipped, categorical, texts_t)
+    builder = _FormulaicBuilder(specs_t, shipped, levels)
     try:
-        builder.frames(sample, check_levels=False)
+        with _quiet_sample():
+            builder.frames(sample, check_levels=False)
     except Exception:  # noqa: BLE001 - a name we could not see in the expressions: ship everything
-        builder = _FormulaicBuilder(specs_t, dict(ctx), categorical, texts_t)
+        builder = _FormulaicBuilder(specs_t, dict(ctx), levels)
     return builder
+
+
+@contextlib.contextmanager
+def _quiet_sample():
+    """Building on the synthetic sample (in the caller's thread): its made-up values may lie outside a category's
+    declared levels, which formulaic and pandas warn of (found by review: a pandas deprecation leaked to users)."""
+    from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", DataMismatchWarning)
+        warnings.filterwarnings("ignore", message="Constructing a Categorical with a dtype")
+        yield
+
+
+def _category_levels(specs: tuple[Any, ...], texts: Mapping[str, str | None],
+                     sample: pd.DataFrame) -> tuple[tuple[str, str, Hashable, tuple], ...]:
+    """(block, block formula, column, levels) of every categorical factor of the specs, for
+    :meth:`_FormulaicBuilder.check_levels`. A categorical factor must read one column as itself or as ``C(column,
+    ...)``: the categories of a computed expression (``C(g == 'a', levels=[...])``) cannot be checked in a
+    partition without evaluating it, and are refused (ValueError)."""
+    out = []
+    for block, spec in zip(_BLOCKS, specs):
+        if spec is None:
+            continue
+        seen = set()
+        for structure in spec.structure:
+            for factor in structure.term.factors:
+                kind, state = spec.encoder_state.get(factor.expr, (None, {}))
+                if getattr(kind, "value", kind) != "categorical" or factor.expr in seen:
+                    continue
+                seen.add(factor.expr)
+                column = _category_column(str(factor.expr), sample.columns)
+                if column is None:
+                    raise ValueError(
+                        f"{str(factor.expr)!r} in the {block} block: with a Dask DataFrame a category must be a column, "
+                        "as itself or C(column, ...), so that each partition's values can be checked against its "
+                        "levels. Compute the expression with Dask first as a category with known categories, e.g. "
+                        "ddf['flag'] = (ddf['g'] == 'a').astype('category').cat.set_categories([False, True]).")
+                out.append((block, texts[block], column, tuple(state.get("categories", ()))))
+    return tuple(out)
+
+
+def _category_column(expression: str, columns: Any) -> Hashable | None:
+    """The column a categorical factor reads when it is the column itself or ``C(column, ...)``, else None."""
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return expression if expression in columns else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "C" and node.args:
+        node = node.args[0]
+    return node.id if isinstance(node, ast.Name) and node.id in columns else None
 
 
 class _PatsyBuilder:
@@ -795,20 +882,21 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     policy = missing_policy(missing, fill_values, indicators)
     parts = _split_formula(formula)
     meta = data._meta
-    _check_dask_columns(meta, parts, formula_engine)
+    from .design import _formulaic_context  # noqa: PLC0415
+
+    _check_dask_columns(meta, parts, formula_engine, _formulaic_context(context))
     _check_data_columns(meta, parts)
     formula, data, parts, added = apply_missing_policy(formula, data, parts, policy)
     meta = data._meta
-    from .design import _formulaic_context  # noqa: PLC0415
-
     _ship(set(_formula_factors(parts)) - set(meta.columns), _formulaic_context(context))  # no arrays
     sample = meta_nonempty(meta)
     if formula_engine == "formulaic":
         builder = _formulaic_builder(sample, parts, context)
     else:
         builder = _patsy_builder(sample, parts, context)
-    sample_blocks = builder.frames(sample, check_levels=False) if formula_engine == "formulaic" else builder.frames(
-        sample)
+    with _quiet_sample():
+        sample_blocks = builder.frames(sample, check_levels=False) if formula_engine == "formulaic" else builder.frames(
+            sample)
     _check_counts(sample_blocks)
     _as_float_blocks(sample_blocks)  # complex-valued blocks
     _check_unique_names(sample_blocks)

@@ -250,10 +250,9 @@ def _literal_levels(expression: str) -> bool:
     for keyword in call.keywords:
         if keyword.arg == "levels":
             try:
-                ast.literal_eval(keyword.value)
+                return ast.literal_eval(keyword.value) is not None  # levels=None reads them from the data
             except ValueError:
                 return False
-            return True
     return False
 
 

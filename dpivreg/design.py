@@ -991,8 +991,17 @@ def _outside_values(values: str) -> str:
     """formulaic's set of values outside the levels without its missing values (``nan``, ``<NA>`` of a string
     column: coded as the reference level, with :class:`EncodedMissingWarning`); empty if only those."""
     items = [item.strip() for item in values.strip("{}").split(",")]
-    kept = [item for item in items if item not in ("nan", "<NA>", "None", "NaT")]
+    kept = [item for item in items if item not in ("nan", "<NA>", "None", "NaT") and not item.endswith("(nan)")]
     return "{" + ", ".join(kept) + "}" if kept else ""
+
+
+def undeclared_levels_error(block: str, text: str, outside: str) -> ValueError:
+    """The error for values ``outside`` (a set's text) of block ``block`` outside a category's declared levels."""
+    return ValueError(
+        f"the {_BLOCK_LABELS[block]} block {text!r} has values {outside} outside the declared "
+        "levels of a category (C(x, levels=...) or a Categorical's categories); formulaic would code "
+        "them as the reference level, silently. Declare every level, or recode or drop those rows "
+        f"first. {DATA_CHECK_NOTE}")
 
 
 def _check_undeclared_levels(caught: list, block: str, text: str) -> None:
@@ -1006,11 +1015,7 @@ def _check_undeclared_levels(caught: list, block: str, text: str) -> None:
         match = _OUTSIDE_LEVELS.search(str(record.message))
         outside = _outside_values(match.group(1)) if match else ""
         if outside:
-            raise ValueError(
-                f"the {_BLOCK_LABELS[block]} block {text!r} has values {outside} outside the declared "
-                "levels of a category (C(x, levels=...) or a Categorical's categories); formulaic would code "
-                "them as the reference level, silently. Declare every level, or recode or drop those rows "
-                f"first. {DATA_CHECK_NOTE}")
+            raise undeclared_levels_error(block, text, outside)
         if match is None and "Constructing a Categorical with a dtype" not in str(record.message):
             warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
 

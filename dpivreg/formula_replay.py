@@ -165,8 +165,7 @@ def _levels_problem(expression: str, data: pd.DataFrame, context: Mapping[str, A
     scope = _Scope.of(expression, data.columns)
     node = scope.tree.body if scope.tree is not None else None
     if isinstance(node, ast.Call) and _is_categorical_call(node, scope, context):
-        if any(k.arg == "levels" and not (isinstance(k.value, ast.Constant) and k.value.value is None)
-               for k in node.keywords):
+        if any(k.arg == "levels" and given_levels(k.value, context) for k in node.keywords):
             return None
         node = node.args[0] if node.args else node
     column = scope.column(node) if isinstance(node, ast.Name) else (expression if expression in data.columns
@@ -180,6 +179,20 @@ def _levels_problem(expression: str, data: pd.DataFrame, context: Mapping[str, A
         why = ("it treats the values of an expression as a category, whose levels formulaic would read from the "
                "rows it sees (declare them: C(..., levels=[...]))")
     return ReplayProblem("levels", expression, why, column)
+
+
+def given_levels(node: ast.expr, context: Mapping[str, Any]) -> bool:
+    """Whether ``C(..., levels=<node>)`` gives its levels: not ``None``, as written or as the value of the expression in
+    ``context`` (found by review: ``levels=L`` with ``L = None`` reads the
+    levels from the rows; so does ``levels=F(L)`` returning None). An expression that cannot be evaluated in
+    ``context`` (it reads a column: checked elsewhere) is taken as given."""
+    if isinstance(node, ast.Constant):
+        return node.value is not None
+    try:
+        value = eval(compile(ast.Expression(node), "<levels>", "eval"), {"__builtins__": builtins}, dict(context))  # noqa: S307
+    except Exception:  # noqa: BLE001 - not resolvable here: formulaic reports it when it builds the formula
+        return True
+    return value is not None
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,8 @@ def test_fill_makes_replace_one_neighbours_with_the_same_public_facts(frame, laz
 
 
 # ---------------------------------------------------------------------------------------- category levels
-@pytest.mark.parametrize("formula", ["y ~ 1 + C(g) + [x ~ z]", "y ~ 1 + g + [x ~ z]"])
+@pytest.mark.parametrize("formula", ["y ~ 1 + C(g) + [x ~ z]", "y ~ 1 + g + [x ~ z]",
+                                     "y ~ 1 + C(g, levels=None) + [x ~ z]"])  # found by review: None read as declared
 def test_levels_read_from_the_data_are_a_leak(frame, formula):
     model = DPIV2SLS.from_formula(formula, frame)
     name = model.design.exog_names[1]

@@ -296,6 +296,45 @@ def test_dask_reads_a_text_column_as_a_category_with_declared_levels() -> None:
         DPIV2SLS.from_formula("y ~ 1 + C(t, levels=['a', 'b', 'c']) + [x ~ z]", ddf)
 
 
+def test_dask_checks_the_levels_from_the_values_not_from_warnings() -> None:
+    """Found by review: the check read formulaic's warning in each partition's thread, which the process's
+    warnings filters decide (an "ignore" filter, or another thread's catch_warnings, let the value through)."""
+    dd = pytest.importorskip("dask.dataframe")
+    data = _frame()
+    data.loc[data.index[-3], "g"] = "d"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=r"has values \{'d'\} outside the declared levels"):
+            DPIV2SLS.from_formula("y ~ 1 + C(g, levels=['a', 'b', 'c']) + [x ~ z]", dd.from_pandas(data, npartitions=4))
+
+
+def test_dask_declared_levels_edge_cases_match_pandas() -> None:
+    """Found by review: levels=L with L = None counted as declared (Dask then checked the data against the synthetic
+    sample's levels); a float column's NaN was reported as a value outside the levels; pandas' deprecation of
+    categories outside the levels leaked from every partition; a computed category could not be checked."""
+    dd = pytest.importorskip("dask.dataframe")
+    data = _frame().assign(d=lambda f: f["k"].astype(float))
+    data.loc[data.index[5], "d"] = np.nan
+    data["g"] = data["g"].cat.add_categories(["e"])  # categories beyond the declared levels, none used
+    ddf = dd.from_pandas(data, npartitions=3)
+    for formula in ["y ~ 1 + C(d, levels=[0, 1, 2, 3]) + [x ~ z]", "y ~ 1 + C(g, levels=['d', 'c', 'b', 'a']) + [x ~ z]"]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lazy = DPIV2SLS.from_formula(formula, ddf).design
+            values = lazy.values.compute(scheduler="synchronous")
+        with warnings.catch_warnings(record=True) as eager_caught:
+            warnings.simplefilter("always")
+            eager = design_from_formula(formula, data)
+        np.testing.assert_array_equal(values, np.column_stack([eager.dependent, eager.exog, eager.endog,
+                                                               eager.instruments]))
+        assert {w.category for w in caught} == {w.category for w in eager_caught}
+    L = None  # noqa: N806, F841 - read by the formula from this namespace
+    with pytest.raises(ValueError, match=r"column 't' has dtype .*as_known"):
+        DPIV2SLS.from_formula("y ~ 1 + C(t, levels=L) + [x ~ z]", ddf)
+    with pytest.raises(ValueError, match=r"a category must be a column, as itself or C\(column, \.\.\.\)"):
+        DPIV2SLS.from_formula("y ~ 1 + C(g == 'a', levels=[False, True]) + [x ~ z]", ddf)
+
+
 def test_dask_refuses_an_expression_that_reads_other_rows() -> None:
     dd = pytest.importorskip("dask.dataframe")
     ddf = dd.from_pandas(_frame(), npartitions=3)
