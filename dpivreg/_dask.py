@@ -485,12 +485,9 @@ class _FormulaicBuilder:
                 changed[column] = values.cat.set_categories(list(levels))
         return data.assign(**changed) if changed else data
 
-    def frames(self, data: pd.DataFrame, *, check_levels: bool = True) -> dict[str, pd.DataFrame]:
-        """The four named blocks on ``data``'s rows (missing values kept), after :meth:`check_levels` unless
-        ``check_levels`` is False (the synthetic sample the specs are built on)."""
-        if check_levels:
-            self.check_levels(data)
-            data = self._categories_as_levels(data)
+    def frames(self, data: pd.DataFrame) -> dict[str, pd.DataFrame]:
+        """The four named blocks on ``data``'s rows (missing values kept), its values not checked against the levels
+        (the synthetic sample the specs are built on; a partition goes through :meth:`__call__`)."""
         # A missing category is coded as the reference level, as on the pandas path (which warns
         # with EncodedMissingWarning); replaying a spec, formulaic also warns per partition. Its
         # warning is silenced only where it can occur, since catch_warnings is not thread-safe.
@@ -505,7 +502,10 @@ class _FormulaicBuilder:
                     for block, spec in zip(_BLOCKS, self.specs)}
 
     def __call__(self, data: pd.DataFrame) -> np.ndarray:
-        parts = [float_values(frame, block) for block, frame in self.frames(data).items() if frame.shape[1]]
+        """A partition's raw design, after :meth:`check_levels`."""
+        self.check_levels(data)
+        frames = self.frames(self._categories_as_levels(data))
+        parts = [float_values(frame, block) for block, frame in frames.items() if frame.shape[1]]
         return np.column_stack(parts) if parts else np.empty((data.shape[0], 0))
 
 
@@ -528,8 +528,8 @@ def _formula_stats(part: pd.DataFrame, builder: Any, used: list[Hashable],
     return stats
 
 
-def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts, formula_engine: str = "formulaic",
-                        context: Mapping[str, Any] | None = None) -> None:
+def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts, formula_engine: str,
+                        context: Mapping[str, Any]) -> None:
     """Raise for columns whose encoding would depend on the data: text (unless formulaic reads it only as a category
     with declared levels, ``C(t, levels=[...])``), or categories not known."""
     from dask.dataframe.utils import has_known_categories  # noqa: PLC0415
@@ -548,7 +548,7 @@ def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts, formula_engine
                 )
         elif ((_is_text_dtype(dtype) or not (is_numeric_dtype(dtype) or is_bool_dtype(dtype)))
               and not (formula_engine == "formulaic"
-                       and _declared_levels_only(str(col), factors.get(str(col), []), context or {}))):
+                       and _declared_levels_only(str(col), factors.get(str(col), []), context))):
             raise ValueError(
                 f"column {col!r} has dtype {dtype}: with a Dask DataFrame the formula cannot read the levels "
                 f"of a text (or other non-numeric) column from the data (they may differ between partitions). "
@@ -561,14 +561,9 @@ def _declared_levels_only(name: str, expressions: list[str], context: Mapping[st
     (not None; a name of the namespace is looked up in ``context``): its coding is then the same in every partition,
     and a partition's value outside the levels raises (:meth:`_FormulaicBuilder.check_levels`)."""
     def declared(expression: str) -> bool:
-        try:
-            node = ast.parse(expression, mode="eval").body
-        except SyntaxError:
-            return False
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "C"
-                and bool(node.args) and isinstance(node.args[0], ast.Name) and node.args[0].id == name):
-            return False
-        return any(keyword.arg == "levels" and given_levels(keyword.value, context) for keyword in node.keywords)
+        call = _category_call(expression)
+        return (call is not None and _category_column(expression, (name,)) == name
+                and any(keyword.arg == "levels" and given_levels(keyword.value, context) for keyword in call.keywords))
 
     return bool(expressions) and all(declared(expression) for expression in expressions)
 
@@ -669,7 +664,7 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
     builder = _FormulaicBuilder(specs_t, shipped, levels)
     try:
         with _quiet_sample():
-            builder.frames(sample, check_levels=False)
+            builder.frames(sample)
     except Exception:  # noqa: BLE001 - a name we could not see in the expressions: ship everything
         builder = _FormulaicBuilder(specs_t, dict(ctx), levels)
     return builder
@@ -715,15 +710,23 @@ def _category_levels(specs: tuple[Any, ...], texts: Mapping[str, str | None],
     return tuple(out)
 
 
-def _category_column(expression: str, columns: Any) -> Hashable | None:
-    """The column a categorical factor reads when it is the column itself or ``C(column, ...)``, else None."""
+def _category_call(expression: str) -> ast.Call | None:
+    """``expression`` parsed when it is a call ``C(first, ...)``, else None."""
     try:
         node = ast.parse(expression, mode="eval").body
     except SyntaxError:
+        return None
+    is_call = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "C" and node.args
+    return node if is_call else None
+
+
+def _category_column(expression: str, columns: Any) -> Hashable | None:
+    """The column a categorical factor reads when it is the column itself or ``C(column, ...)``, else None."""
+    call = _category_call(expression)
+    if call is None:
         return expression if expression in columns else None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "C" and node.args:
-        node = node.args[0]
-    return node.id if isinstance(node, ast.Name) and node.id in columns else None
+    first = call.args[0]
+    return first.id if isinstance(first, ast.Name) and first.id in columns else None
 
 
 class _PatsyBuilder:
@@ -895,8 +898,7 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     else:
         builder = _patsy_builder(sample, parts, context)
     with _quiet_sample():
-        sample_blocks = builder.frames(sample, check_levels=False) if formula_engine == "formulaic" else builder.frames(
-            sample)
+        sample_blocks = builder.frames(sample)
     _check_counts(sample_blocks)
     _as_float_blocks(sample_blocks)  # complex-valued blocks
     _check_unique_names(sample_blocks)

@@ -441,8 +441,7 @@ def frame_columns(frame: pd.DataFrame) -> list[np.ndarray]:
     return [column.to_numpy() if column.dtype == np.uint8 else column.to_numpy(dtype=np.float64) for column in columns]
 
 
-def block_columns(frame: pd.DataFrame, derived: Mapping[tuple[str, int], DerivedColumn] | None,
-                  block: str) -> list[np.ndarray | DerivedColumn]:
+def block_columns(frame: pd.DataFrame, derived: Derived | None, block: str) -> list[np.ndarray | DerivedColumn]:
     """:func:`frame_columns` of design block ``block``, each derived column (``derived``, keyed by (block,
     position)) in place of its placeholder."""
     columns: list[np.ndarray | DerivedColumn] = list(frame_columns(frame))
@@ -866,7 +865,7 @@ class _CompactColumns:
     def __init__(self, n: int, first: np.ndarray, skip: Collection[int] = (), ones: Collection[int] = ()) -> None:
         ones = {j for j in ones if np.all(first[:, j] == 1.0)}
         self.skip = frozenset(skip) | ones
-        self.arrays = [_placeholder(n) if j in skip else np.broadcast_to(np.float64(1.0), (n,)) if j in ones
+        self.arrays = [_placeholder(n) if j in skip else _ones(n) if j in ones
                        else np.empty(n, dtype=np.uint8 if _zero_or_one(column) else np.float64)
                        for j, column in enumerate(first.T)]
         self.write(0, first)
@@ -892,11 +891,16 @@ class _CompactColumns:
 
     def frame(self, index: pd.Index, names: list) -> pd.DataFrame:
         """The columns as a design block, without copying them."""
-        arrays = [np.broadcast_to(np.float64(1.0), array.shape) if array.dtype == np.uint8 and array.all() else array
+        arrays = [_ones(array.shape[0]) if array.dtype == np.uint8 and array.all() else array
                   for array in self.arrays]
         frame = pd.DataFrame(dict(enumerate(arrays)), index=index, copy=False)
         frame.columns = names
         return frame
+
+
+def _ones(n: int) -> np.ndarray:
+    """The intercept's column: 1.0 broadcast over the rows, no memory."""
+    return np.broadcast_to(np.float64(1.0), (n,))
 
 
 def _placeholder(n: int) -> np.ndarray:
@@ -946,7 +950,7 @@ def plain_column_block(text: str, data: pd.DataFrame) -> pd.DataFrame | None:
     if not columns:
         return None
     if _copy_on_write():
-        parts: dict[str, Any] = {"Intercept": np.broadcast_to(np.float64(1.0), (data.shape[0],))} if intercept else {}
+        parts: dict[str, Any] = {"Intercept": _ones(data.shape[0])} if intercept else {}
         shared = data[names]  # pandas' lazy copy: the caller's columns, their memory tracked
         for name in names:
             column = shared[name]
