@@ -71,10 +71,6 @@ class DerivedColumn:
     def __init__(self, recipe: Callable[[Any], np.ndarray], size: int, positions: np.ndarray | None = None) -> None:
         self.recipe, self.size, self.positions = recipe, int(size), positions
 
-    @property
-    def shape(self) -> tuple[int]:
-        return (self.size,)
-
     def __len__(self) -> int:
         return self.size
 
