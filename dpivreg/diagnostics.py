@@ -185,57 +185,32 @@ def _scaled_first_stage(G: np.ndarray, q: int, n_exog: int, column: int, t: np.n
     return worlds
 
 
-def _f_noise_interval(G: np.ndarray, noise: np.ndarray, q: int, n_exog: int, n: int, j: int,
-                      level: float) -> tuple[float, float]:
-    """The noise interval of endogenous regressor j's homoskedastic F by test inversion (module docstring)."""
+def _f_noise_interval(moments: ReleasedMoments, G: np.ndarray, noise: np.ndarray, q: int, n_exog: int, n: int,
+                      j: int, level: float) -> tuple[float, float]:
+    """The noise interval of endogenous regressor j's homoskedastic F by test inversion (module docstring): each
+    world (its Gram matrix from :func:`_scaled_first_stage`) is re-released on the box scale with the draws
+    ``noise`` (R, D, D) and floored at the noise as the release was (:meth:`ReleasedMoments.floor`)."""
     column = 1 + q + j
     tail = (1.0 - level) / 2.0
     instruments = list(range(1, 1 + q))
     m = q - n_exog
     exog = instruments[:n_exog]
+    L = _extended_map(moments)
+    L_plus = np.linalg.pinv(L)  # a world's box-scale moments (its Gram matrix is L B Lᵀ, L of full column rank)
 
-    def f_from_rss(full_rss: np.ndarray, restricted_rss: np.ndarray) -> np.ndarray:  # as first_stage_statistics
-        full = np.maximum(full_rss, 1e-300)
-        restricted = np.maximum(restricted_rss, full)
+    def f_of(worlds: np.ndarray) -> np.ndarray:  # column j's F alone, as first_stage_statistics
+        full = np.maximum(_rss(worlds, column, instruments), 1e-300)
+        restricted = np.maximum(_rss(worlds, column, exog), full)
         with np.errstate(over="ignore", divide="ignore"):  # a re-release may leave no residual: F = inf
             return n * (restricted - full) / (m * full)
 
-    def f_of(worlds: np.ndarray) -> np.ndarray:  # column j's F alone
-        return f_from_rss(_rss(worlds, column, instruments), _rss(worlds, column, exog))
-
     released = float(f_of(G))
-    # The worlds differ only in column j's entries, so the re-released instrument blocks (and their floored
-    # inverses A_r) are the same for every t. With b = w_t + e_r (the world's cross moments plus draw r's noise),
-    # bᵀA_r b = wᵀA_r w + wᵀ(A_r + A_rᵀ)e_r + e_rᵀA_r e_r: the parts of e_r are formed once, and each t costs two
-    # matrix-vector products over the draws.
-    released_blocks = G[None] + noise
-    quadratic_parts = []
-    for cols in (instruments, exog):
-        if not cols:
-            quadratic_parts.append(None)
-            continue
-        A = np.linalg.inv(floor_spectrum(released_blocks[:, cols][:, :, cols], FLOOR))
-        e = noise[:, cols, column]
-        quadratic_parts.append((cols, A.reshape(len(A), -1), np.einsum("rij,rj->ri", A + np.swapaxes(A, 1, 2), e),
-                                np.einsum("ri,rij,rj->r", e, A, e)))
-
-    def simulated_f(t: np.ndarray) -> np.ndarray:  # f_of on the re-releases of the worlds at t (len(t), draws)
-        worlds = _scaled_first_stage(G, q, n_exog, column, t)  # only column j's entries differ between them
-        own = worlds[:, None, column, column] + noise[None, :, column, column]
-        rss = []
-        for part in quadratic_parts:
-            if part is None:
-                rss.append(own)
-                continue
-            cols, A_flat, cross, noise_only = part
-            w = worlds[:, cols, column]  # (len(t), |cols|)
-            pairs = (w[:, :, None] * w[:, None, :]).reshape(len(w), -1)
-            rss.append(own - (pairs @ A_flat.T + w @ cross.T + noise_only))
-        return f_from_rss(*rss)
 
     def quantile(t: float, which: int) -> float:  # which 0: lower, 1: upper end of the released F's law at t
+        world = L_plus @ _scaled_first_stage(G, q, n_exog, column, np.array([t]))[0] @ L_plus.T
+        again = L @ moments.floor(world + noise) @ L.T
         with np.errstate(invalid="ignore"):  # worlds with an infinite F (no residual left): inf - inf is NaN
-            value = float(np.quantile(simulated_f(np.array([t]))[0], [tail, 1.0 - tail][which]))
+            value = float(np.quantile(f_of(again), [tail, 1.0 - tail][which]))
         return math.inf if math.isnan(value) else value
 
     def last_true(condition) -> float:
@@ -256,22 +231,27 @@ def _f_noise_interval(G: np.ndarray, noise: np.ndarray, q: int, n_exog: int, n: 
     return float(ends[0]), float(ends[1])
 
 
-def _with_constant(moments: ReleasedMoments, matrix: np.ndarray) -> np.ndarray:
-    """Gram matrices of [1, Z̃, X̃_endog, Ỹ] from box-scale moments (…, D, D): the box scale's first row is the
+def _extended_map(moments: ReleasedMoments) -> np.ndarray:
+    """The map of box-scale moments to the Gram matrices of [1, Z̃, X̃_endog, Ỹ]: the box scale's first row is the
     constant."""
-    L = np.vstack([np.eye(1, moments.working_map.shape[1]), moments.working_map])
+    return np.vstack([np.eye(1, moments.working_map.shape[1]), moments.working_map])
+
+
+def _with_constant(moments: ReleasedMoments, matrix: np.ndarray) -> np.ndarray:
+    """Gram matrices of [1, Z̃, X̃_endog, Ỹ] from box-scale moments (…, D, D)."""
+    L = _extended_map(moments)
     return L @ matrix @ L.T
 
 
 def released_grams(moments: ReleasedMoments, replications: int = REPLICATIONS) -> tuple[np.ndarray, np.ndarray | None]:
-    """The Gram matrix of [1, Z̃, X̃_endog, Ỹ] per row from the release, and ``replications`` re-releases of it
-    with simulated noise (the plug-in world of the module docstring, seed ``SEED``); ``None`` for exact
-    moments."""
-    point = _with_constant(moments, moments.matrix)
+    """The Gram matrix of [1, Z̃, X̃_endog, Ỹ] per row from the release floored at its noise, and ``replications``
+    re-releases of that (the plug-in world of the module docstring, seed ``SEED``), each floored in turn
+    (:meth:`ReleasedMoments.floor`); ``None`` for exact moments."""
+    point = _with_constant(moments, moments.floored)
     if moments.sigma == 0:
         return point, None
     draws = moments.noise_draws(np.random.default_rng(SEED), replications)
-    return point, _with_constant(moments, moments.matrix + draws)
+    return point, _with_constant(moments, moments.floor(moments.floored + draws))
 
 
 def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q: int, n_exog: int, n: int, *,
@@ -287,7 +267,7 @@ def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q:
     """
     p_endog = len(endog_names)
     m = q - n_exog
-    gram = _with_constant(moments, moments.matrix)
+    gram = _with_constant(moments, moments.floored)
     point = first_stage_statistics(gram, q, n_exog, p_endog, n, constant=constant)
     table = pd.DataFrame({name: point[name] for name in ("rsquared", "partial.rsquared", "shea.rsquared", "f.stat")},
                          index=pd.Index(endog_names, name="endogenous"))
@@ -295,8 +275,8 @@ def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q:
     table["f.dist"] = f"F({m},{n - q})"
     if moments.sigma > 0 and meat is None:
         # the homoskedastic F: the test inversion (module docstring), and the partial R² from it (1 at F = inf)
-        noise = _with_constant(moments, moments.noise_draws(np.random.default_rng(SEED + 2), INVERSION_DRAWS))
-        bounds = np.array([_f_noise_interval(gram, noise, q, n_exog, n, j, level) for j in range(p_endog)])
+        noise = moments.noise_draws(np.random.default_rng(SEED + 2), INVERSION_DRAWS)
+        bounds = np.array([_f_noise_interval(moments, gram, noise, q, n_exog, n, j, level) for j in range(p_endog)])
         table["f.lower"], table["f.upper"] = bounds[:, 0], bounds[:, 1]
         with np.errstate(invalid="ignore"):
             rsquared = np.where(np.isinf(bounds), 1.0, m * bounds / (n + m * bounds))

@@ -22,18 +22,22 @@ Privacy noise (parametric bootstrap, Ferrando, Wang & Sheldon 2022)
     Without clipping, every gradient of DP-2S-GD depends on the data only through
     S = Z̃ᵀZ̃/n, Z̃ᵀX̃/n and Z̃ᵀỹ/n, and so does the warm start (2SLS on the released moments). We re-run
     the whole private computation in this moment form, in plug-in worlds whose 2SLS solution is the
-    released (Θ⁽ᵀ⁾, β̃⁽ᵀ⁾): each world draws the moment release's noise E from its known distribution
-    (the world's true instrument moments are the released ones minus E, and its release — hence its
-    whitening error and its warm start — carries E), then runs the iteration from that warm start (or
-    from zero) with the run's T, step sizes, schedule, preconditioner, clipping groups and per-step noise
-    scales, and fresh noise. The covariance of the simulated β̃⁽ᵀ⁾ is the privacy-noise variance; it
-    propagates both stages' noise (the first stage's through Θ⁽ᵗ⁾ into β), the warm start's and the
-    imperfect whitening, without linearisation. For the moment estimator the worlds re-release the moments
-    and solve 2SLS (:func:`dpivreg.moments.moment_noise_covariance`).
+    released (Θ⁽ᵀ⁾, β̃⁽ᵀ⁾) (:func:`plug_in_worlds`): each world draws the moment release's noise E from its
+    known distribution (the world's true moments are the release floored at its noise minus E, kept positive
+    semi-definite, and its release — hence its whitening error and its warm start — carries E and is floored
+    as the fit's was), then runs the iteration from that warm start (or from zero) with the run's T, step
+    sizes, schedule, preconditioner, clipping groups and per-step noise scales, and fresh noise. The spread of
+    the simulated β̃⁽ᵀ⁾ is the privacy-noise variance; it propagates both stages' noise (the first stage's
+    through Θ⁽ᵗ⁾ into β), the warm start's and the imperfect whitening, without linearisation. It is measured
+    by the draws' central 95% ranges (:func:`dpivreg.moments.central_covariance`), not their variance: in the
+    few worlds whose instruments the release cannot resolve the simulated estimate lands orders of magnitude
+    away, which a variance would turn into standard errors hundreds of times the estimator's real spread. For
+    the moment estimator the worlds re-release the floored moments and solve 2SLS
+    (:func:`dpivreg.moments.moment_noise_covariance`).
 
 Total: V = J (V_samp + V_noise) Jᵀ in original units, J the Jacobian of the exact back-transform.
 Intervals, z statistics and p-values are centred at ``params``, so z = params / bse. The simulation also
-estimates the estimator's bias (the simulated mean minus the plug-in solution): from the warm start it is
+estimates the estimator's bias (the simulated median minus the plug-in solution): from the warm start it is
 negligible (abs(bias) ≤ 0.05 SE on the benchmark designs); a bias above 0.2 standard errors (e.g. a zero start
 with too few steps or too small step sizes) raises a warning, because the interval is then not centred
 where it should be (``res.bias`` holds it).
@@ -60,11 +64,12 @@ from .covariance import (resolve_cov_type, robust_covariance, score_edges, score
                          unadjusted_covariance)
 from .engine import DP2SGDPath, IterationPlan, RunTimeForecast, preconditioner_matrix, preconditioner_root
 from .kernels import numba_simulation_steps, resolve_kernel
-from .moments import moment_noise_covariance, residual_variance_from_moments, solve_2sls
-from .preprocess import WorkingScale
+from .moments import (NOISE_FLOOR, central_covariance, central_scale_error, moment_noise_covariance,
+                      residual_variance_from_moments, solve_2sls)
+from .preprocess import ReleasedMoments, WorkingScale
 from .privacy import Release, gaussian_zcdp
 
-__all__ = ["PrivateInference", "residual_variance_release", "simulate_fit", "simulation_kernel", "noise_covariance",
+__all__ = ["PrivateInference", "residual_variance_release", "simulate_fit", "plug_in_worlds", "world_releases", "Worlds", "simulation_kernel", "noise_covariance",
            "private_inference", "moment_inference", "sampling_release", "MAX_BIAS_SE"]
 
 #: A simulated bias above this many standard errors (of any coefficient) raises a warning.
@@ -82,7 +87,7 @@ class PrivateInference:
     cov_sampling, cov_noise : ndarray (p, p)
         The two pieces, in original units.
     bias : ndarray (p,)
-        Simulated bias of the estimate in original units (the simulated mean minus the plug-in
+        Simulated bias of the estimate in original units (the simulated median minus the plug-in
         solution). Not subtracted from anything: a diagnostic (see the module docstring).
     sigma2 : float
         The residual variance σ̂²_u on the working scale (released, or read from the moments); NaN with
@@ -252,18 +257,89 @@ def _stacked_root(theta: np.ndarray, q: int, k: int, ridge: float, kind: str) ->
         return preconditioner_root(theta, S, k, ridge, kind)
 
 
+@dataclass(frozen=True)
+class Worlds:
+    """Plug-in worlds of the privacy-noise simulation (:func:`plug_in_worlds`), on the working scale unless said.
+
+    Attributes
+    ----------
+    S : ndarray (R, q, q)
+        Each world's true Z̃ᵀZ̃/n.
+    g_x, g_y : ndarray (R, q, p_endog), (R, q)
+        Its true Z̃ᵀX̃_endog/n and Z̃ᵀỸ/n (its 2SLS solution is the plug-in one).
+    released : ndarray (R, q + p_endog + 1, same) or None
+        Its moment release as 2SLS reads it (the rows of Z̃: its instruments' block floored at the noise as the fit's
+        was, and its cross moments), ready to solve; None without a release.
+    instruments : ndarray (R, b, b) or None
+        Its true moments of the constant and the instruments on the box scale (to re-release with another noise
+        level, :func:`world_releases`); None without a release.
+    """
+
+    S: np.ndarray
+    g_x: np.ndarray
+    g_y: np.ndarray
+    released: np.ndarray | None
+    instruments: np.ndarray | None
+
+    def __len__(self) -> int:
+        return int(self.S.shape[0])
+
+
+def plug_in_worlds(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *, replications: int,
+                   rng: np.random.Generator) -> Worlds:
+    """The plug-in worlds of the privacy-noise simulation: their true working moments and their releases.
+
+    World r's instruments are plausible given the release: their box-scale moments (with the constant's) are
+    F − E_r, the release's block floored at its noise (:attr:`~dpivreg.preprocess.ReleasedMoments.floored`, what
+    every solve uses) less a draw E_r of the noise, kept positive semi-definite
+    (:meth:`~dpivreg.preprocess.ReleasedMoments.plausible_instruments`); on the working scale, S_r. Its reduced form
+    is the plug-in solution, Z̃ᵀ[X̃_endog, Ỹ]/n = S_r Π with Π = [Θ, Θ̄β], so that the world's 2SLS solution is
+    (Θ, β) (the released estimate, or the warm start when predicting before a run). The world's release adds the same
+    E_r to its moments (so that its instruments' block is, where the projection is idle, the floored one the working
+    scale was built from, as the fit's) and is floored as the fit's was (:func:`world_releases`). Without a release
+    (route "bounds") every world is the plug-in one, S = I, with no release.
+    """
+    q, p_endog = theta.shape
+    k = beta.shape[0] - p_endog
+    R = replications
+    moments = scale.moments
+    Pi = np.concatenate([theta, (np.concatenate([np.eye(q, k), theta], axis=1) @ beta)[:, None]], axis=1)
+    if moments is None:
+        S = np.broadcast_to(np.eye(q), (R, q, q))
+        cross = S @ Pi
+        return Worlds(S, cross[..., :p_endog], cross[..., -1], None, None)
+    noise = moments.noise_draws(rng, R)
+    instruments = moments.plausible_instruments(noise)
+    S = moments.working_instruments(instruments, q)
+    cross = S @ Pi
+    worlds = Worlds(S, cross[..., :p_endog], cross[..., -1], None, instruments)
+    return dataclasses.replace(worlds, released=world_releases(moments, worlds, noise))
+
+
+def world_releases(moments: ReleasedMoments, worlds: Worlds, noise: np.ndarray, sigma: float | None = None) -> np.ndarray:
+    """The worlds' moment releases as 2SLS reads them, on the working scale (R, q + p_endog + 1, same; the rows of Z̃):
+    their true moments plus ``noise`` (R, D, D, box scale) of standard deviation ``sigma`` (default the release's),
+    the instruments' block floored at it (:meth:`~dpivreg.preprocess.ReleasedMoments.floor`)."""
+    q, p_endog = worlds.g_x.shape[1:]
+    b = moments.instrument_block
+    released = np.zeros((len(worlds), q + p_endog + 1, q + p_endog + 1))
+    floored = moments.floor(worlds.instruments + noise[:, :b, :b], sigma)
+    released[:, :q, :q] = moments.working_instruments(floored, q)
+    cross = np.concatenate([worlds.g_x, worlds.g_y[..., None]], axis=2)
+    released[:, :q, q:] = cross + moments.working(noise)[:, :q, q:]
+    return released
+
+
 def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, scale: WorkingScale, *,
                  replications: int, rng: np.random.Generator, warm_start: bool,
-                 progress: bool | None = False, kernel: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 progress: bool | None = False, kernel: str = "auto",
+                 worlds: Worlds | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Draws of (Θ⁽ᵀ⁾, β̃⁽ᵀ⁾) under the privacy noise, by re-running the fit in moment form.
 
-    Replication r draws the moment release's noise E_r (``scale.moments``; none without a release). Its
-    world has the true working moments Z̃ᵀZ̃/n = S_r (the released ones minus E_r, on the working scale),
-    Z̃ᵀX̃_endog/n = S_r Θ_T and Z̃ᵀỹ/n = S_r Θ̄_T β_T, so that its 2SLS solution is the plug-in (Θ_T, β_T)
-    (the released estimate; or the warm start, when predicting before a run); its release is that plus E_r,
-    from which its warm start is computed (``warm_start``; else the start is zero). Then the plan's
-    iteration (:class:`dpivreg.engine.IterationPlan`): same T, step sizes, schedule, method, preconditioner
-    root and ridge, clipping groups and per-step noise scales, fresh noise.
+    Replication r is run in plug-in world r (:func:`plug_in_worlds` at (Θ_T, β_T), unless ``worlds`` are given):
+    from its warm start (2SLS on its floored release, ``warm_start``; else from zero), the plan's iteration
+    (:class:`dpivreg.engine.IterationPlan`) on the world's true moments: same T, step sizes, schedule, method,
+    preconditioner root and ridge, clipping groups and per-step noise scales, fresh noise.
 
     Returns the simulated Θ⁽ᵀ⁾ (R, q, p_endog) and β̃⁽ᵀ⁾ (R, p), and the worlds' Z̃ᵀZ̃/n (R, q, q).
 
@@ -278,20 +354,13 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
     k = plan.n_exog
     q, p_endog = theta_T.shape
     p = beta_T.shape[0]
-    R = replications
-    if scale.moments is None:
-        S = np.broadcast_to(np.eye(q), (R, q, q))
-        noise_rows = np.zeros((R, q, q + p_endog + 1))
-    else:
-        noise = scale.moments.working(scale.moments.noise_draws(rng, R))
-        S = scale.moments.working()[:q, :q] - noise[:, :q, :q]
-        noise_rows = noise[:, :q, :]
-    g_x = S @ theta_T
-    g_y = S @ (np.concatenate([np.eye(q, k), theta_T], axis=1) @ beta_T)
-    if warm_start:
-        released = np.zeros((R, q + p_endog + 1, q + p_endog + 1))
-        released[:, :q, :] = np.concatenate([S, g_x, g_y[..., None]], axis=2) + noise_rows
-        theta, beta = solve_2sls(released, q, k, p_endog)
+    if worlds is None:
+        worlds = plug_in_worlds(scale, theta_T, beta_T, replications=replications, rng=rng)
+    R = len(worlds)
+    if warm_start and worlds.released is None:  # exact moments: the world's 2SLS solution
+        theta, beta = np.repeat(theta_T[None], R, axis=0), np.repeat(beta_T[None], R, axis=0)
+    elif warm_start:
+        theta, beta = solve_2sls(worlds.released, q, k, p_endog)
     else:
         theta, beta = np.zeros((R, q, p_endog)), np.zeros((R, p))
     forecast = RunTimeForecast(f"the privacy-noise simulation ({R} replications of the iteration)", plan.T,
@@ -299,7 +368,7 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
                                desc=f"privacy-noise simulation ({R} paths)")
     run = _simulation_steps(kernel)
     theta, beta = np.ascontiguousarray(theta, dtype=np.float64), np.ascontiguousarray(beta, dtype=np.float64)
-    S, g_x, g_y = (np.ascontiguousarray(a, dtype=np.float64) for a in (S, g_x, g_y))
+    S, g_x, g_y = (np.ascontiguousarray(a, dtype=np.float64) for a in (worlds.S, worlds.g_x, worlds.g_y))
     with forecast, np.errstate(over="ignore", invalid="ignore"):
         for steps in _step_chunks(plan.T, R * (q * p_endog + p)):
             forecast.step(steps.start)
@@ -385,23 +454,22 @@ def _numba_simulation_steps(theta, beta, S, g_x, g_y, xi, nu, active, plan: Iter
 #: The noise simulation of a fit's inference runs in batches, the first of :data:`MIN_REPLICATIONS` paths, until
 #: the Monte Carlo standard error of every total standard error (sampling + noise) is at most
 #: :data:`MC_TOLERANCE` of it, and at most ``replications`` (2000) paths. When the sampling part dominates,
-#: few paths pin the total down; when the noise dominates, all 2000 are drawn (their error in the SE is then
-#: about 1/√(2·2000) ≈ 1.6% of the noise part, as before).
+#: few paths pin the total down; when the noise dominates, all 2000 are drawn (the error of the noise part's
+#: scale, from the draws' central 95% range, is then about 0.96/√2000 ≈ 2.1% of it for normal draws).
 MIN_REPLICATIONS = 250
 MC_TOLERANCE = 0.01
 
 
 def _total_se_mc_error(beta: np.ndarray, sampling_cov: np.ndarray) -> float:
-    """Largest Monte Carlo standard error of a total SE √(sampling + noise variance), relative to it, from the
-    simulated β̃ draws (the noise variance's error from the draws' own squared deviations: no normality)."""
-    m = beta.shape[0]
-    squared = (beta - beta.mean(axis=0)) ** 2
-    total = np.diag(sampling_cov) + squared.sum(axis=0) / (m - 1)
-    if not np.all(np.isfinite(total)):  # a non-finite draw: no error estimate (and the covariance fails later)
+    """Largest Monte Carlo standard error of a total SE √(sampling variance + noise scale²), relative to it, from the
+    simulated β̃ draws: the noise scale's error (:func:`dpivreg.moments.central_scale_error`) propagated."""
+    noise, _ = central_covariance(beta, np.zeros(beta.shape[1]))
+    total = np.diag(sampling_cov) + np.diag(noise)
+    if not np.all(np.isfinite(total)):  # too many non-finite draws: no error estimate (the covariance fails later)
         return math.inf
-    error = squared.std(axis=0, ddof=1) / math.sqrt(m)
+    error = np.sqrt(np.diag(noise)) * central_scale_error(beta)  # d(total variance) = 2·scale·d(scale)
     with np.errstate(divide="ignore", invalid="ignore"):
-        relative = np.where(total > 0, error / (2.0 * total), 0.0)
+        relative = np.where(total > 0, error / total, 0.0)
     return float(np.max(relative)) if np.all(np.isfinite(relative)) else math.inf
 
 
@@ -409,16 +477,16 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
                      replications: int, rng: np.random.Generator, warm_start: bool,
                      progress: bool | None = False,
                      sampling_cov: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float, float, int]:
-    """Covariance and mean shift of β̃⁽ᵀ⁾ due to the privacy noise (:func:`simulate_fit`).
+    """Covariance and median shift of β̃⁽ᵀ⁾ due to the privacy noise (:func:`simulate_fit`).
 
     With ``sampling_cov`` (the sampling covariance on the working scale) the paths are drawn in batches until
     the total standard errors in original units (the reported ones) are known to :data:`MC_TOLERANCE` (at
-    most ``replications``); without it,
-    ``replications`` paths at once.
+    most ``replications``); without it, ``replications`` paths at once.
 
-    Returns the covariance of the simulated β̃⁽ᵀ⁾, their mean minus β_T (the simulated bias), the median
-    spectral norm of the simulated first stage's deviation from its mean (the privacy noise left in Θ⁽ᵀ⁾),
-    the median whitening error ‖S_r − I‖₂ and the number of paths drawn.
+    Returns the covariance of the simulated β̃⁽ᵀ⁾ (:func:`dpivreg.moments.central_covariance`: scales from their
+    central 95% ranges), their median minus β_T (the simulated bias), the median spectral norm of the simulated
+    first stage's deviation from its median (the privacy noise left in Θ⁽ᵀ⁾), the median whitening error
+    ‖S_r − I‖₂ and the number of paths drawn.
     """
     adaptive = sampling_cov is not None and bool(np.all(np.isfinite(sampling_cov)))
     to_original = scale.beta_jacobian() if adaptive else None
@@ -440,11 +508,20 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
         needed = drawn * (error / MC_TOLERANCE) ** 2 if math.isfinite(error) else replications
         batch = int(min(replications - drawn, max(MIN_REPLICATIONS, math.ceil(needed - drawn))))
     theta, beta, S = (np.concatenate([d[i] for d in draws]) for i in range(3))
-    q, p = theta_T.shape[0], beta_T.shape[0]
-    theta_noise = float(np.median(np.linalg.norm(theta - theta.mean(axis=0), ord=2, axis=(1, 2))))
+    q = theta_T.shape[0]
+    theta_noise = _median_deviation(theta)
     whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
-    return (np.cov(beta, rowvar=False, ddof=1).reshape(p, p), beta.mean(axis=0) - beta_T, theta_noise, whitening,
-            drawn)
+    cov, shift = central_covariance(beta, beta_T)
+    return cov, shift, theta_noise, whitening, drawn
+
+
+def _median_deviation(theta: np.ndarray) -> float:
+    """Median spectral norm of simulated first stages' deviations (R, q, p_endog) from their element-wise median."""
+    with np.errstate(invalid="ignore"):
+        deviation = theta - np.median(theta, axis=0)
+    finite = np.all(np.isfinite(deviation), axis=(1, 2))
+    norms = np.linalg.norm(np.where(finite[:, None, None], deviation, 0.0), ord=2, axis=(1, 2))
+    return float(np.median(np.where(finite, norms, np.inf)))
 
 
 def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau: float,
@@ -479,6 +556,7 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
     sampling = sampling_release(scale, path.theta_final, path.beta_final, cov_type=cov_type, rho=rho, tau=tau,
                                 rng=rng)
     with _simulation_guard(sampling):
+        _check_resolved(scale, sampling)
         v_noise, shift, theta_noise, whitening, drawn = noise_covariance(
             path.plan, path.theta_final, path.beta_final, scale, replications=replications, rng=rng,
             warm_start=start is not None, progress=progress, sampling_cov=sampling.cov)
@@ -498,17 +576,17 @@ def moment_inference(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
     q = scale.q
     k = scale.n_exog
     moments = scale.moments
-    working = moments.working()
     sigma2 = None
     if resolve_cov_type(cov_type) == "unadjusted":
-        sigma2 = max(residual_variance_from_moments(working, q, k, beta), 1e-300)
+        sigma2 = max(residual_variance_from_moments(moments.solvable(), q, k, beta), 1e-300)
     sampling = sampling_release(scale, theta, beta, cov_type=cov_type, rho=rho, tau=tau, rng=rng, sigma2=sigma2)
     noise = moments.noise_draws(rng, replications)
     with _simulation_guard(sampling):
-        v_noise, shift, theta_draws = moment_noise_covariance(moments.matrix, noise, moments.working, q, k,
+        _check_resolved(scale, sampling)
+        v_noise, shift, theta_draws = moment_noise_covariance(moments.floored, noise, moments.solvable, q, k,
                                                               theta.shape[1])
-        theta_noise = float(np.median(np.linalg.norm(theta_draws - theta_draws.mean(axis=0), ord=2, axis=(1, 2))))
-        S = moments.working(moments.matrix - noise)[:, :q, :q]
+        theta_noise = _median_deviation(theta_draws)
+        S = moments.working_instruments(moments.plausible_instruments(noise), q)
         whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
     return _assemble(scale, theta, k, sampling, v_noise, shift, replications, theta_noise, whitening)
 
@@ -525,6 +603,19 @@ def _simulation_guard(sampling: SamplingPart):
             "the privacy-noise simulation is not finite: the noise of the releases is beyond float64 (a budget "
             f"far too small for these data?); raise rho0, rho1 and rho2 ({type(exc).__name__}: {exc})",
             releases=tuple(sampling.releases)) from exc
+
+
+def _check_resolved(scale: WorkingScale, sampling: SamplingPart) -> None:
+    """Refuse the privacy-noise simulation when the moment release resolves nothing: its noise floor
+    (:data:`dpivreg.moments.NOISE_FLOOR`·σ) is at or above 1, the largest second moment a column mapped into [−1, 1]
+    can have, so every column's variance is below what the release can tell from noise and the plug-in worlds
+    would be the floor itself. Public (σ is)."""
+    moments = scale.moments
+    if moments is not None and NOISE_FLOOR * moments.sigma >= 1.0:
+        raise InferenceOverflowError(
+            f"the moment release resolves nothing: its noise floor 2√2·σ = {NOISE_FLOOR * moments.sigma:.3g} is above "
+            "1, the largest variance a column mapped into its bounds can have, so no plug-in world can be built from "
+            "it; raise rho0 (or the total rho)", releases=tuple(sampling.releases))
 
 
 class InferenceOverflowError(OverflowError):

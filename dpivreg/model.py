@@ -486,7 +486,7 @@ class DPIV2SLS:
         k = scale.n_exog
         start, kappa = None, 0.0
         if init == "moments":
-            theta0, beta0 = solve_2sls(scale.moments.working(), q, k, p - k)
+            theta0, beta0 = solve_2sls(scale.moments.solvable(), q, k, p - k)
             start = (theta0, beta0)
             if scale.moments.sigma > 0:
                 kappa = tuning.whitening_error(scale.instrument_moment_draws(rng, 200))
@@ -626,7 +626,7 @@ class DPIV2SLS:
         q = scale.q
         k = scale.n_exog
         p = scale.p
-        theta, beta = solve_2sls(scale.moments.working(), q, k, p - k)
+        theta, beta = solve_2sls(scale.moments.solvable(), q, k, p - k)
         path = _single_estimate_path(theta, beta, k, scale.releases)
         robust = inference and cov_type != "unadjusted"  # a meat release (robust or clustered)
         rho_meat = math.inf if preprocess == "data" else budget["rho_inf"]

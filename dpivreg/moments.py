@@ -6,9 +6,38 @@ second moments of the working columns [Z̃, X̃_endog, Ỹ] determine the 2SLS s
     Θ = S_zz⁻¹ S_zx,   Θ̄ = [I_exog | Θ],   β = (Θ̄ᵀ S_zz Θ̄)⁻¹ Θ̄ᵀ S_zy,
 
 because 2SLS depends on the data only through ZᵀZ, ZᵀX and Zᵀy (exogenous regressors are their own
-instruments, so their columns of Θ̄ are unit vectors). A released (noisy) matrix need not be positive
-definite: the two matrices that are inverted have their spectra floored (:func:`solve_2sls`), which
-changes nothing when they are well conditioned. With noiseless moments the result is exactly 2SLS.
+instruments, so their columns of Θ̄ are unit vectors). With noiseless moments the result is exactly 2SLS.
+
+The noise-aware floor (:func:`floor_at_noise`)
+----------------------------------------------
+A released matrix M̂ = M + E (box scale: the rows [1, v] with every v in [−1, 1], E symmetric with i.i.d.
+N(0, σ²) entries on and above the diagonal) need not be positive definite, and where M has eigenvalues at or
+below the noise (collinear controls, such as experience and its square, or regional indicators) the released
+ones are noise, of either sign: solving with them amplifies the noise without limit. Before any solve, the block
+of M̂ that every solve inverts — the constant and the instruments (exogenous and excluded) — is therefore replaced
+by the nearest symmetric matrix (in Frobenius norm) whose eigenvalues are at least
+
+    f = NOISE_FLOOR·σ = 2√2·σ,
+
+and the other entries (the cross moments and those of X_endog and y) are kept as released.
+
+Why this level: to first order an eigenvalue λ of M with unit eigenvector u is released as λ + uᵀEu, and
+Var(uᵀEu) = σ²(2 − Σᵢuᵢ⁴) ≤ 2σ² (E's diagonal entries have variance σ², its off-diagonal pairs enter
+twice). An eigenvalue released below 2√2σ, two standard deviations of its own noise, cannot be told from
+zero, so the floor bounds the amplification at 1/f exactly where the release cannot resolve the matrix, and
+leaves every eigenvalue it can resolve (and so every well-conditioned release) unchanged. The box scale is
+where σ is the same for every entry, so one level fits every direction. Why this block: 2SLS inverts only the
+instruments' moments (S_zz, and Θ̄ᵀS_zzΘ̄, positive definite when S_zz is); the diagnostics' partialled regressions
+invert principal blocks and Schur complements of it, which inherit the floor (Cauchy interlacing; the inverse of
+a Schur complement is a block of the inverse). Flooring the whole matrix would also treat a strong first stage
+(x nearly collinear with z) as noise and shrink it. The measurements behind both choices are on the method page
+of the documentation ("Solving with released moments"). The floor is post-processing of the release and of its
+public σ: it costs no privacy. Exact moments (σ = 0) are not changed.
+
+The same rule is applied wherever a release is solved — the whitening of the working scale
+(:mod:`dpivreg.preprocess`), the warm start, noisy moments, the default's choices (:mod:`dpivreg.selection`),
+the first-stage diagnostics, the Anderson–Rubin set and the privacy-noise simulations, whose plug-in worlds
+re-release their moments and floor them as the fit did — so that the projection and every solve agree.
 
 The noisy-moment estimator ("sufficient-statistics perturbation", Dwork, Talwar, Thakurta & Zhang 2014;
 Sheffet 2017) spends its whole budget on one release and solves 2SLS on it; its private inference is a
@@ -19,13 +48,38 @@ needs no other release.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["solve_2sls", "residual_variance_from_moments", "moment_draws", "moment_noise_covariance", "floor_spectrum",
-           "partialled_regression", "FLOOR"]
+           "floor_at_noise", "partialled_regression", "central_covariance", "central_scale_error", "FLOOR",
+           "NOISE_FLOOR", "CENTRAL_LEVEL"]
 
-#: Relative floor of the spectra inverted by :func:`solve_2sls` (of the largest eigenvalue).
+#: Relative floor of the spectra inverted by :func:`solve_2sls` (of the largest eigenvalue): a guard against
+#: rounding only; the noise is handled before any solve (:func:`floor_at_noise`).
 FLOOR = 1e-6
+#: Released moment matrices have their eigenvalues floored at this multiple of their noise σ (module docstring).
+NOISE_FLOOR = 2.0 * math.sqrt(2.0)
+
+
+def floor_at_noise(M: np.ndarray, sigma: float, block: int) -> np.ndarray:
+    """Box-scale moments M (…, D, D) released with noise σ per entry, with the eigenvalues of their leading
+    ``block`` × ``block`` block (the constant and the instruments: the block every solve inverts) floored at
+    :data:`NOISE_FLOOR`·σ, the nearest such block in Frobenius norm, and every other entry as released (module
+    docstring). A new array; the release itself when σ = 0."""
+    M = np.array(M, dtype=float)
+    if sigma == 0:
+        return M
+    Z = M[..., :block, :block]
+    M[..., :block, :block] = _floor_eigenvalues((Z + np.swapaxes(Z, -1, -2)) / 2.0, NOISE_FLOOR * sigma)
+    return M
+
+
+def _floor_eigenvalues(S: np.ndarray, floor) -> np.ndarray:
+    eigenvalues, vectors = np.linalg.eigh(S)
+    eigenvalues = np.maximum(eigenvalues, floor)
+    return (vectors * eigenvalues[..., None, :]) @ np.swapaxes(vectors, -1, -2)
 
 
 def floor_spectrum(S: np.ndarray, floor: float) -> np.ndarray:
@@ -57,6 +111,53 @@ def partialled_regression(G: np.ndarray, n_exog: int, q: int,
     return S, coefficients, R[..., m:, m:] - np.swapaxes(cross, -1, -2) @ coefficients
 
 
+#: The simulated estimates' spread is measured over their central range of this probability
+#: (:func:`central_covariance`).
+CENTRAL_LEVEL = 0.95
+_Z_CENTRAL = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+def central_covariance(draws: np.ndarray, centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Covariance (p, p) of simulated estimates ``draws`` (R, p) whose scales match their central 95% ranges, and
+    their median minus ``centre`` (the estimator's simulated shift).
+
+    Each coefficient's scale is (q₉₇.₅ − q₂.₅)/(2·1.96), the standard deviation for normal draws; the correlations
+    are those of the draws winsorised at the same quantiles. Simulated estimates are ratios of noisy quantities: in
+    the few plug-in worlds where the release cannot resolve the first stage they land orders of magnitude away,
+    and would dominate a variance (and a mean) while leaving the 95% range, which the intervals are for, almost
+    unchanged. Non-finite draws count as infinitely far (a scale is then infinite only if more than 2.5% are).
+    """
+    draws = np.where(np.isnan(draws), np.inf, draws)
+    tail = (1.0 - CENTRAL_LEVEL) / 2.0
+    with np.errstate(invalid="ignore"):
+        lo, median, hi = np.quantile(draws, [tail, 0.5, 1.0 - tail], axis=0)
+        scales = (hi - lo) / (2.0 * _Z_CENTRAL)
+    p = draws.shape[1]
+    kept = np.clip(draws, lo, hi)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        deviation = kept - kept.mean(axis=0)
+        norms = np.sqrt(np.sum(deviation * deviation, axis=0))
+        correlation = (deviation.T @ deviation) / np.outer(norms, norms)
+    correlation = np.where(np.isfinite(correlation), correlation, 0.0)
+    np.fill_diagonal(correlation, 1.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        cov = correlation * np.outer(scales, scales)
+    return cov.reshape(p, p), median - centre
+
+
+def central_scale_error(draws: np.ndarray) -> np.ndarray:
+    """Monte Carlo standard error (p,) of :func:`central_covariance`'s scales from R draws (R, p): the asymptotic
+    (co)variances of the two quantiles, t(1 − t)/(R·f²) each and t²/(R·f_lo·f_hi) between them (t = 2.5%), with the
+    density f at each quantile from the quantiles 1.25 percentage points either side of it."""
+    R = draws.shape[0]
+    tail, step = (1.0 - CENTRAL_LEVEL) / 2.0, 0.0125
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.quantile(draws, [tail - step, tail + step, 1.0 - tail - step, 1.0 - tail + step], axis=0)
+        inverse_lo, inverse_hi = (q[1] - q[0]) / (2.0 * step), (q[3] - q[2]) / (2.0 * step)  # 1/f at each quantile
+        variance = (tail * (1.0 - tail) * (inverse_lo**2 + inverse_hi**2) - 2.0 * tail**2 * inverse_lo * inverse_hi) / R
+    return np.sqrt(variance) / (2.0 * _Z_CENTRAL)
+
+
 def solve_2sls(S: np.ndarray, q: int, n_exog: int, p_endog: int, *,
                floor: float = FLOOR) -> tuple[np.ndarray, np.ndarray]:
     """2SLS (Θ, β) from second moments S (…, q + p_endog + 1, same) of the columns [Z, X_endog, y].
@@ -83,26 +184,28 @@ def residual_variance_from_moments(S: np.ndarray, q: int, n_exog: int, beta: np.
     return float(max(value, 0.0))
 
 
-def moment_draws(released: np.ndarray, noise: np.ndarray, to_working, q: int, n_exog: int,
+def moment_draws(truth: np.ndarray, noise: np.ndarray, solvable, q: int, n_exog: int,
                  p_endog: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The plug-in world's solution and draws of the noisy-moment 2SLS estimate (working scale): the released
-    moments are the world's truth, each draw re-releases them with a fresh draw of the noise (``noise``,
-    (R, D, D), on the release's scale). Returns (β_plugin (p,), Θ draws (R, q, p_endog), β draws (R, p))."""
-    _, beta_plugin = solve_2sls(to_working(released), q, n_exog, p_endog)
-    theta, beta = solve_2sls(to_working(released + noise), q, n_exog, p_endog)
+    """The plug-in world's solution and draws of the noisy-moment 2SLS estimate (working scale): ``truth`` (the
+    release floored at its noise, box scale) is the world's moment matrix, each draw re-releases it with a fresh
+    draw of the noise (``noise``, (R, D, D), on the box scale) and solves as the fit did (``solvable`` floors a
+    box-scale release at its noise and maps it to the working scale). Returns (β_plugin (p,), Θ draws
+    (R, q, p_endog), β draws (R, p))."""
+    _, beta_plugin = solve_2sls(solvable(truth), q, n_exog, p_endog)
+    theta, beta = solve_2sls(solvable(truth + noise), q, n_exog, p_endog)
     return beta_plugin, theta, beta
 
 
-def moment_noise_covariance(released: np.ndarray, noise: np.ndarray, to_working, q: int, n_exog: int,
+def moment_noise_covariance(truth: np.ndarray, noise: np.ndarray, solvable, q: int, n_exog: int,
                             p_endog: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Covariance and mean shift of the noisy-moment 2SLS estimate on the working scale, by simulation.
+    """Covariance and median shift of the noisy-moment 2SLS estimate on the working scale, by simulation.
 
-    The plug-in world's moments are the released ones; each replication releases them again with a fresh
-    draw of the release's noise (``noise``, (R, D, D), on the release's scale) and solves 2SLS on the
-    working scale (``to_working`` maps release-scale moments to it). Returns the covariance of the simulated
-    β (p, p), their mean minus the plug-in solution (the estimator's simulated bias) and the simulated first
-    stages (R, q, p_endog).
+    The plug-in world's moments are the released ones floored at their noise (``truth``); each replication
+    releases them again with a fresh draw of the release's noise (``noise``, (R, D, D), on the box scale), floors
+    the re-release and solves 2SLS on the working scale (``solvable``, as :func:`moment_draws`). Returns the
+    covariance of the simulated β (p, p) (:func:`central_covariance`), their median minus the plug-in solution (the
+    estimator's simulated bias) and the simulated first stages (R, q, p_endog).
     """
-    beta_plugin, theta, beta = moment_draws(released, noise, to_working, q, n_exog, p_endog)
-    p = beta.shape[-1]
-    return np.cov(beta, rowvar=False, ddof=1).reshape(p, p), beta.mean(axis=0) - beta_plugin, theta
+    beta_plugin, theta, beta = moment_draws(truth, noise, solvable, q, n_exog, p_endog)
+    cov, shift = central_covariance(beta, beta_plugin)
+    return cov, shift, theta

@@ -47,6 +47,7 @@ import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Mapping
 
 import numpy as np
@@ -56,6 +57,7 @@ from .backends import BuiltRows, InMemoryRows, RowSource, is_dask_collection, ma
 from .design import IVDesign, column_checksum
 from .kernels import mapped_columns, numba_available, working_rows
 from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_sum
+from .moments import NOISE_FLOOR, floor_at_noise, floor_spectrum
 from .privacy import Release
 from .boundary import DATA_CHECK_NOTE
 from .bounds import resolve_bounds
@@ -87,6 +89,9 @@ class ReleasedMoments:
     working_map : ndarray (q + p_endog + 1, D)
         L with [Z̃, X̃_endog, Ỹ]ᵢ = L·[1, vᵢ] for every row: the released moments on the working
         scale are L M Lᵀ (:meth:`working`).
+    instrument_block : int
+        The size of the leading block of ``matrix`` that holds the constant and the instruments (exogenous and
+        excluded): the block every solve inverts, floored at the noise (:meth:`floor`).
     rows_per_unit : float
         k̂, the mean number of rows per privacy unit: 1 at row level; with privacy units (:mod:`dpivreg.units`)
         the released constant's own entry of the per-unit sums, by which the release was divided (``matrix`` is
@@ -98,13 +103,49 @@ class ReleasedMoments:
     sigma: float
     released_constant: bool
     working_map: np.ndarray = field(repr=False)
+    instrument_block: int
     rows_per_unit: float = 1.0
 
     def working(self, moments: np.ndarray | None = None) -> np.ndarray:
-        """L M Lᵀ: second moments of [Z̃, X̃_endog, Ỹ] from released (or given, stacked (…, D, D)) moments."""
+        """L M Lᵀ: second moments of [Z̃, X̃_endog, Ỹ] from the released (or given, stacked (…, D, D)) box-scale
+        moments, mapped as they are (linear: also for noise alone). Solves use :meth:`solvable`."""
         M = self.matrix if moments is None else moments
         L = self.working_map
         return L @ M @ L.T
+
+    @cached_property
+    def floored(self) -> np.ndarray:
+        """The release with its instruments' block floored at its noise (:meth:`floor`): the moments every solve and
+        the working scale's whitening use, and the centre of the plug-in worlds. Post-processing; the release
+        itself when σ = 0."""
+        return self.floor(self.matrix)
+
+    def floor(self, moments: np.ndarray, sigma: float | None = None) -> np.ndarray:
+        """Box-scale moments (…, D, D) released with noise ``sigma`` (default the release's σ) with the block of the
+        constant and the instruments floored at the noise (:func:`dpivreg.moments.floor_at_noise`)."""
+        return floor_at_noise(moments, self.sigma if sigma is None else sigma, self.instrument_block)
+
+    def solvable(self, moments: np.ndarray | None = None, *, sigma: float | None = None) -> np.ndarray:
+        """Working-scale moments to solve: L·F(M)·Lᵀ with F the floor at the noise (:meth:`floor`), of the release or
+        of given box-scale moments (…, D, D) released with noise ``sigma`` (default the release's σ)."""
+        if moments is None:
+            return self.working(self.floored)
+        return self.working(self.floor(moments, sigma))
+
+    def plausible_instruments(self, noise: np.ndarray) -> np.ndarray:
+        """Box-scale moments of the constant and the instruments (the leading :attr:`instrument_block`) the data could
+        have, given the release: F − E for draws E (…, D, D) of its noise, F the release floored at it (the estimate
+        every solve uses), projected onto the positive semi-definite matrices (a Gram matrix is one). Shape (…, b, b)."""
+        b = self.instrument_block
+        truth = self.floored[:b, :b] - noise[..., :b, :b]
+        eigenvalues, vectors = np.linalg.eigh((truth + np.swapaxes(truth, -1, -2)) / 2.0)
+        return (vectors * np.maximum(eigenvalues, 0.0)[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+
+    def working_instruments(self, moments: np.ndarray, q: int) -> np.ndarray:
+        """Z̃ᵀZ̃/n (…, q, q) from box-scale moments (…, b, b) of the constant and the instruments (Z̃'s q columns lead
+        the working columns, and each is a combination of the constant and the instruments alone)."""
+        L = self.working_map[:q, :self.instrument_block]
+        return L @ moments @ L.T
 
     def noise_draws(self, rng: np.random.Generator, replications: int, sigma: float | None = None) -> np.ndarray:
         """Draws (replications, D, D) of the release's noise: symmetric, N(0, σ²) on the upper triangle of
@@ -302,16 +343,17 @@ class WorkingScale:
     def instrument_moment_draws(self, rng: np.random.Generator, replications: int) -> np.ndarray:
         """Plausible true values of Z̃ᵀZ̃/n given the noisy moment release, shape (replications, q, q).
 
-        The working instruments were whitened with the *released* moments, so Z̃ᵀZ̃/n = I only up to the
-        release's noise: with E a draw of that noise (its distribution is public), the true moments on the
-        release's scale are M − E, and on the working scale L(M − E)Lᵀ (:class:`ReleasedMoments`).
+        The working instruments were whitened with the *released* moments (floored at their noise), so Z̃ᵀZ̃/n = I
+        only up to the release's noise: with E a draw of that noise (its distribution is public), the true moments
+        on the release's scale are F − E (F the release floored at its noise), projected onto the positive
+        semi-definite matrices (:meth:`ReleasedMoments.plausible_instruments`), and on the working scale L(F − E)Lᵀ.
         Post-processing. Exact (the released moments, ≈ I) when σ = 0.
         """
         q = self.A_z.shape[0]
         if self.moments is None:
             return np.broadcast_to(np.eye(q), (replications, q, q)).copy()
-        draws = self.moments.noise_draws(rng, replications)
-        return self.moments.working(self.moments.matrix - draws)[:, :q, :q]
+        truths = self.moments.plausible_instruments(self.moments.noise_draws(rng, replications))
+        return self.moments.working_instruments(truths, q)
 
     def beta_jacobian(self) -> np.ndarray:
         """J with β = J β̃ + constant: the (affine) back-transform's linear part, (p, p)."""
@@ -448,31 +490,28 @@ def moment_units(largest: np.ndarray, rho: float) -> np.ndarray:
     return np.where(largest > 0, largest, 1.0)
 
 
-def _project_psd(S: np.ndarray, floor: float) -> np.ndarray:
-    """Nearest symmetric matrix with eigenvalues >= ``floor`` (clip the spectrum)."""
-    eigenvalues, vectors = np.linalg.eigh((S + S.T) / 2.0)
-    return (vectors * np.maximum(eigenvalues, floor)) @ vectors.T
-
-
-def _moment_summary(M: np.ndarray, *, has_constant: bool, offsets: np.ndarray, sigma: float, n_instruments: int):
+def _moment_summary(M: np.ndarray, *, has_constant: bool, offsets: np.ndarray, n_instruments: int, sigma: float):
     """Means (zeros without a constant), scales and the instruments' correlation matrix, in v-units.
 
-    M is the moment matrix of [1, v]. With a constant the covariance M_vv − m mᵀ is used; without
-    one the uncentred second moments of v + ``offsets`` (= w/scale, the column over its bound scale).
+    M is the moment matrix of [1, v] with the block of the constant and the instruments floored at its noise
+    (:attr:`ReleasedMoments.floored`), so the instruments' covariance below has eigenvalues at or above the floor
+    (a Schur complement of the floored block) and the whitening agrees with every solve on the working scale; the
+    other columns' variances are floored at the same level, :data:`dpivreg.moments.NOISE_FLOOR`·σ. With a constant
+    the covariance is M_vv − m mᵀ/M₀₀ and the means m/M₀₀ (M₀₀ = 1 up to the floor); without one the uncentred
+    second moments of v + ``offsets`` (= w/scale, the column over its bound scale). A relative floor of 10⁻¹⁰
+    guards against rounding only.
     """
-    m = np.clip(M[0, 1:], -1.0, 1.0)
+    weight = M[0, 0]
+    m = np.clip(M[0, 1:] / weight, -1.0, 1.0)
     if has_constant:
-        means, second = m, M[1:, 1:] - np.outer(m, m)
+        means, second = m, M[1:, 1:] - weight * np.outer(m, m)
     else:
         a = offsets
         means = np.zeros_like(m)
-        second = M[1:, 1:] + np.outer(m, a) + np.outer(a, m) + np.outer(a, a)
-    # Floor what the release cannot resolve, so that no direction is amplified by noise: each variance
-    # at 2σ (two noise standard deviations of one entry), the instruments' block at 2σ·sqrt(q), the
-    # spectral norm of its symmetric noise (a tiny relative floor when exact).
+        second = M[1:, 1:] + weight * (np.outer(m, a) + np.outer(a, m) + np.outer(a, a))
     tiny = 1e-10 * max(float(np.max(np.diag(second))) if second.size else 0.0, 1e-300)
-    scales = np.sqrt(np.maximum(np.diag(second), max(2.0 * sigma, tiny)))
-    z_cov = _project_psd(second[:n_instruments, :n_instruments], max(2.0 * sigma * math.sqrt(n_instruments), tiny))
+    scales = np.sqrt(np.maximum(np.diag(second), max(NOISE_FLOOR * sigma, tiny)))
+    z_cov = floor_spectrum(second[:n_instruments, :n_instruments], 1e-10) if n_instruments else second[:0, :0]
     z_scales = scales[:n_instruments]
     return means, scales, z_cov / np.outer(z_scales, z_scales)
 
@@ -794,7 +833,7 @@ def repeat_moment_release(design: IVDesign, scale: WorkingScale, *, rho: float, 
     k = _rows_per_unit(combined[0, 0], scale.units.max_rows) if unit_level else 1.0
     combined, joint = combined / k, joint / k
     combined[0, 0] = 1.0
-    moments = ReleasedMoments(combined, joint, first.released_constant, first.working_map, k)
+    moments = ReleasedMoments(combined, joint, first.released_constant, first.working_map, first.instrument_block, k)
     return dataclasses.replace(scale, moments=moments, releases=(*scale.releases, record),
                                n_eff=scale.n_units * k if unit_level else scale.n_eff)
 
@@ -832,8 +871,9 @@ def affine_maps(design: IVDesign, *, constant: str | None, constant_value: float
         means, unit_scales, z_corr = np.zeros(len(free)), np.ones(len(free)), None
     else:
         M, _, sigma, _ = moments
-        means, unit_scales, z_corr = _moment_summary(M, has_constant=constant is not None, offsets=offsets,
-                                                     sigma=sigma, n_instruments=n_free_instruments(design, constant))
+        n_z = n_free_instruments(design, constant)
+        means, unit_scales, z_corr = _moment_summary(floor_at_noise(M, sigma, 1 + n_z), has_constant=constant is not None,
+                                                     offsets=offsets, n_instruments=n_z, sigma=sigma)
     index = {c: i for i, c in enumerate(free)}
 
     def center(c: str) -> float:  # original units; 0 (no centring) without a constant
@@ -865,7 +905,8 @@ def affine_maps(design: IVDesign, *, constant: str | None, constant_value: float
         M, release, sigma, released_constant = moments
         maps["releases"] = () if release is None else (release,)
         maps["moments"] = ReleasedMoments(M, sigma, released_constant,
-                                          _working_map(design, constant, constant_value, centres, scales, maps))
+                                          _working_map(design, constant, constant_value, centres, scales, maps),
+                                          1 + n_free_instruments(design, constant))
     return maps
 
 

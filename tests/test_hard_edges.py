@@ -122,6 +122,19 @@ def test_a_singular_released_first_stage_with_unadjusted_errors_says_inference_i
         res.conf_int()
 
 
+def test_a_release_that_resolves_nothing_gives_no_inference():
+    """DP-2S-GD on a moment release whose noise floor 2√2·σ exceeds 1 (every column's variance is below it): the
+    estimate is returned, the meat drawn for the inference is recorded, and the standard errors are refused with
+    the reason instead of being simulated from plug-in worlds that would be the floor itself."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = _fit(rho0=1e-90, method="preconditioned")
+    assert np.isfinite(res.params).all()
+    assert "rho_inf" in [r.stage for r in res.privacy.releases]
+    with pytest.raises(InferenceUnavailableError, match=r"the moment release resolves nothing: its noise floor"):
+        res.conf_int()
+
+
 def test_budgets_below_the_smallest_are_refused_by_name():
     with pytest.raises(ValueError, match=r"rho0 = 1e-300 is below the smallest budget 1e-100"):
         _fit(rho0=1e-300)
