@@ -892,9 +892,10 @@ class DPIVResults(PrivateTable):
             sel = self._settings.selection
             other = "noisy moments" if sel.estimator == "DP-2S-GD" else "DP-2S-GD"
             notes.append(
-                f"Estimator chosen by the default (method 'auto') over {other}: predicted median privacy-noise error of "
-                f"the endogenous coefficients, DP-2S-GD / noisy moments = {sel.error_ratio:.3g} (post-processing of "
-                "the moment and clipping releases; both routes spend the same total budget).")
+                f"Estimator chosen by the default (method 'auto') over {other}: predicted privacy-noise error of the "
+                f"endogenous coefficients (median and 90th percentile, in the same simulated worlds), DP-2S-GD / noisy "
+                f"moments = {sel.error_ratio:.3g} (post-processing of the moment and clipping releases; both routes "
+                "spend the same total budget).")
         if self._settings.adaptive_clip is not None:
             clip = self._settings.adaptive_clip
             counted = "units (their summed gradients)" if self._scale.unit_level else "rows"

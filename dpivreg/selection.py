@@ -1,33 +1,37 @@
 """The default's choices made from the pilot releases (no privacy cost): T, and DP-2S-GD or noisy moments.
 
 The number of iterations (:func:`choose_iterations`) is the shortest candidate whose planned iteration,
-simulated in moment form from the warm start, has a median error within about 2% of the best candidate's;
-the estimator (:func:`choose_estimator`) is chosen next, with that plan, as follows.
+simulated in moment form from the warm start, has an error within about 2% of the best candidate's; the
+estimator (:func:`choose_estimator`) is chosen next, with that plan, as follows.
 
 Which private estimator is more accurate depends on the data: noisy moments pay for the declared bounds
 (the box sensitivity D/n), DP-2S-GD for the gradients' actual size (its clipping thresholds). With loose
 bounds or many columns DP-2S-GD is far more accurate (2–10 times lower error on the synthetic designs of
-``benchmarks/estimator_comparison.py``); with tight bounds on few columns (binary instrument, an outcome
-filling its range) noisy moments can be up to a third more accurate (labour-supply subsamples of
-1,000–3,000 rows). The default therefore predicts both from what it has already released — the pilot
-moment release (ρ0) and the clipping release — and continues with the better one:
+``benchmarks/estimator_comparison.py``, 2–20 times on its real-data specifications); with tight bounds on few
+columns (binary instrument, an outcome filling its range) noisy moments can be as accurate or a little more
+(labour-supply subsamples of 1,000–3,000 rows). The default therefore predicts both from what it has already
+released — the pilot moment release (ρ0) and the clipping release — and continues with the better one. Both are
+simulated in the same plug-in worlds (:func:`dpivreg.inference.plug_in_worlds`: instruments' moments plausible given
+the pilot release, the warm start as their 2SLS solution), so that a world whose instruments the release cannot
+resolve counts against both:
 
 * DP-2S-GD: the planned iteration (its schedule, step sizes, clipping groups and per-step noise,
-  :class:`dpivreg.engine.IterationPlan`) from the warm start, simulated in moment form
-  (:func:`dpivreg.inference.simulate_fit` with the warm start as the plug-in solution);
-* noisy moments: 2SLS on a release of the moments with the budget left for it (ρ0 plus the two stages'
-  and the inference budget; the clipping release is spent either way), simulated by re-releasing the
-  pilot moments (:func:`dpivreg.moments.moment_draws`).
+  :class:`dpivreg.engine.IterationPlan`) from each world's warm start (:func:`dpivreg.inference.simulate_fit`);
+* noisy moments: 2SLS on each world's release of its moments with the budget left for it (ρ0 plus the two stages'
+  and the inference budget; the clipping release is spent either way), floored at that release's noise
+  (:func:`dpivreg.inference.world_releases`).
 
-The comparison is of the median absolute deviation of the simulated estimates from the plug-in solution,
-coefficient by coefficient: the estimates are ratios of noisy quantities whose variance can be dominated by
-a few draws (a weak first stage), so a variance would compare outliers, not typical errors.
+The comparison weighs the typical error and the tail: per endogenous coefficient, the geometric mean of the ratio
+of the medians of the absolute simulated errors and the ratio of their 90th percentiles. The estimates are ratios of
+noisy quantities whose variance can be dominated by a few draws (a weak first stage), so a variance would compare
+outliers; a median alone would ignore how often an estimator is far off, which is what near-singular releases do
+(on the real specifications a median-only rule switched to noisy moments in fits whose errors were the largest).
 
 Both are post-processing of releases and public inputs, so the choice costs nothing, and both branches
-spend the same total budget. DP-2S-GD is kept unless the moment estimator's predicted median error of the
-endogenous coefficients is smaller on average (the mean ratio of DP-2S-GD's to the moments' above 1). If
-moments win, the remaining budget buys a second release of the same moments, combined with the pilot into
-one release of the whole budget (:func:`dpivreg.preprocess.repeat_moment_release`).
+spend the same total budget. DP-2S-GD is kept unless the moment estimator's predicted error of the endogenous
+coefficients is smaller on average (the mean ratio of DP-2S-GD's to the moments' above 1). If moments win, the
+remaining budget buys a second release of the same moments, combined with the pilot into one release of the whole
+budget (:func:`dpivreg.preprocess.repeat_moment_release`).
 
 What the prediction leaves out
     Moment form cannot see the clipping distortion (the clipped iteration's fixed point is not 2SLS). It is
@@ -50,8 +54,8 @@ from typing import Callable
 import numpy as np
 
 from .engine import IterationPlan
-from .inference import PrivateInference, simulate_fit
-from .moments import moment_draws
+from .inference import PrivateInference, plug_in_worlds, simulate_fit, world_releases
+from .moments import solve_2sls
 from .preprocess import WorkingScale
 
 __all__ = ["Selection", "choose_estimator", "choose_iterations", "shortest_near_best", "REPLICATIONS",
@@ -61,6 +65,8 @@ __all__ = ["Selection", "choose_estimator", "choose_iterations", "shortest_near_
 REPLICATIONS = 400
 #: The numbers of iterations the default compares (:func:`choose_iterations`).
 T_CANDIDATES = (3, 4, 6, 8, 12)
+#: The tail quantile of the absolute simulated error the choices weigh beside the median.
+TAIL = 0.9
 #: A longer run is chosen only if its predicted error is this much below the shorter runs'.
 _T_MARGIN = 0.98
 #: T is simulated only below this whitening error κ̂ (the reliability flag's threshold); above it the κ̂ rule
@@ -77,22 +83,27 @@ class Selection:
     estimator : str
         ``"DP-2S-GD"`` or ``"noisy moments"``.
     error_ratio : float
-        Mean over the endogenous coefficients of the predicted median absolute error of DP-2S-GD over that
-        of noisy moments; DP-2S-GD is chosen when it is at most 1.
+        Mean over the endogenous coefficients of the ratio of DP-2S-GD's predicted error to that of noisy
+        moments, each error the geometric mean of the median and the 90th percentile of the absolute simulated
+        error; DP-2S-GD is chosen when it is at most 1.
     predicted_error_gd, predicted_error_moments : ndarray
         The predicted median absolute privacy-noise errors of the endogenous coefficients, original units.
+    predicted_tail_gd, predicted_tail_moments : ndarray
+        Their predicted 90th percentiles.
     """
 
     estimator: str
     error_ratio: float
     predicted_error_gd: np.ndarray
     predicted_error_moments: np.ndarray
+    predicted_tail_gd: np.ndarray | None = None
+    predicted_tail_moments: np.ndarray | None = None
 
 
 def choose_estimator(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray], plan: IterationPlan, *,
                      moments_sigma: float, rng: np.random.Generator,
                      replications: int = REPLICATIONS) -> Selection:
-    """Predict both estimators' typical privacy-noise error and choose (see the module docstring).
+    """Predict both estimators' privacy-noise errors in the same simulated worlds and choose (module docstring).
 
     ``moments_sigma`` is the noise standard deviation per entry of one moment release with the whole budget
     the moment branch would have.
@@ -101,18 +112,20 @@ def choose_estimator(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray], 
     q, p_endog = theta0.shape
     k = plan.n_exog
     J = scale.beta_jacobian()
-    _, beta_gd, _ = simulate_fit(plan, theta0, beta0, scale, replications=replications, rng=rng, warm_start=True)
+    worlds = plug_in_worlds(scale, theta0, beta0, replications=replications, rng=rng)
+    _, beta_gd, _ = simulate_fit(plan, theta0, beta0, scale, replications=replications, rng=rng, warm_start=True,
+                                 worlds=worlds)
     moments = scale.moments
-    draws = moments.noise_draws(rng, replications, sigma=moments_sigma)
-    plugin, _, beta_m = moment_draws(moments.matrix, draws, moments.working, q, k, p_endog)
+    noise = moments.noise_draws(rng, replications, sigma=moments_sigma)
+    _, beta_m = solve_2sls(world_releases(moments, worlds, noise, moments_sigma), q, k, p_endog)
     endog = slice(k, k + p_endog)
-    error_gd = _median_error(beta_gd, beta0, J)[endog]
-    error_m = _median_error(beta_m, plugin, J)[endog]
+    error_gd = _error_quantiles(beta_gd, beta0, J)[:, endog]
+    error_m = _error_quantiles(beta_m, beta0, J)[:, endog]
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.where(error_m > 0, error_gd / error_m, np.inf)
+        ratios = np.sqrt(np.prod(np.where(error_m > 0, error_gd / error_m, np.inf), axis=0))
     ratio = float(np.mean(ratios)) if np.all(np.isfinite(error_gd)) else np.inf
     estimator = "DP-2S-GD" if ratio <= 1.0 else "noisy moments"
-    return Selection(estimator, ratio, error_gd, error_m)
+    return Selection(estimator, ratio, error_gd[0], error_m[0], error_gd[1], error_m[1])
 
 
 def choose_iterations(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray],
@@ -123,10 +136,12 @@ def choose_iterations(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray],
     within about 2% of the best candidate's.
 
     Each candidate's plan (``make_plan(T)``: its schedule, per-step noise and clipping groups) is simulated in
-    moment form from the warm start (:func:`dpivreg.inference.simulate_fit`), all candidates with the same
-    random numbers so that their comparison is paired. The criterion is the mean over the endogenous
-    coefficients of the median absolute error relative to the best candidate's for that coefficient; the
-    shortest candidate whose score is at most the best's / 0.98 (about 2% above it) is chosen
+    moment form from the warm start (:func:`dpivreg.inference.simulate_fit`), every candidate in the same plug-in
+    worlds and with the same random numbers, so that their comparison is paired. A candidate's error for a
+    coefficient is the geometric mean of the median and the 90th percentile of its absolute simulated error (the
+    tail counts: a run too short to leave a warm start that a near-singular release threw far keeps it there);
+    the criterion is the mean over the endogenous coefficients of that error relative to the best candidate's,
+    and the shortest candidate whose score is at most the best's / 0.98 (about 2% above it) is chosen
     (:func:`shortest_near_best`; a longer run costs time and clips more often, for no gain).
 
     Why simulate instead of a rule: what T should be depends on how far the warm start is from the
@@ -134,15 +149,11 @@ def choose_iterations(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray],
     sets the contraction per step, but with a weak first stage the warm start's error in β is large although κ̂
     is small, and three steps left it there (the weak-instrument design of
     ``benchmarks/estimator_comparison.py``, n = 10⁵, ρ = 0.5: median error 0.36 2SLS s.e. with T = 3, 0.15 with
-    T = 12). Post-processing of the pilot releases: no privacy cost.
+    T = 12); with a large κ̂ (instruments the release resolves poorly) the contraction is slow where the truth
+    has less variance than released, and a longer run is needed. Post-processing of the pilot releases: no
+    privacy cost.
 
-    Only used for κ̂ < :data:`MAX_KAPPA`: with a larger whitening error the released first stage can be mostly
-    noise, and a world built from it is no guide. On labour-supply subsamples of 1,000 rows with age and
-    education (κ̂ 0.86–1.8 at ρ = 0.5) the simulation preferred T = 3 there, where the fits' intervals collapsed
-    (width down to 10⁻⁵ of 2SLS's) and contained the 2SLS estimate in 87 of 100 fits against 98 with the κ̂
-    rule's T = 12; every one of those fits is flagged unreliable either way.
-
-    Returns T, its plan and the predicted median errors (candidates, endogenous coefficients), original units.
+    Returns T, its plan and the predicted errors (candidates, endogenous coefficients), original units.
     """
     theta0, beta0 = start
     k = scale.n_exog
@@ -150,9 +161,11 @@ def choose_iterations(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray],
     J = scale.beta_jacobian()
     seed = int(rng.integers(2**63))
     plans = [make_plan(T) for T in candidates]
+    worlds = plug_in_worlds(scale, theta0, beta0, replications=replications, rng=np.random.default_rng(seed))
     errors = np.array([
-        _median_error(simulate_fit(plan, theta0, beta0, scale, replications=replications,
-                                   rng=np.random.default_rng(seed), warm_start=True)[1], beta0, J)[endog]
+        np.sqrt(np.prod(_error_quantiles(simulate_fit(plan, theta0, beta0, scale, replications=replications,
+                                                      rng=np.random.default_rng(seed + 1), warm_start=True,
+                                                      worlds=worlds)[1], beta0, J)[:, endog], axis=0))
         for plan in plans
     ])
     index = shortest_near_best(errors)
@@ -172,9 +185,9 @@ def shortest_near_best(errors: np.ndarray, *, margin: float = _T_MARGIN) -> int:
     return int(np.flatnonzero(score <= score.min() / margin)[0])
 
 
-def _median_error(draws: np.ndarray, centre: np.ndarray, J: np.ndarray) -> np.ndarray:
-    """Median over draws of |J(β_r − centre)| per coefficient (original units); non-finite draws count as
-    infinitely far (they are the worst errors, not missing ones)."""
+def _error_quantiles(draws: np.ndarray, centre: np.ndarray, J: np.ndarray) -> np.ndarray:
+    """The median and the 90th percentile (2, p) over draws of |J(β_r − centre)| per coefficient (original units);
+    non-finite draws count as infinitely far (they are the worst errors, not missing ones)."""
     with np.errstate(invalid="ignore", over="ignore"):
         error = np.abs((draws - centre) @ J.T)
-    return np.median(np.where(np.isfinite(error), error, np.inf), axis=0)
+    return np.quantile(np.where(np.isfinite(error), error, np.inf), [0.5, TAIL], axis=0)
