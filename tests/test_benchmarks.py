@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -131,3 +132,54 @@ def test_engine_breakdown_prints_every_part(capsys):
                                                 "read X, Y"}
     assert ("U = Z M (numba)" in parts) == numba_available()
     assert all(seconds > 0 and multiple > 0 for name, (seconds, multiple) in parts.items() if name != "rest")
+
+
+# ----------------------------------------------------------------------------------------
+# the real-data comparison and its yardsticks
+# ----------------------------------------------------------------------------------------
+def test_real_quick_comparison_spends_the_same_budget_on_every_route(tmp_path):
+    """Two specifications, two seeds, total ρ = 2.6: every route runs (the script asserts each dpivreg fit's total ρ),
+    the summary and the docs' tables have their columns, and only dpivreg's routes have intervals."""
+    fits = ec.real_comparison(seeds=2, jobs=1, quick=True)
+    assert set(fits.route) == set(ec.REAL_ROUTES) and fits.total_rho.eq(2.6).all()
+    table = ec.summarise_real(fits)
+    assert (table.median_error_se >= 0).all()
+    intervals = table.set_index("route").cover_2sls
+    assert intervals[["default", "moments"]].notna().all() and intervals[list(ec.YARDSTICKS)].isna().all()
+    ec.write_real_tables(table, tmp_path)
+    median = pd.read_csv(tmp_path / "real_iv_median.csv")
+    assert list(median.columns) == ["design", "n", "total_rho", *ec.REAL_ROUTES, "default / ssp"]
+    verdict = pd.read_csv(tmp_path / "real_iv_verdict.csv")
+    assert {"geometric_mean_median_ratio", "largest_p90_ratio", "smallest_cover"} <= set(verdict.columns)
+
+
+def test_yardsticks_are_2sls_without_noise():
+    """With ρ = ∞ (no noise) textbook SSP and AdaSSP are 2SLS on the bounded data (1e-8; the bounds contain every
+    value of the Mroz wage specification), and subsample-and-aggregate is the clipped mean of the blocks' 2SLS."""
+    import math
+
+    import real_specs
+    from _reference import two_sls
+    from _yardsticks import adassp, box_rows, ssp, subsample
+
+    from dpivreg import DPIV2SLS
+
+    spec = real_specs.SPECS[0]
+    model = DPIV2SLS.from_formula(spec.formula, real_specs.load(spec))
+    bounds = spec.all_bounds()
+    reference = two_sls(model)[0][model.design.regressor_names.index("educ")]
+    assert ssp(model, bounds, math.inf, 0)[0] == pytest.approx(reference, rel=1e-8)
+    assert adassp(model, bounds, math.inf, 0)[0] == pytest.approx(reference, rel=1e-8)
+    rows, layout = box_rows(model, bounds)
+    order = np.random.default_rng(3).permutation(len(rows))
+    R = layout["y_half"] / layout["x_half"][0]
+    blocks = []
+    for part in np.array_split(order, math.ceil(math.sqrt(len(rows)))):
+        block = rows[part]
+        M = block.T @ block / len(part)
+        k, q = layout["k"], layout["q"]
+        Szx = np.concatenate([M[:q, :k], M[:q, q:q + 1]], axis=1)
+        first = np.linalg.solve(M[:q, :q], Szx)
+        beta = np.linalg.solve(Szx.T @ first, first.T @ M[:q, q + 1])
+        blocks.append(np.clip(beta[k] * layout["y_half"] / layout["x_half"][0], -R, R))
+    assert subsample(model, bounds, math.inf, 3)[0] == pytest.approx(np.mean(blocks), rel=1e-10)
