@@ -363,7 +363,8 @@ def real_run(job: tuple) -> list[dict]:
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
-                res = model.fit(rho=rho, bounds=bounds, seed=seed, **({"method": "moments"} if route == "moments" else {}))
+                options = {"method": "moments"} if route == "moments" else {}
+                res = model.fit(rho=rho, bounds=bounds, seed=seed, **options)
             assert math.isclose(res.privacy.rho, rho, rel_tol=1e-9), (route, res.privacy.rho)
             estimate, bse = res.params.to_numpy()[endog], res.bse.to_numpy()[endog]
         for j in range(len(endog)):
@@ -493,12 +494,7 @@ def main() -> None:
         print("\nthe default against textbook SSP, per total rho")
         print(real_verdict(table).round(3).to_string())
         print(f"\n{time.perf_counter() - start:.0f} s")
-        if args.out:
-            fits.to_csv(args.out, index=False)
-        if args.tables:
-            write_real_tables(table, Path(args.tables))
-        if args.plot:
-            plot_real(table, Path(args.plot))
+        _write_outputs(args, fits, table, write_real_tables, plot_real)
         return
     if args.bias:
         table = bias_study(args.quick)
@@ -515,12 +511,17 @@ def main() -> None:
     print("\nmedian error, default / moments:")
     print(ratio.round(3).to_string())
     print(f"\n{time.perf_counter() - start:.0f} s")
+    _write_outputs(args, table, table, write_tables, plot)
+
+
+def _write_outputs(args, raw: pd.DataFrame, table: pd.DataFrame, write, draw) -> None:
+    """``--out`` (the raw results), ``--tables`` and ``--plot``, as asked."""
     if args.out:
-        table.to_csv(args.out, index=False)
+        raw.to_csv(args.out, index=False)
     if args.tables:
-        write_tables(table, Path(args.tables))
+        write(table, Path(args.tables))
     if args.plot:
-        plot(table, Path(args.plot))
+        draw(table, Path(args.plot))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,10 @@ class RealSpec:
 
 
 CARD_REGIONS = tuple(f"reg66{j}" for j in range(2, 10))
+# Medicare population aged 65 and over (MEPS 2003): log drug spending in $, $1-$60,000; chronic conditions; log income
+# in $1000s; the SSI/income ratio
+MEPS_BOUNDS = {"ldrugexp": (0.0, 11.0), "totchr": (0.0, 10.0), "age": (65.0, 95.0), "linc": (-3.0, 6.0),
+               "ssiratio": (0.0, 10.0)}
 
 SPECS: tuple[RealSpec, ...] = (
     RealSpec(
@@ -89,16 +93,13 @@ SPECS: tuple[RealSpec, ...] = (
     RealSpec(
         "insurance and drug spending", "meps", "ldrugexp ~ 1 + totchr + age + female + blhisp + linc "
         "+ [hi_empunion ~ ssiratio]",
-        # Medicare population aged 65 and over (MEPS 2003): log drug spending in $, $1-$60,000; log income in $1000s
-        {"ldrugexp": (0.0, 11.0), "totchr": (0.0, 10.0), "age": (65.0, 95.0), "linc": (-3.0, 6.0),
-         "ssiratio": (0.0, 10.0)},
+        MEPS_BOUNDS,
         ("hi_empunion",), "Cameron & Trivedi (2010), Microeconometrics Using Stata, section 6.3",
         indicators=("female", "blhisp", "hi_empunion")),
     RealSpec(
         "insurance, two instruments", "meps", "ldrugexp ~ 1 + totchr + age + female + blhisp + linc "
         "+ [hi_empunion ~ ssiratio + multlc]",
-        {"ldrugexp": (0.0, 11.0), "totchr": (0.0, 10.0), "age": (65.0, 95.0), "linc": (-3.0, 6.0),
-         "ssiratio": (0.0, 10.0)},
+        MEPS_BOUNDS,
         ("hi_empunion",), "Cameron & Trivedi (2010), Microeconometrics Using Stata, section 6.3",
         indicators=("female", "blhisp", "hi_empunion", "multlc")),
     RealSpec(

@@ -69,8 +69,9 @@ from .moments import (NOISE_FLOOR, central_covariance, central_scale_error, mome
 from .preprocess import ReleasedMoments, WorkingScale
 from .privacy import Release, gaussian_zcdp
 
-__all__ = ["PrivateInference", "residual_variance_release", "simulate_fit", "plug_in_worlds", "world_releases", "Worlds", "simulation_kernel", "noise_covariance",
-           "private_inference", "moment_inference", "sampling_release", "MAX_BIAS_SE"]
+__all__ = ["PrivateInference", "residual_variance_release", "simulate_fit", "plug_in_worlds", "world_releases",
+           "Worlds", "simulation_kernel", "noise_covariance", "private_inference", "moment_inference",
+           "sampling_release", "MAX_BIAS_SE"]
 
 #: A simulated bias above this many standard errors (of any coefficient) raises a warning.
 MAX_BIAS_SE = 0.2
