@@ -205,10 +205,14 @@ def _f_noise_interval(moments: ReleasedMoments, G: np.ndarray, noise: np.ndarray
             return n * (restricted - full) / (m * full)
 
     released = float(f_of(G))
+    # the worlds differ only in column j's entries, outside the instruments' block, so what the floor does to each
+    # re-release (it changes only that block) is the same for every t: computed once
+    rereleased = L_plus @ G @ L_plus.T + noise
+    floor_change = moments.floor(rereleased) - rereleased
 
     def quantile(t: float, which: int) -> float:  # which 0: lower, 1: upper end of the released F's law at t
         world = L_plus @ _scaled_first_stage(G, q, n_exog, column, np.array([t]))[0] @ L_plus.T
-        again = L @ moments.floor(world + noise) @ L.T
+        again = L @ (world + noise + floor_change) @ L.T
         with np.errstate(invalid="ignore"):  # worlds with an infinite F (no residual left): inf - inf is NaN
             value = float(np.quantile(f_of(again), [tail, 1.0 - tail][which]))
         return math.inf if math.isnan(value) else value

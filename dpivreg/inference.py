@@ -64,8 +64,8 @@ from .covariance import (resolve_cov_type, robust_covariance, score_edges, score
                          unadjusted_covariance)
 from .engine import DP2SGDPath, IterationPlan, RunTimeForecast, preconditioner_matrix, preconditioner_root
 from .kernels import numba_simulation_steps, resolve_kernel
-from .moments import (NOISE_FLOOR, central_covariance, central_scale_error, moment_noise_covariance,
-                      residual_variance_from_moments, solve_2sls)
+from .moments import (NOISE_FLOOR, central_covariance, central_in_units, central_scale_error,
+                      moment_noise_covariance, residual_variance_from_moments, solve_2sls)
 from .preprocess import ReleasedMoments, WorkingScale
 from .privacy import Release, gaussian_zcdp
 
@@ -324,10 +324,14 @@ def world_releases(moments: ReleasedMoments, worlds: Worlds, noise: np.ndarray, 
     q, p_endog = worlds.g_x.shape[1:]
     b = moments.instrument_block
     released = np.zeros((len(worlds), q + p_endog + 1, q + p_endog + 1))
-    floored = moments.floor(worlds.instruments + noise[:, :b, :b], sigma)
+    raw = worlds.instruments + noise[:, :b, :b]
+    floored = moments.floor(raw, sigma)
     released[:, :q, :q] = moments.working_instruments(floored, q)
     cross = np.concatenate([worlds.g_x, worlds.g_y[..., None]], axis=2)
-    released[:, :q, q:] = cross + moments.working(noise)[:, :q, q:]
+    # what the floor adds to the block also reaches Z̃ᵀ[X̃, Ỹ] through the constant, on which X̃ and Ỹ load
+    L = moments.working_map
+    floor_cross = L[:q, :b] @ (floored - raw) @ L[q:, :b].T
+    released[:, :q, q:] = cross + moments.working(noise)[:, :q, q:] + floor_cross
     return released
 
 
@@ -485,7 +489,8 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
     most ``replications``); without it, ``replications`` paths at once.
 
     Returns the covariance of the simulated β̃⁽ᵀ⁾ (:func:`dpivreg.moments.central_covariance`: scales from their
-    central 95% ranges), their median minus β_T (the simulated bias), the median spectral norm of the simulated
+    central 95% ranges, measured in the original units, :func:`dpivreg.moments.central_in_units`), their median minus
+    β_T (the simulated bias), the median spectral norm of the simulated
     first stage's deviation from its median (the privacy noise left in Θ⁽ᵀ⁾), the median whitening error
     ‖S_r − I‖₂ and the number of paths drawn.
     """
@@ -512,7 +517,7 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
     q = theta_T.shape[0]
     theta_noise = _median_deviation(theta)
     whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
-    cov, shift = central_covariance(beta, beta_T)
+    cov, shift = central_in_units(beta, beta_T, scale.beta_jacobian())
     return cov, shift, theta_noise, whitening, drawn
 
 
@@ -554,10 +559,10 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
         A progress bar over the simulation's T steps (None: automatic, as for ``fit``; True: always;
         False: never). It reads only the clock.
     """
+    _check_resolved(scale)  # before the sampling part spends rho_inf
     sampling = sampling_release(scale, path.theta_final, path.beta_final, cov_type=cov_type, rho=rho, tau=tau,
                                 rng=rng)
     with _simulation_guard(sampling):
-        _check_resolved(scale, sampling)
         v_noise, shift, theta_noise, whitening, drawn = noise_covariance(
             path.plan, path.theta_final, path.beta_final, scale, replications=replications, rng=rng,
             warm_start=start is not None, progress=progress, sampling_cov=sampling.cov)
@@ -580,12 +585,12 @@ def moment_inference(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
     sigma2 = None
     if resolve_cov_type(cov_type) == "unadjusted":
         sigma2 = max(residual_variance_from_moments(moments.solvable(), q, k, beta), 1e-300)
+    _check_resolved(scale)  # before the sampling part spends rho_inf
     sampling = sampling_release(scale, theta, beta, cov_type=cov_type, rho=rho, tau=tau, rng=rng, sigma2=sigma2)
     noise = moments.noise_draws(rng, replications)
     with _simulation_guard(sampling):
-        _check_resolved(scale, sampling)
         v_noise, shift, theta_draws = moment_noise_covariance(moments.floored, noise, moments.solvable, q, k,
-                                                              theta.shape[1])
+                                                              theta.shape[1], scale.beta_jacobian())
         theta_noise = _median_deviation(theta_draws)
         S = moments.working_instruments(moments.plausible_instruments(noise), q)
         whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
@@ -606,17 +611,18 @@ def _simulation_guard(sampling: SamplingPart):
             releases=tuple(sampling.releases)) from exc
 
 
-def _check_resolved(scale: WorkingScale, sampling: SamplingPart) -> None:
-    """Refuse the privacy-noise simulation when the moment release resolves nothing: its noise floor
+def _check_resolved(scale: WorkingScale) -> None:
+    """Refuse the private inference when the moment release resolves nothing: its noise floor
     (:data:`dpivreg.moments.NOISE_FLOOR`·σ) is at or above 1, the largest second moment a column mapped into [−1, 1]
     can have, so every column's variance is below what the release can tell from noise and the plug-in worlds
-    would be the floor itself. Public (σ is)."""
+    would be the floor itself. Public (σ is): decided before anything is released for the inference, which then
+    spends nothing."""
     moments = scale.moments
     if moments is not None and NOISE_FLOOR * moments.sigma >= 1.0:
         raise InferenceOverflowError(
             f"the moment release resolves nothing: its noise floor 2√2·σ = {NOISE_FLOOR * moments.sigma:.3g} is above "
             "1, the largest variance a column mapped into its bounds can have, so no plug-in world can be built from "
-            "it; raise rho0 (or the total rho)", releases=tuple(sampling.releases))
+            "it; raise rho0 (or the total rho). Nothing was spent on the inference")
 
 
 class InferenceOverflowError(OverflowError):

@@ -57,7 +57,7 @@ from .backends import BuiltRows, InMemoryRows, RowSource, is_dask_collection, ma
 from .design import IVDesign, column_checksum
 from .kernels import mapped_columns, numba_available, working_rows
 from .mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_sum
-from .moments import NOISE_FLOOR, floor_at_noise, floor_spectrum
+from .moments import FLOOR, NOISE_FLOOR, floor_at_noise, floor_spectrum
 from .privacy import Release
 from .boundary import DATA_CHECK_NOTE
 from .bounds import resolve_bounds
@@ -135,11 +135,11 @@ class ReleasedMoments:
     def plausible_instruments(self, noise: np.ndarray) -> np.ndarray:
         """Box-scale moments of the constant and the instruments (the leading :attr:`instrument_block`) the data could
         have, given the release: F − E for draws E (…, D, D) of its noise, F the release floored at it (the estimate
-        every solve uses), projected onto the positive semi-definite matrices (a Gram matrix is one). Shape (…, b, b)."""
+        every solve uses), with their eigenvalues raised to 10⁻⁶ of the largest (a Gram matrix is positive
+        semi-definite; the small margin keeps each plug-in world's 2SLS solution unique). Shape (…, b, b)."""
         b = self.instrument_block
         truth = self.floored[:b, :b] - noise[..., :b, :b]
-        eigenvalues, vectors = np.linalg.eigh((truth + np.swapaxes(truth, -1, -2)) / 2.0)
-        return (vectors * np.maximum(eigenvalues, 0.0)[..., None, :]) @ np.swapaxes(vectors, -1, -2)
+        return floor_spectrum(truth, FLOOR)
 
     def working_instruments(self, moments: np.ndarray, q: int) -> np.ndarray:
         """Z̃ᵀZ̃/n (…, q, q) from box-scale moments (…, b, b) of the constant and the instruments (Z̃'s q columns lead

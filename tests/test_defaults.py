@@ -299,7 +299,7 @@ def test_choose_iterations_runs_longer_with_a_weak_first_stage():
     # the rule itself, on the weak design's pilot release: the chosen T is the first within 2% of the best
     scale = working_scale(model.design, bounds, route="private", rho0=0.05, rng=np.random.default_rng(0))
     q, p, k = scale.Z.shape[1], scale.X.shape[1], scale.n_exog
-    start = solve(scale.moments.working(), q, k, p - k)
+    start = solve(scale.moments.solvable(), q, k, p - k)
 
     def make_plan(T):
         return iteration_plan(scale.Z.shape[0], q, p, k, T=T, rho1=0.2, rho2=0.2, eta=0.9, alpha=0.9,
