@@ -444,6 +444,7 @@ def plot_real(table: pd.DataFrame, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     names = list(dict.fromkeys(table.design))
     rhos = sorted(table.total_rho.unique())
@@ -455,13 +456,15 @@ def plot_real(table: pd.DataFrame, path: Path) -> None:
             values = cell[cell.route == route].set_index("design").reindex(names).median_error_se
             ax.scatter(values, np.arange(len(names)) + 0.12 * (offset - 2), label=route, s=22)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(f"total rho = {rho:g}")
         ax.set_xlabel("median |beta - 2SLS| / 2SLS s.e.")
         ax.grid(True, which="both", axis="x", alpha=0.3)
     axes[0].set_yticks(np.arange(len(names)), names)
     axes[0].invert_yaxis()
-    axes[-1].legend(loc="lower right")
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
 
 

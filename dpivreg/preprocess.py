@@ -13,11 +13,12 @@ Three routes (``fit(preprocess=...)``)
     (default) Every column is clipped to its bounds and mapped to [−1, 1] by its midpoint and
     half-range; one Gaussian release of the second moments of these rows (with a leading constant
     when the model has an intercept or a bound is not symmetric about 0) is paid for with ρ0 (the
-    box mechanism of :func:`dpivreg.mechanisms.box_second_moments`, sensitivity D/n). From it, by
-    post-processing only: column means (used to centre when the model has an intercept, which
-    absorbs the shift), column scales, and the instruments' covariance, used to whiten them so that
-    E[z̃z̃ᵀ] ≈ I. The same release, mapped to the working scale, gives the iteration's warm start
-    (:meth:`ReleasedMoments.working`).
+    box mechanism of :func:`dpivreg.mechanisms.box_second_moments`, sensitivity D/n). Its block of the
+    constant and the instruments is floored at the release's noise (:meth:`ReleasedMoments.floor`,
+    :func:`dpivreg.moments.floor_at_noise`), and from the floored release, by post-processing only: column
+    means (used to centre when the model has an intercept, which absorbs the shift), column scales, and the
+    instruments' covariance, used to whiten them so that E[z̃z̃ᵀ] ≈ I. The same floored release, mapped to the
+    working scale, gives the iteration's warm start (:meth:`ReleasedMoments.solvable`).
 ``"data"``
     The same transformations from the exact (non-private) moments: the paper's practice, kept
     for reproduction; it raises a PrivacyLeakWarning.
