@@ -416,7 +416,8 @@ def real_verdict(table: pd.DataFrame) -> pd.DataFrame:
     tail = wide["p90_error_se"]["default"] / wide["p90_error_se"]["ssp"]
     by = ratio.groupby(level="total_rho")
     return pd.DataFrame({"geometric_mean_median_ratio": np.exp(np.log(ratio).groupby(level="total_rho").mean()),
-                         "largest_median_ratio": by.max(), "specs_at_most_ssp": (ratio <= 1).groupby(level="total_rho").sum(),
+                         "largest_median_ratio": by.max(),
+                         "specs_at_most_ssp": (ratio <= 1).groupby(level="total_rho").sum(),
                          "specs": by.size(), "largest_p90_ratio": tail.groupby(level="total_rho").max(),
                          "smallest_cover": wide["cover_2sls"]["default"].groupby(level="total_rho").min(),
                          "largest_se_criterion": wide["se_criterion"]["default"].groupby(level="total_rho").max()})

@@ -55,7 +55,8 @@ SPECS: tuple[RealSpec, ...] = (
     RealSpec(
         "mroz hours", "mroz", "hours ~ 1 + educ + age + kidslt6 + nwifeinc + [lwage ~ exper + expersq]",
         # annual hours at most 52 weeks of 100 hours; non-wife income in $1000s
-        {"hours": (0.0, 5200.0), "educ": SCHOOLING, "age": (30.0, 60.0), "kidslt6": (0.0, 6.0), "nwifeinc": (-10.0, 100.0), "lwage": (-3.0, 4.0), "exper": (0.0, 45.0),
+        {"hours": (0.0, 5200.0), "educ": SCHOOLING, "age": (30.0, 60.0), "kidslt6": (0.0, 6.0),
+         "nwifeinc": (-10.0, 100.0), "lwage": (-3.0, 4.0), "exper": (0.0, 45.0),
          "expersq": (0.0, 2025.0)},
         ("lwage",), "Mroz (1987); Wooldridge, Introductory Econometrics, Example 16.5 (labour supply)",
         rows="inlf == 1"),
@@ -79,7 +80,8 @@ SPECS: tuple[RealSpec, ...] = (
         # women aged 35-54 (GSS 1972-84); children ever born at most 12 (the census' top code)
         {"kids": (0.0, 12.0), "age": (35.0, 54.0), "agesq": (1225.0, 2916.0), "educ": SCHOOLING,
          "meduc": SCHOOLING, "feduc": SCHOOLING},
-        ("educ",), "Sander (1992); the model of Wooldridge, Introductory Econometrics, Example 13.1, with parents' schooling as instruments",
+        ("educ",), "Sander (1992); the model of Wooldridge, Introductory Econometrics, Example 13.1, with parents' "
+        "schooling as instruments",
         indicators=("black", "east", "northcen", "west", "farm", "othrural", "town", "smcity", "y74", "y76", "y78",
                     "y80", "y82", "y84")),
     RealSpec(
@@ -108,7 +110,8 @@ SPECS: tuple[RealSpec, ...] = (
         # men aged 28-38 in 1980: experience and tenure at most 25 years; monthly earnings $50-$8,000
         {"lwage": (3.9, 9.0), "exper": (0.0, 25.0), "tenure": (0.0, 25.0), "educ": SCHOOLING,
          "feduc": SCHOOLING, "meduc": SCHOOLING},
-        ("educ",), "Blackburn & Neumark (1992); Wooldridge, Introductory Econometrics, chapter 15 (wage2), parents' schooling as instruments",
+        ("educ",), "Blackburn & Neumark (1992); Wooldridge, Introductory Econometrics, chapter 15 (wage2), parents' "
+        "schooling as instruments",
         indicators=("married", "south", "urban", "black")),
 )
 

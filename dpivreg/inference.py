@@ -317,7 +317,8 @@ def plug_in_worlds(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *, 
     return dataclasses.replace(worlds, released=world_releases(moments, worlds, noise))
 
 
-def world_releases(moments: ReleasedMoments, worlds: Worlds, noise: np.ndarray, sigma: float | None = None) -> np.ndarray:
+def world_releases(moments: ReleasedMoments, worlds: Worlds, noise: np.ndarray,
+                   sigma: float | None = None) -> np.ndarray:
     """The worlds' moment releases as 2SLS reads them, on the working scale (R, q + p_endog + 1, same; the rows of Z̃):
     their true moments plus ``noise`` (R, D, D, box scale) of standard deviation ``sigma`` (default the release's),
     the instruments' block floored at it (:meth:`~dpivreg.preprocess.ReleasedMoments.floor`)."""

@@ -224,7 +224,8 @@ def moment_noise_covariance(truth: np.ndarray, noise: np.ndarray, solvable, q: i
     return cov, shift, theta
 
 
-def central_in_units(draws: np.ndarray, centre: np.ndarray, jacobian: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def central_in_units(draws: np.ndarray, centre: np.ndarray,
+                     jacobian: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`central_covariance` of working-scale draws (R, p) measured in the units that ``jacobian`` J maps them to
     (the reported ones), returned on the working scale: J⁻¹ C J⁻ᵀ and J⁻¹ shift. Quantile ranges do not carry over
     through a J that mixes coefficients (the intercept and the whitened exogenous ones), so they are taken where the

@@ -873,8 +873,9 @@ def affine_maps(design: IVDesign, *, constant: str | None, constant_value: float
     else:
         M, _, sigma, _ = moments
         n_z = n_free_instruments(design, constant)
-        means, unit_scales, z_corr = _moment_summary(floor_at_noise(M, sigma, 1 + n_z), has_constant=constant is not None,
-                                                     offsets=offsets, n_instruments=n_z, sigma=sigma)
+        means, unit_scales, z_corr = _moment_summary(floor_at_noise(M, sigma, 1 + n_z),
+                                                     has_constant=constant is not None, offsets=offsets,
+                                                     n_instruments=n_z, sigma=sigma)
     index = {c: i for i, c in enumerate(free)}
 
     def center(c: str) -> float:  # original units; 0 (no centring) without a constant

@@ -210,7 +210,8 @@ def test_collinear_real_design_is_accurate_and_its_standard_errors_are_not_absur
     formula = f"lwage ~ 1 + {controls} + [educ ~ nearc4]"
     data = card.load()
     reference = IV2SLS.from_formula(formula, data).fit(cov_type="robust")
-    bounds = {c: (0.0, 1.0) for c in ["black", "smsa", "south", "smsa66", "nearc4"] + [f"reg66{j}" for j in range(2, 10)]}
+    indicators = ["black", "smsa", "south", "smsa66", "nearc4"] + [f"reg66{j}" for j in range(2, 10)]
+    bounds = {c: (0.0, 1.0) for c in indicators}
     bounds.update(lwage=(4.0, 8.5), exper=(0.0, 28.0), expersq=(0.0, 784.0), educ=(0.0, 20.0))
     model = DPIV2SLS.from_formula(formula, data)
     for seed in range(6):
