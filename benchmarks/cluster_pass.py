@@ -1,11 +1,11 @@
 """One pass of DP-2S-GD over Dask arrays: a 2-worker ``distributed.LocalCluster`` against the threaded scheduler.
 
 The data (Z n×q, X n×p, Y n; p = q = 5) is generated and persisted on the scheduler under test, in blocks of
-``--block-rows`` rows, and one pass is timed: :meth:`dpivreg.backends.DaskRows.clipped_sums`, the clipped
+``--block-rows`` rows, and one pass is timed: :meth:`dpivreg.compute.backends.DaskRows.clipped_sums`, the clipped
 gradient sums of one iteration (binding clipping, a new public matrix each pass, as in a fit). For each
 scheduler this prints the best and the median of ``--repeats`` passes; the ratio cluster ÷ threads of each;
 and, for the cluster, the same pass with one task per block (the graph every unpersisted array takes)
-beside the per-worker tasks that persisted arrays take (:class:`dpivreg.backends.DaskRows`).
+beside the per-worker tasks that persisted arrays take (:class:`dpivreg.compute.backends.DaskRows`).
 
 Target (issue 15, item 5): a pass on a 2-worker LocalCluster at most 1.3× the threaded scheduler's.
 
@@ -56,7 +56,7 @@ def blocks_per_worker(array, placed) -> str:
 
 def time_passes(rows, repeats: int) -> tuple[float, float]:
     """(best, median) seconds of a pass; the public matrix changes between passes, as in a fit."""
-    from dpivreg.kernels import pass_matrix
+    from dpivreg.compute.kernels import pass_matrix
 
     q, p = rows.q, rows.p_endog
     M, _ = pass_matrix(np.full((q, p), 0.1), np.ones(p), np.eye(p), 0)
@@ -74,7 +74,7 @@ def measure(n: int, block_rows: int, repeats: int) -> list[dict]:
     import dask
     from distributed import Client, LocalCluster
 
-    from dpivreg.backends import DaskRows
+    from dpivreg.compute.backends import DaskRows
 
     rows_out = []
     with dask.config.set(scheduler="threads"):

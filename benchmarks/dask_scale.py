@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from bandwidth import copy_bandwidth  # benchmarks/bandwidth.py, beside this script
 
 SEED = 20261129

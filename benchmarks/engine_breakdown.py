@@ -3,7 +3,7 @@
 Issue 15, item 6 asks for an iteration at p = q = 50 within 1.5 times the arithmetic floor: its multiply-adds per
 row (``engine_speed.multiply_adds_per_row``, 7,750 at p = q = 50) at the rate of a large dgemm. This script times,
 on one thread (BLAS held to one thread, as each of the engine's threads runs it), over n rows in the blocks the
-kernel uses (``dpivreg.kernels``: sub-blocks of ``2**19 // (q + 2p + 1)`` rows):
+kernel uses (``dpivreg.compute.kernels``: sub-blocks of ``2**19 // (q + 2p + 1)`` rows):
 
 * ``iteration``   ``kernels.block_sums(..., "numpy")``: one iteration's pass, everything included;
 * ``U = Z M``     the first product, Z's rows times M = [Θ | Θ̄R | Θ̄β] (q·(2p+1) multiply-adds a row);
@@ -29,10 +29,9 @@ import argparse
 import time
 
 import numpy as np
-from threadpoolctl import threadpool_limits
-
 from bandwidth import dgemm_rate  # benchmarks/bandwidth.py, beside this script
 from engine_speed import multiply_adds_per_row
+from threadpoolctl import threadpool_limits
 
 
 def numba_first_product():
@@ -80,7 +79,7 @@ def main(argv=None) -> None:
     parser.add_argument("--pq", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    from dpivreg import kernels
+    from dpivreg.compute import kernels
 
     n, p = int(args.n), args.pq
     q = p

@@ -31,7 +31,7 @@ For each cell (n, p = q) of the grid n ∈ {10⁴, 10⁵, 10⁶, 10⁷} × p = q
                   and JIT compilation do not count); ``data MB`` = (p+q+1)·8·n bytes; ``peak/data``
                   their ratio (the target is O(1): memory O(n(p+q)));
 * ``RSS MB``      the cell process's peak resident memory overall (imports, data, engine and IV2SLS);
-* ``kernel``      the implementation ``dp_2s_gd`` used (``dpivreg.kernels.resolve_kernel``; "auto" picks
+* ``kernel``      the implementation ``dp_2s_gd`` used (``dpivreg.compute.kernels.resolve_kernel``; "auto" picks
                   by the per-row work).
 
 The CSV has the same columns plus IV2SLS's own peak memory above the data, the thread count and notes.
@@ -77,7 +77,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-
 from bandwidth import copy_bandwidth, dgemm_rate, read_bandwidth  # benchmarks/bandwidth.py, beside this script
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,7 +126,7 @@ def data_bytes(n: int, p: int, q: int) -> int:
 def multiply_adds_per_row(p: int, q: int) -> int:
     """Multiply-adds one iteration makes per row with p endogenous regressors, no exogenous ones, q instruments:
     uᵢ = Mᵀzᵢ with M of width 2p + 1 ([Θ | Θ̄R | Θ̄β]), the first stage's zᵢrᵢᵀ, the second stage's x̃ᵢeᵢ, and the
-    squared norms of zᵢ, rᵢ and x̃ᵢ (:mod:`dpivreg.kernels`)."""
+    squared norms of zᵢ, rᵢ and x̃ᵢ (:mod:`dpivreg.compute.kernels`)."""
     return q * (2 * p + 1) + q * p + p + q + 2 * p
 
 
@@ -237,7 +236,7 @@ def resolved_kernel(kernel: str, p: int, q: int) -> str:
     """The implementation dp_2s_gd picks for ``kernel`` ("auto" depends on the per-row work), or "-"
     for an engine without kernels."""
     try:
-        from dpivreg.kernels import resolve_kernel
+        from dpivreg.compute.kernels import resolve_kernel
 
         return resolve_kernel(kernel, q, 2 * p + 1)  # width of the pass matrix [Θ | Θ̄R | Θ̄β], no exog
     except (ImportError, AttributeError, TypeError, ValueError):
@@ -256,7 +255,7 @@ def best_of(measure: Callable[[int], float], budget_s: float, max_repeats: int) 
 def warm_up(p: int, q: int, options: dict, with_iv2sls: bool, order: str = "C") -> None:
     """Import everything and compile or load numba's kernels, before the measured part: on 2,000 rows (the tiled
     loop) and on enough rows that each of two threads takes a block of 2^15 rows, where small shapes use their
-    generated kernel (dpivreg.kernels)."""
+    generated kernel (dpivreg.compute.kernels)."""
     from dpivreg.model import theorem_clip
 
     for rows in (2000, WARM_UP_ROWS):

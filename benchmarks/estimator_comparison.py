@@ -5,7 +5,7 @@ Every route spends the same TOTAL zCDP ρ (checked on ``res.privacy.rho`` for ev
 * ``default``    dpivreg's default (``fit(rho=ρ)``, ``method="auto"``): DP-2S-GD from a warm start on the private
                  moments, with private adaptive clipping by groups, a staggered schedule, step sizes and T from
                  the whitening error — or noisy moments when its pilot releases predict those to be more
-                 accurate (:mod:`dpivreg.selection`);
+                 accurate (:mod:`dpivreg.estimation.selection`);
 * ``dp2sgd``     the same DP-2S-GD without the choice (``method="preconditioned"``): the algorithm itself;
 * ``moments``    noisy-moment 2SLS, the whole budget on one release (``fit(rho=ρ, method="moments")``),
                  the estimator a user could write in 20 lines, with the tight box sensitivity;
@@ -62,13 +62,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import real_specs
+from _reference import two_sls  # the benchmarks' non-private 2SLS
+from _yardsticks import YARDSTICKS  # private IV estimators written without dpivreg
 
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
 from dpivreg.datasets import LABSUP_BOUNDS, load_labsup, simulate_iv
-
-from _reference import two_sls  # the benchmarks' non-private 2SLS
-from _yardsticks import YARDSTICKS  # private IV estimators written without dpivreg
-import real_specs
 
 ROUTES = ("default", "dp2sgd", "moments", "previous", "rms", "paper")
 RHOS = (0.5, 2.0, 10.0)

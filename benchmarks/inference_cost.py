@@ -4,7 +4,7 @@ For each T (the default rule's, and fixed T), on the workflow benchmark's data (
 formula ``y ~ 1 + w + [x ~ z]``, its public bounds), this prints the wall time of
 ``model.fit(rho1=1, rho2=1, bounds=..., seed=1, T=T)`` with and without inference (best of ``--repeats``), their
 ratio and the number of noise-simulation paths the inference drew (its
-stopping rule, :data:`dpivreg.inference.MIN_REPLICATIONS` first, at most 2000).
+stopping rule, :data:`dpivreg.inference.private.MIN_REPLICATIONS` first, at most 2000).
 
 Target (issue 15, item 4): ratio ≤ 1.5 at n = 10⁵ for T ≤ 1,000.
 

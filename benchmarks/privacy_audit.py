@@ -6,11 +6,11 @@ n = 50, q = 3, p = 2, T = 10, ρ1 = 1.5, ρ2 = 1 for "exact"; the paper's calibr
 ρ1 = 3, ρ2 = 2), for ``method="gd"`` and ``method="preconditioned"`` (the auditor rebuilds
 P_t^(−1/2) from the released Θ⁽ᵗ⁾), and deliberately broken engines.
 
-Second moments (``dpivreg.mechanisms.box_second_moments``, the pipeline's release, and
+Second moments (``dpivreg.privacy.mechanisms.box_second_moments``, the pipeline's release, and
 ``ball_second_moments``, "Analyze Gauss"): the audit of ``tests/test_moments_audit.py`` (neighbours
 differing in one worst-case row, LLR on the released upper triangle), correct and broken variants.
 
-Clipping thresholds (``dpivreg.clipping.adaptive_clip``): the audit of ``tests/test_clipping_audit.py`` (LLR
+Clipping thresholds (``dpivreg.estimation.clipping.adaptive_clip``): the audit of ``tests/test_clipping_audit.py`` (LLR
 on the released histogram counts; and a distinguisher on the released thresholds). Grouped, scheduled
 iteration: the audit of ``tests/test_grouped_audit.py`` (per-group LLR on every active step; a Gaussian model
 fitted on half the runs; the exogenous group alone).
@@ -74,7 +74,7 @@ def one(case, seed: int, runs: int) -> audit.Audit:
     if case["bug"] is None:
         return audit.run_audit(case["calibration"], **kwargs)
     # same injection as the test, including switching off the engine's budget self-check
-    with mock.patch.multiple("dpivreg.engine", **audit.BROKEN[case["bug"]].patches(),
+    with mock.patch.multiple("dpivreg.estimation.engine", **audit.BROKEN[case["bug"]].patches(),
                              _check_spent=lambda *args, **kw: None):
         return audit.run_audit(case["calibration"], **kwargs)
 
@@ -149,7 +149,7 @@ def grouped_table(runs: int) -> None:
                                              "exog": a["mu_lb_exog1"]}, start)
     for bug, (patch, exogenous_canary) in grouped.BROKEN.items():
         start = time.perf_counter()
-        with mock.patch.multiple("dpivreg.engine", _check_spent=lambda *a, **k: None, **patch):
+        with mock.patch.multiple("dpivreg.estimation.engine", _check_spent=lambda *a, **k: None, **patch):
             a = grouped.run_audit("preconditioned", seed=303, runs=runs, exogenous_canary=exogenous_canary)
         _row(bug, claimed, {"LLR": a["mu_lb"], "fitted": a["mu_lb_fitted"], "exog": a["mu_lb_exog1"]}, start)
 

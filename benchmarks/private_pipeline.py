@@ -34,11 +34,10 @@ import warnings
 
 import numpy as np
 import pandas as pd
+from _reference import two_sls  # the benchmarks' non-private 2SLS
 
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
 from dpivreg.datasets import LABSUP_BOUNDS, load_labsup, simulate_iv
-
-from _reference import two_sls  # the benchmarks' non-private 2SLS
 
 ROUTES = {
     "paper": dict(preprocess="data", method="gd"),

@@ -9,7 +9,7 @@ For each cell (n, formula), in a fresh subprocess, this prints
 * ``summary s`` ``str(res.summary())``, including the NON-PRIVATE 2SLS benchmark columns;
 * ``total s``   their sum; ``IV2SLS s`` the wall time of ``IV2SLS.from_formula(formula, df).fit()`` on
                 the same frame in the same process; ``ratio`` = total s ÷ IV2SLS s;
-* ``passes``    passes over the rows of design / fit / summary (:func:`dpivreg.backends.count_passes`)
+* ``passes``    passes over the rows of design / fit / summary (:func:`dpivreg.compute.backends.count_passes`)
                 and T, the fit's number of iterations;
 * ``peak/data`` the largest memory held by new allocations during the workflow (tracemalloc, which
                 traces numpy's buffers) over the data frame's size, for dpivreg and for IV2SLS (in a
@@ -80,7 +80,7 @@ def _bounds_for(model) -> dict:
 def workflow(formula: str, frame) -> dict:
     """One formula → fit → summary run: its times and pass counts."""
     from dpivreg import DPIV2SLS
-    from dpivreg.backends import count_passes
+    from dpivreg.compute.backends import count_passes
 
     t0 = time.perf_counter()
     with count_passes() as design_passes:

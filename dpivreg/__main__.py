@@ -6,15 +6,15 @@ import argparse
 import sys
 import warnings
 
-from .model import FIT_METHODS
+from dpivreg.datasets import LABSUP_BOUNDS, LABSUP_CITATION, load_labsup
+from dpivreg.fit_options import FIT_METHODS
+from dpivreg.model import DPIV2SLS
 
 DEMO_FORMULA = "weeks ~ 1 + [kids ~ samesex]"
 
 
 def run_demo(*, rho1: float, rho2: float, T: int | None, seed: int, method: str = "auto") -> str:
     """Fit the README's example on the labour-supply data and return the summary text."""
-    from .datasets import LABSUP_BOUNDS, LABSUP_CITATION, load_labsup
-    from .model import DPIV2SLS
 
     df = load_labsup()
     bounds = {k: LABSUP_BOUNDS[k] for k in ("weeks", "kids", "samesex")}

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from .validation import check_count
+from dpivreg._validation import check_count
 
 __all__ = ["load_labsup", "simulate_iv", "SimulatedIV", "simulate_panel", "SimulatedPanel", "LABSUP_DESCRIPTION",
            "LABSUP_CITATION", "LABSUP_BOUNDS"]
@@ -27,6 +27,7 @@ LABSUP_DESCRIPTION = (
     "children are of the same sex: the instrument for kids), morekids, multi2nd (twins at second birth), "
     "boys2, girls2, age, agefstm, black, hispan, educ, worked, hours, labinc, faminc, nonmomi."
 )
+from dpivreg.estimation.engine import make_rng
 
 #: Public bounds for the labsup columns used in the demo and the examples, from the survey's
 #: definitions (weeks in a year, the census' top code for children, indicators), not from the data.
@@ -109,7 +110,7 @@ def simulate_iv(n: int, p: int, q: int, r: int | None = None, *, seed) -> Simula
         Confounder dimension (default p, as in the paper's p = q = r).
     seed : None, int >= 0, SeedSequence or Generator
         Randomness for the parameters and the data (validated by
-        :func:`dpivreg.engine.make_rng`: TypeError for other types, ValueError for a
+        :func:`dpivreg.estimation.engine.make_rng`: TypeError for other types, ValueError for a
         negative int).
 
     Raises
@@ -120,7 +121,6 @@ def simulate_iv(n: int, p: int, q: int, r: int | None = None, *, seed) -> Simula
     ValueError
         ``n``, ``p``, ``q`` or ``r`` is below 1, ``q < p``, or ``seed`` is negative.
     """
-    from .engine import make_rng  # here, not at the top: engine may import this module
 
     n, p, q = check_count(n, "n"), check_count(p, "p"), check_count(q, "q")
     if q < p:
@@ -200,7 +200,6 @@ def simulate_panel(n_units: int, *, rows=(1, 10), seed, within: float = 0.5,
     heterogeneity : float
         How much the effect of x varies with the unit's size (0: the same for every unit).
     """
-    from .engine import make_rng  # here, not at the top: engine may import this module
 
     n_units = check_count(n_units, "n_units")
     if not 0.0 <= within <= 1.0:

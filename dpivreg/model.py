@@ -11,33 +11,52 @@ from typing import Mapping
 import numpy as np
 from formulaic.utils.context import capture_context
 
-from ._dask import is_dask_collection
-from .boundary import design_leaks
-from .clipping import adaptive_clip, resolve_public_clip, standardized_clip, theorem_clip
-from .covariance import ReleasedMeat, first_stage_meat_release, resolve_cov_type
-from .design import IVDesign, design_from_arrays, design_from_formula
-from .backends import on_passes
-from .engine import (ConvergenceWarning, DP2SGDPath, DivergenceError, ProgressBar, TConditionWarning, check_progress,
-                     iteration_plan, make_rng, preconditioner_root, run_on_rows)
-from .inference import InferenceOverflowError, private_inference
-from .moments import solve_2sls
-from .preprocess import PREPROCESS_ROUTES, WorkingScale, repeat_moment_release, working_scale
-from .privacy import CALIBRATIONS, PrivacyBudget, PrivacyLeakWarning, Release
-from .units import DEFAULT_MAX_ROWS, PrivacyUnits, resolve_units
-from .results import DPIVResults, FitSettings
-from .selection import MAX_KAPPA, choose_estimator, choose_iterations
-from .theory import delta_tau, t_condition
-from .validation import MAX_RHO, check_delta, check_flag, check_positive, check_rho, check_T, check_tau
-from . import tuning
+from dpivreg._validation import check_positive, check_T
+from dpivreg.compute.backends import on_passes
+from dpivreg.data.arrays import design_from_arrays
+from dpivreg.data.boundary import design_leaks
+from dpivreg.data.dask_design import (
+    dask_design_from_arrays,
+    dask_design_from_formula,
+    dask_r_factor,
+    is_dask_collection,
+)
+from dpivreg.data.dask_units import dask_units
+from dpivreg.data.design import IVDesign, design_from_formula
+from dpivreg.data.unit_ids import resolve_units
+from dpivreg.errors import (
+    ConvergenceWarning,
+    DivergenceError,
+    InferenceOverflowError,
+    PrivacyLeakWarning,
+    TConditionWarning,
+)
+from dpivreg.estimation import tuning
+from dpivreg.estimation.clipping import adaptive_clip, resolve_public_clip, standardized_clip, theorem_clip
+from dpivreg.estimation.engine import DP2SGDPath, iteration_plan, make_rng, preconditioner_root, run_on_rows
+from dpivreg.estimation.moments import solve_2sls
+from dpivreg.estimation.selection import MAX_KAPPA, choose_estimator, choose_iterations
+from dpivreg.estimation.theory import delta_tau, t_condition
+from dpivreg.estimation.working_scale import WorkingScale, repeat_moment_release, working_scale
+from dpivreg.fit_options import (
+    DEFAULT_SHARES,
+    FIT_METHODS,
+    INITS,
+    FitOptions,
+    _resolve_schedule,
+    default_shares,
+    fit_docstring,
+    resolve_fit_options,
+)
+from dpivreg.inference.covariance import ReleasedMeat, first_stage_meat_release
+from dpivreg.inference.private import moment_inference, private_inference
+from dpivreg.privacy.accounting import PrivacyBudget, Release
+from dpivreg.privacy.units import PrivacyUnits, check_max_rows
+from dpivreg.progress import ProgressBar
+from dpivreg.reporting.results import DPIVResults, FitSettings
 
+# FIT_METHODS, INITS, DEFAULT_SHARES and default_shares live in dpivreg.fit_options; named here as in 0.1.
 __all__ = ["DPIV2SLS", "theorem_clip", "standardized_clip", "FIT_METHODS", "INITS", "DEFAULT_SHARES", "default_shares"]
-
-#: Estimators of :meth:`DPIV2SLS.fit`: the default's choice, the DP-2S-GD iterations, and noisy-moment 2SLS.
-FIT_METHODS = ("auto", "preconditioned", "gd", "moments")
-#: Starting points of the iteration.
-INITS = ("moments", "zero")
-#: Default budgets of the releases besides the two stages, as shares of rho1 + rho2.
-DEFAULT_SHARES = {"rho0": 0.2, "rho_clip": 0.05, "rho_inf": 0.05}
 
 
 def _paper_step_sizes_from_data(scale: WorkingScale) -> tuple[float, float]:
@@ -56,7 +75,6 @@ def _paper_step_sizes_from_data(scale: WorkingScale) -> tuple[float, float]:
     if is_dask_collection(Z):
         import dask.array as da  # noqa: PLC0415
 
-        from ._dask import dask_r_factor  # noqa: PLC0415
 
         R = dask_r_factor(da.concatenate([Z, X_endog], axis=1).rechunk({1: -1}))
     else:
@@ -104,7 +122,7 @@ class DPIV2SLS:
         Under ``"drop"``, a frame without missing values announces nothing: it is read as coming from a
         schema without missing values, a fact the data holder asserts by using it. Rows that the formula
         itself makes missing (``np.log`` of 0) are a leak under every policy.
-        See :mod:`dpivreg.boundary` and the docs' "What may be published".
+        See :mod:`dpivreg.data.boundary` and the docs' "What may be published".
     fill_values : float or dict, optional
         ``missing="fill"``: one number for every column, or ``{column: value}`` (keys: the design's
         column names for arrays, the data's columns for formulas).
@@ -134,7 +152,6 @@ class DPIV2SLS:
         options = {"constant": constant, "missing": missing, "fill_values": fill_values, "indicators": indicators}
         self._data = None
         if any(is_dask_collection(value) for value in (dependent, exog, endog, instruments)):
-            from ._dask import dask_design_from_arrays  # noqa: PLC0415 - dask is optional
 
             self._design = dask_design_from_arrays(dependent, exog, endog, instruments, **options)
         else:
@@ -184,7 +201,6 @@ class DPIV2SLS:
         options = {"context": context, "formula_engine": formula_engine, "missing": missing,
                    "fill_values": fill_values, "indicators": indicators}
         if is_dask_collection(data):
-            from ._dask import dask_design_from_formula  # noqa: PLC0415 - dask is optional
 
             return cls._from_design(dask_design_from_formula(formula, data, **options), data)
         return cls._from_design(design_from_formula(formula, data, **options), data)
@@ -229,6 +245,7 @@ class DPIV2SLS:
         )
 
     # ------------------------------------------------------------------ fit
+    @fit_docstring
     def fit(
         self,
         *,
@@ -260,218 +277,33 @@ class DPIV2SLS:
         max_rows_per_unit: int | None = None,
         clusters=None,
     ) -> DPIVResults:
-        """Fit privately and return the estimate, its private inference and the NON-PRIVATE 2SLS benchmark.
-
-        The default is DP-2S-GD from a private warm start (see the docs' method page): one release of the
-        bounded columns' second moments (``rho0``) gives the working scale and the starting point (2SLS on
-        the released moments); one release of gradient-norm histograms (``rho_clip``) gives the clipping
-        thresholds; then ``T`` noisy steps of the two stages (``rho1``, ``rho2``) on a staggered schedule,
-        with step sizes, T and the schedule chosen from the release's public noise level; then one release
-        for the standard errors (``rho_inf``). ``init="zero"`` (and ``method="gd"``) run the paper's
-        Algorithm as written.
-
-        Parameters
-        ----------
-        rho1, rho2 : float
-            zCDP budgets of the first stage (Θ path) and the second stage (β path), > 0.
-            ``numpy.inf`` means no noise in that stage: the fit is then NOT private. Give both, or
-            ``rho`` instead.
-        T : int, optional
-            Number of iterations. Default, from the warm start with the adaptive clipping and finite
-            budgets: the shortest of the candidates 3, 4, 6, 8 and 12 whose simulated privacy-noise error of
-            the endogenous coefficients is within about 2% of the best candidate's
-            (:func:`dpivreg.selection.choose_iterations`, post-processing of the releases); otherwise from
-            the warm start (a public clipping rule, an infinite budget, a whitening error κ̂ ≥ 0.5)
-            T = 1 + ⌈log 0.02 / log c⌉ in [3, 12], c the per-step contraction implied by κ̂
-            (:mod:`dpivreg.tuning`); 20 (the paper's experiments) from a zero start.
-            A fit whose iteration or inference simulation will run for more than a minute (projected from
-            its first steps) says so with a :class:`~dpivreg.LongRunWarning` naming the expected time.
-            A fit that runs the paper's Algorithm (``init="zero"`` or ``method="gd"``) with a T beyond the T
-            condition of its Theorem 1, T ≲ ρ1·n²/(p(√q+√τ)⁶) (constants 1, ρ1 as spent; the summary's bound
-            block), warns with a :class:`~dpivreg.TConditionWarning`: the Theorem's bound does not cover it.
-            The warm-started default is not checked against it: the Theorem is not its guarantee (its T is
-            chosen by simulating its own noise, and the private inference flags a first stage swamped by noise).
-            The condition reads only public inputs, so the warning costs no privacy.
-        rho : float, optional
-            The total zCDP budget instead of ``rho1``, ``rho2``: split as rho1 = rho2 and the default shares
-            below of the releases that the fit makes (e.g. rho1 = rho2 = rho/2.6 on the default path).
-            ``method="moments"`` spends all of it on its one release.
-        rho0 : float, optional
-            Budget of the moment release (``preprocess="private"``). Default ``0.2·(rho1 + rho2)``, times
-            ``max_rows_per_unit`` (at most 10) with a privacy unit (the release's sensitivity is that many times
-            the row level's; :func:`default_shares`).
-        rho_clip : float, optional
-            Budget of the clipping release (``clip="adaptive"``). Default ``0.05·(rho1 + rho2)``.
-        rho_inf : float, optional
-            Budget of the inference release: the residual variance (``cov_type="unadjusted"``) or the robust
-            meat (``"robust"``). Default ``0.05·(rho1 + rho2)``.
-        rho_diag : float, optional
-            Budget of the first stage's robust meat (``cov_type="robust"`` only): when given, the fit also
-            releases (1/n)Σᵢ(v̂ᵢ ⊗ z̃ᵢ)(v̂ᵢ ⊗ z̃ᵢ)ᵀ at the released first stage, and
-            ``first_stage_diagnostics`` reports the heteroskedasticity-robust first-stage Wald statistic
-            (linearmodels' for ``cov_type="robust"``) instead of the homoskedastic F. Default: no release, no
-            budget. With ``rho`` it is part of the total (the rest is split as usual).
-        delta : float, default 1e-5
-            δ at which ε is reported (the budget is zCDP; δ only affects the conversion).
-        preprocess : {"private", "bounds", "data"}
-            ``"private"`` (default): bounds, then private centring (with an intercept), scaling
-            and whitening paid for with rho0. ``"bounds"``: scale by the bounds only, no
-            budget. ``"data"``: the paper's practice, the same transformations from the exact
-            data moments (a ``PrivacyLeakWarning``); for reproduction. See
-            :mod:`dpivreg.preprocess`.
-        method : {"auto", "preconditioned", "gd", "moments"}
-            ``"auto"`` (default): DP-2S-GD with ``method="preconditioned"``, unless the releases it makes
-            first (the moments and the clipping thresholds) predict that noisy moments would be more accurate
-            for the endogenous coefficients; then the rest of the budget buys a second release of the
-            moments instead of the iteration, and the estimate is noisy-moment 2SLS on both releases
-            (:mod:`dpivreg.selection`; no privacy cost, the same total budget either way, the summary says
-            which ran). The choice is only made on the default path (private preprocessing, the warm start,
-            the adaptive clip and no explicit T, eta, alpha or schedule); otherwise "auto" is
-            "preconditioned". ``"preconditioned"``: the second stage steps along P_t⁻¹·gradient with
-            P_t built from the released Θ⁽ᵗ⁾, per-sample gradients clipped in the P_t-whitened
-            coordinates (see :func:`dpivreg.dp_2s_gd`); post-processing of released values, so
-            the privacy proof is unchanged. ``"gd"``: the paper's plain iteration (with a zero start, the
-            Theorem's clip and the data's step sizes unless given). ``"moments"``: noisy-moment 2SLS, the
-            whole budget on one release of the second moments (the yardstick a user could write
-            themselves; :mod:`dpivreg.moments`); it spends what the default fit would spend with the same
-            arguments (rho0 + rho1 + rho2 + rho_clip + rho_inf, or ``rho``).
-        init : {"moments", "zero"}, optional
-            Starting point: ``"moments"`` (default with ``preprocess`` "private" or "data" and
-            ``method="preconditioned"``), 2SLS on the released moments (post-processing, free);
-            ``"zero"``: Θ⁽⁰⁾ = 0, β⁽⁰⁾ = 0, the paper's Algorithm.
-        schedule : {"staggered", "uniform"}, optional
-            How each stage's budget is spread over the steps. ``"staggered"`` (default with the warm start):
-            the first stage at steps 0 … T−2, the second at 1 … T−1, shares growing towards the end
-            (:func:`dpivreg.tuning.staggered_schedule`). ``"uniform"``: 1/T at every step (the Algorithm).
-        eta, alpha : float, optional
-            Step sizes on the working scale. Defaults: from the warm start η = α = 1/(1 + κ̂), κ̂ the 90th
-            percentile of the whitening error simulated from the moment release's public noise (1 when the
-            moments are exact); from a zero start with ``method="preconditioned"`` η = α = min(1, 6/T)
-            (1 when both stages are noiseless); with ``method="gd"`` the paper's experimental rule
-            η = 1/(1+δ(τ))², α = 2/(2γ̄(τ)+γ̲(τ)) with δ, γ̄, γ̲ read from the data's eigenvalues (a
-            ``PrivacyLeakWarning``).
-        clip : None, "adaptive", "theorem", "rms", float, (float, float), {"c0": float} or False
-            Clipping thresholds on the working scale. ``None``: ``"adaptive"`` with the warm start, else
-            ``"theorem"``. ``"adaptive"``: chosen privately from one release of gradient-norm histograms
-            at the start (budget ``rho_clip``), each clipping group's threshold the private quantile that
-            leaves at most K = min(½√n, 50) rows above it (K·√(d/ρ) for a group of d coordinates and a stage budget ρ above d); with exogenous
-            regressors the exogenous rows and coordinates are clipped as a group of their own (:mod:`dpivreg.clipping`). ``"theorem"``: the Theorem's
-            γ1 = γ2 = c0(√q + √(τ + log(nT)))², c0 = 1 (``{"c0": c}`` for another c0), which under the
-            paper's assumptions clips no row; ``"rms"``: γ1 = 3·sqrt(q·p_endog), γ2 = 3·sqrt(p). A
-            number: both stages; a pair: (γ1, γ2). ``False``: no clipping, only with rho1 = rho2 = inf
-            (a non-private run).
-        exog_share : float, default 0.2
-            With group clipping, the share of each stage's per-step budget spent on the exogenous
-            group; the instruments' rows and the endogenous coordinates get the rest, because the
-            endogenous coefficients (the causal effects) are what IV is for. Raise it when the
-            controls' coefficients matter as much.
-        calibration : {"exact", "paper"}
-            Noise calibration (see :func:`dpivreg.dp_2s_gd`); the accountant always reports
-            the budget actually spent.
-        bounds : dict, optional
-            Public ``{column: (lower, upper)}`` bounds by design column name. Data outside is
-            clipped to them. Columns without bounds (other than a constant) get bounds from
-            the data: a ``PrivacyLeakWarning`` naming them.
-        seed : None, int, SeedSequence or Generator
-            Source of all privacy noise (``None``: fresh OS entropy).
-        tau : float, default 5
-            Confidence parameter τ of the Theorem (its clipping rule, the error bound).
-        inference : bool, default True
-            Compute private standard errors, p-values and confidence intervals (see
-            :mod:`dpivreg.inference`). DP-2S-GD makes one more release for them, the residual variance
-            (``rho_inf``); ``method="moments"`` reads it from its own release (no extra budget) unless
-            ``cov_type="robust"``, whose meat needs ``rho_inf`` on either route. ``False``
-            spends nothing and leaves ``bse``, ``conf_int`` … unavailable. Needs whitened instruments, so it
-            is unavailable with ``preprocess="bounds"``.
-        cov_type : {"robust", "unadjusted", "clustered"}, optional
-            The sampling part of the private covariance (:mod:`dpivreg.covariance`). ``"robust"`` (the
-            default without ``privacy_unit``, as in linearmodels): the heteroskedasticity-robust 2SLS sandwich
-            (Stata's ``vce(robust)``, linearmodels' ``cov_type="robust"``) with its meat Σᵢ z̃ᵢz̃ᵢᵀũᵢ²/n released
-            privately with the budget ``rho_inf`` (for noisy moments too, whose moment release then gets the
-            rest). ``"unadjusted"``: homoskedastic errors, σ̂²(X̂ᵀX̂/n)⁻¹/n with a private residual variance (free
-            for noisy moments, which read it from their release). ``"clustered"`` (the default with
-            ``privacy_unit``): the cluster-robust sandwich with the meat Σ_c g_c g_cᵀ/n of the clusters' summed
-            scores g_c = Σ_{i∈c} z̃ᵢũᵢ, each clipped and released with ``rho_inf`` (linearmodels'
-            ``cov_type="clustered"`` with ``debiased=False``; Stata's ``vce(cluster ...)``); the clusters are the
-            privacy unit or ``clusters``. linearmodels' synonyms ``"homoskedastic"`` and ``"heteroskedastic"``
-            are accepted.
-        progress : bool or None, default None
-            Progress bars (tqdm, on stderr; a widget in a notebook) for the long loops of the fit: the
-            iterations ("DP-2S-GD iterations"), the private inference's simulation ("privacy-noise
-            simulation"), and on Dask data one bar over all the fit's passes over the data ("passes over the
-            Dask data", the iterations among them). ``None`` (default): a loop gets a bar only when its time,
-            projected from its steps so far, exceeds 5 s (:data:`dpivreg.engine.PROGRESS_SECONDS`) and stderr
-            is a terminal or the code runs in a notebook, so short fits and logs stay quiet. ``True``: always
-            (also when stderr is redirected). ``False``: never. The bars read only the clock: the results are
-            the same, bit for bit, with and without them.
-        privacy_unit : str, array_like or None
-            Whom the fit protects (:mod:`dpivreg.units`; the docs' "Who is protected?"). ``None`` (default): a
-            row; neighbouring data sets replace one row and the row count is public. A column of the data frame
-            (or an array with one id per row of the data): neighbouring data sets replace all rows of one unit (a
-            person in a panel, a household); the number of units N is public, the row count is not. Each unit
-            keeps at most ``max_rows_per_unit`` rows (a random subset, independent of the data), the gradients,
-            the clipping release and a clustered meat sum each unit's rows before clipping, the releases that
-            sum rows have ``max_rows_per_unit`` times their row-level sensitivity, and the private inference
-            clusters by the unit (``cov_type="clustered"``) unless told otherwise. ``res.privacy`` and the summary
-            state the unit and N. Needs the moment release (``preprocess`` "private" or "data").
-        max_rows_per_unit : int, optional
-            m, the most rows a privacy unit contributes (public; default
-            :data:`dpivreg.units.DEFAULT_MAX_ROWS`). Units with more rows keep m of them chosen at random, which
-            down-weights large units (docs: what it does to the estimand); a larger m keeps more data but
-            multiplies the noise of the releases that sum rows (the moment release, a robust meat) by m.
-        clusters : str, array_like or None
-            The groups of ``cov_type="clustered"`` when they are not the privacy unit: a column (or array) whose
-            grouping is public and contains whole privacy units (e.g. states of households); the number of
-            clusters is public. Without ``privacy_unit`` any public grouping of the rows.
-
-        Returns
-        -------
-        DPIVResults
-        """
-        progress = check_progress(progress)
-        if method not in FIT_METHODS:
-            raise ValueError(f"method must be one of {FIT_METHODS}, got {method!r}.")
-        if preprocess not in PREPROCESS_ROUTES:
-            raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {preprocess!r}.")
-        inference = check_flag(inference, "inference")
-        delta = check_delta(delta)
-        tau = check_tau(tau)
-        cov_type, clusters, max_rows_per_unit = _resolve_grouping(cov_type, privacy_unit, clusters,
-                                                                  max_rows_per_unit)
-        if calibration not in CALIBRATIONS:
-            raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}.")
-        if method == "moments":
-            _check_moments_options(preprocess=preprocess, T=T, init=init, schedule=schedule, eta=eta, alpha=alpha,
-                                   clip=clip, calibration=calibration)
-        select = (method == "auto" and preprocess == "private" and init in (None, "moments") and clip is None
-                  and T is None and eta is None and alpha is None and schedule is None and calibration == "exact")
-        method = "preconditioned" if method == "auto" else method
-        init = _resolve_init(init, preprocess, method)
-        clip = ("adaptive" if init == "moments" else "theorem") if clip is None else clip
-        if rho_diag is not None and (cov_type == "unadjusted" or preprocess == "bounds"):
-            raise ValueError("rho_diag buys the robust first-stage statistics: it needs cov_type 'robust' or "
-                             "'clustered' and the moment release (preprocess 'private' or 'data'), got cov_type="
-                             f"{cov_type!r}, preprocess={preprocess!r}. Leave rho_diag out otherwise.")
-        budget = _budgets(max_rows=1 if privacy_unit is None else max_rows_per_unit,
-                          rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip, rho_inf=rho_inf,
-                          rho_diag=rho_diag, preprocess=preprocess, method=method,
-                          adaptive=isinstance(clip, str) and clip == "adaptive", inference=inference)
+        options = resolve_fit_options(
+            rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip, rho_inf=rho_inf, rho_diag=rho_diag, T=T,
+            delta=delta, preprocess=preprocess, method=method, init=init, schedule=schedule, eta=eta, alpha=alpha,
+            clip=clip, calibration=calibration, tau=tau, inference=inference, cov_type=cov_type, progress=progress,
+            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, clusters=clusters)
         rng = make_rng(seed)
-        units = None
-        if privacy_unit is not None or clusters is not None:
-            # the truncation's keys come from a child stream (privacy units only: a row-level fit with clusters
-            # truncates nothing, and its later children must stay those of the same fit without clusters)
-            units = resolve_units(self._design, privacy_unit=privacy_unit, clusters=clusters,
-                                  max_rows_per_unit=max_rows_per_unit, data=self._checked_data(),
-                                  seed=int(_child(rng).integers(2**63)) if privacy_unit is not None else 0)
-        with _pass_progress(self._design, progress) as passes:
-            if method == "moments":
-                return self._fit_moments(budget, bounds=bounds, preprocess=preprocess, inference=inference,
-                                         delta=delta, tau=tau, rng=rng, cov_type=cov_type, units=units)
-            return self._fit_dp2sgd(budget, T=T, preprocess=preprocess, method=method, init=init, schedule=schedule,
-                                    eta=eta, alpha=alpha, clip=clip, exog_share=exog_share, calibration=calibration,
-                                    bounds=bounds, tau=tau, inference=inference, delta=delta, rng=rng, select=select,
-                                    cov_type=cov_type, progress=progress, passes=passes, units=units)
+        units = self._privacy_units(options, privacy_unit, rng)
+        with _pass_progress(self._design, options.progress) as passes:
+            if options.method == "moments":
+                return self._fit_moments(options.budget, bounds=bounds, preprocess=options.preprocess,
+                                         inference=options.inference, delta=options.delta, tau=options.tau, rng=rng,
+                                         cov_type=options.cov_type, units=units)
+            return self._fit_dp2sgd(options.budget, T=T, preprocess=options.preprocess, method=options.method,
+                                    init=options.init, schedule=schedule, eta=eta, alpha=alpha, clip=options.clip,
+                                    exog_share=exog_share, calibration=calibration, bounds=bounds, tau=options.tau,
+                                    inference=options.inference, delta=options.delta, rng=rng, select=options.select,
+                                    cov_type=options.cov_type, progress=options.progress, passes=passes, units=units)
+
+    def _privacy_units(self, options: FitOptions, privacy_unit, rng: np.random.Generator) -> PrivacyUnits | None:
+        """The privacy units and clusters of the fit, or None at row level without clusters. The truncation's keys
+        come from a child stream (privacy units only: a row-level fit with clusters truncates nothing, and its later
+        children must stay those of the same fit without clusters)."""
+        if privacy_unit is None and options.clusters is None:
+            return None
+        seed = int(_child(rng).integers(2**63)) if privacy_unit is not None else 0
+        return _resolve_units(self._design, privacy_unit=privacy_unit, clusters=options.clusters,
+                              max_rows_per_unit=options.max_rows_per_unit, data=self._checked_data(), seed=seed)
 
     def _fit_dp2sgd(self, budget: dict, *, T, preprocess, method, init, schedule, eta, alpha, clip, exog_share,
                     calibration, bounds, tau, inference, delta, rng, select: bool = False,
@@ -601,7 +433,7 @@ class DPIV2SLS:
 
     def _fit_moments(self, budget: dict, *, bounds, preprocess, inference, delta, tau, rng,
                      cov_type: str, units: PrivacyUnits | None = None) -> DPIVResults:
-        """Noisy-moment 2SLS: the whole budget on one moment release (see :mod:`dpivreg.moments`), less the
+        """Noisy-moment 2SLS: the whole budget on one moment release (see :mod:`dpivreg.estimation.moments`), less the
         meat's ``rho_inf`` with ``cov_type`` "robust" or "clustered"."""
         meat = budget["rho_inf"] if inference and cov_type != "unadjusted" else 0.0
         meat += budget["rho_diag"] or 0.0
@@ -621,7 +453,6 @@ class DPIV2SLS:
                          preprocess: str, inference: bool, delta: float, tau: float, rng: np.random.Generator,
                          selection, total: float, cov_type: str, units: PrivacyUnits | None = None) -> DPIVResults:
         """Announce the leaks, then 2SLS on the scale's (released) moments, its inference and the results."""
-        from .inference import moment_inference  # noqa: PLC0415 - keeps the import graph one-way
 
         q = scale.q
         k = scale.n_exog
@@ -665,10 +496,21 @@ class DPIV2SLS:
                            inference_note=inference_note, first_stage_meat=first_stage_meat, units=units)
 
 
+def _resolve_units(design, *, privacy_unit, clusters, max_rows_per_unit, data, seed: int) -> PrivacyUnits | None:
+    """The fit's privacy units and clusters: :func:`dpivreg.data.unit_ids.resolve_units` in memory,
+    :func:`dpivreg.data.dask_units.dask_units` on Dask."""
+    if not getattr(design, "is_dask", False):
+        return resolve_units(design, privacy_unit=privacy_unit, clusters=clusters, max_rows_per_unit=max_rows_per_unit,
+                             data=data, seed=seed)
+
+    max_rows = 1 if privacy_unit is None else check_max_rows(max_rows_per_unit)
+    return dask_units(design, data=data, privacy_unit=privacy_unit, clusters=clusters, max_rows=max_rows, seed=seed)
+
+
 @contextlib.contextmanager
 def _pass_progress(design, progress: bool | None):
-    """On a Dask design, one progress bar over the fit's passes over the data (:class:`~dpivreg.engine.ProgressBar`,
-    as ``progress`` says), advanced after each pass (:func:`dpivreg.backends.on_passes`); None in memory, where the
+    """On a Dask design, one progress bar over the fit's passes over the data (:class:`~dpivreg.progress.ProgressBar`,
+    as ``progress`` says), advanced after each pass (:func:`dpivreg.compute.backends.on_passes`); None in memory, where the
     loops have their own bars."""
     if not getattr(design, "is_dask", False) or progress is False:
         yield None
@@ -757,7 +599,7 @@ def _announce_leaks(leaks: list[str], *, stacklevel: int) -> None:
 
 
 def _schedule_shares(schedule: str, T: int, contraction: float) -> np.ndarray:
-    """(2, T) budget shares of the named schedule (:mod:`dpivreg.tuning`)."""
+    """(2, T) budget shares of the named schedule (:mod:`dpivreg.estimation.tuning`)."""
     return tuning.staggered_schedule(T, contraction) if schedule == "staggered" else tuning.uniform_schedule(T)
 
 
@@ -778,134 +620,6 @@ def _adaptive_clip(rows, scale: WorkingScale, start, method: str, *, rho: float,
     if method == "preconditioned":
         W0 = preconditioner_root(theta0, np.eye(q), k, 1e-4, "cholesky" if k else "symmetric")
     return adaptive_clip(rows, theta0, beta0, W0, k, rho=rho, stage_rho=stage_rho, rng=rng)
-
-
-def _resolve_grouping(cov_type, privacy_unit, clusters, max_rows_per_unit) -> tuple[str, object, int | None]:
-    """(cov_type, clusters, max_rows_per_unit) with their defaults: ``"clustered"`` by the privacy unit when one is
-    given, else ``"robust"``; m = :data:`dpivreg.units.DEFAULT_MAX_ROWS` with a privacy unit."""
-    if cov_type is None:
-        cov_type = "clustered" if privacy_unit is not None or clusters is not None else "robust"
-    cov_type = resolve_cov_type(cov_type)
-    if clusters is not None and cov_type != "clustered":
-        raise ValueError(f"clusters= groups the scores of cov_type='clustered', but cov_type={cov_type!r}: pass "
-                         "cov_type='clustered' (or leave it out), or drop clusters.")
-    if cov_type == "clustered" and clusters is None:
-        if privacy_unit is None:
-            raise ValueError("cov_type='clustered' needs the clusters: clusters=<column> (a public grouping of the "
-                             "rows), or privacy_unit=<column> to protect and cluster by the same unit.")
-        clusters = privacy_unit
-    if privacy_unit is None:
-        if max_rows_per_unit is not None:
-            raise ValueError("max_rows_per_unit bounds the rows of a privacy unit: give privacy_unit=<column> too (at "
-                             "row level every unit is one row).")
-    elif max_rows_per_unit is None:
-        max_rows_per_unit = DEFAULT_MAX_ROWS
-    return cov_type, clusters, max_rows_per_unit
-
-
-def _check_moments_options(**options) -> None:
-    """method="moments" runs no iteration: options of the iteration are errors, not silently ignored."""
-    if options.pop("preprocess") == "bounds":
-        raise ValueError('method="moments" needs the moment release: use preprocess="private" (or "data").')
-    defaults = {"T": None, "init": None, "schedule": None, "eta": None, "alpha": None, "clip": None,
-                "calibration": "exact"}
-    given = [name for name, value in options.items() if value is not defaults[name]
-             and not (name == "calibration" and value == "exact")]
-    if given:
-        raise ValueError(f'method="moments" runs no iteration, so {", ".join(given)} do not apply; drop them '
-                         '(the budget is set with rho, or with the same rho1/rho2/... as the default fit).')
-
-
-def _resolve_init(init: str | None, preprocess: str, method: str) -> str:
-    if init is None:
-        return "moments" if preprocess != "bounds" and method == "preconditioned" else "zero"
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}.")
-    if init == "moments" and preprocess == "bounds":
-        raise ValueError('init="moments" needs the moment release: use preprocess="private" (or "data"), '
-                         'or init="zero".')
-    return init
-
-
-def _resolve_schedule(schedule: str | None, init: str) -> str:
-    if schedule is None:
-        return "staggered" if init == "moments" else "uniform"
-    if schedule not in tuning.SCHEDULES:
-        raise ValueError(f"schedule must be one of {tuning.SCHEDULES}, got {schedule!r}.")
-    return schedule
-
-
-#: Most the moment release's default share is multiplied by with privacy units (:func:`default_shares`): beyond
-#: it the two stages' budgets would shrink for the moments' sake (and an m in the hundreds would multiply the total
-#: budget of a fit given rho1 and rho2).
-MAX_MOMENT_WEIGHT = 10
-
-
-def default_shares(max_rows: int = 1) -> dict:
-    """The default budgets of the releases besides the two stages, as shares of rho1 + rho2: :data:`DEFAULT_SHARES`,
-    with the moment release's share times m = ``max_rows`` for privacy units (:mod:`dpivreg.units`).
-
-    Why: the moment release sums rows, so its sensitivity is m times the row-level one, while the per-unit clipped
-    gradients' is not; with the row-level share its noise grows m-fold against theirs, and the whitening and warm
-    start it feeds become the weak link. Measured on simulated panels (``benchmarks/unit_privacy.py``; units of 1-10
-    rows, m = 10, total rho = 2, the endogenous coefficient's error in clustered 2SLS standard errors): with N =
-    1,000 units the median reported s.e. was 198 times the clustered 2SLS one with the share 0.2, 9.3 with 0.5, 4.0
-    with 1, 1.9 with 2 and 1.5 with 4 (median errors 0.96, 0.93, 0.82, 0.99, 0.87; 20-30 data sets each); with N =
-    10,000 it was 1.03 with 0.2 and 1.09 with 2, the errors alike. The share m·0.2 (2 at m = 10) is that
-    compromise, and the row level's at m = 1; the factor is capped at :data:`MAX_MOMENT_WEIGHT` (share 2), the
-    largest measured.
-    """
-    shares = dict(DEFAULT_SHARES)
-    shares["rho0"] *= min(max_rows, MAX_MOMENT_WEIGHT)
-    return shares
-
-
-def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, method: str, adaptive: bool,
-             inference: bool, rho_diag=None, max_rows: int = 1) -> dict:
-    """Every release's budget: the given ones, defaults as shares of rho1 + rho2 (:data:`DEFAULT_SHARES`),
-    or a total ``rho`` split by those shares over the releases the fit makes; and their total. ``rho_diag``
-    (the first stage's meat, only when given) is taken from ``rho`` first; ``budget["rho_diag"]`` is None
-    when there is none.
-
-    With privacy units of up to ``max_rows`` = m rows the moment release's default share is m times the row-level
-    one (:func:`default_shares`).
-
-    ``method="moments"`` spends on its one release the total that the default DP-2S-GD fit would spend with
-    the same arguments (its moments, clipping, two stages and inference releases), or ``rho``.
-    """
-    if method == "moments":
-        adaptive = True  # the default fit's clip
-    shares = default_shares(max_rows)
-    used = {"rho0": preprocess == "private", "rho_clip": adaptive, "rho_inf": inference}
-    if rho is not None:
-        if any(v is not None for v in (rho1, rho2, rho0, rho_clip, rho_inf)):
-            raise ValueError("pass either rho (the total budget, split by the default shares) or the individual "
-                             "budgets rho1, rho2 (and optionally rho0, rho_clip, rho_inf), not both.")
-        rho = check_rho(rho, "rho")
-        diag = 0.0 if rho_diag is None else check_rho(rho_diag, "rho_diag")
-        if math.isfinite(rho) and diag >= rho:
-            raise ValueError(f"rho_diag ({diag:g}) must be smaller than the total rho ({rho:g}), which also pays "
-                             "for the estimate.")
-        weight = 1.0 + sum(shares[name] for name, on in used.items() if on)
-        stage = (rho - diag) / (2.0 * weight) if math.isfinite(rho) else rho
-        budget = {"rho1": stage, "rho2": stage}
-        budget.update({name: 2.0 * stage * shares[name] for name in shares})
-    else:
-        if rho1 is None or rho2 is None:
-            raise TypeError("fit() needs the budgets rho1 and rho2 (zCDP of the two stages), or rho (the total).")
-        budget = {"rho1": check_rho(rho1, "rho1"), "rho2": check_rho(rho2, "rho2")}
-        for name, value in (("rho0", rho0), ("rho_clip", rho_clip), ("rho_inf", rho_inf)):
-            budget[name] = (shares[name] * (budget["rho1"] + budget["rho2"]) if value is None
-                            else check_rho(value, name))
-    budget["rho_diag"] = None if rho_diag is None else check_rho(rho_diag, "rho_diag")
-    budget["total"] = rho if rho is not None else (
-        budget["rho1"] + budget["rho2"] + sum(budget[name] for name, on in used.items() if on)
-        + (budget["rho_diag"] or 0.0))
-    if math.isfinite(budget["total"]) and budget["total"] > MAX_RHO / 10:
-        raise ValueError(f"the total budget ({budget['total']:g}, rho1 + rho2 and the releases' shares) is beyond "
-                         f"{MAX_RHO / 10:g}, where the releases' noise underflows float64; use numpy.inf for no "
-                         "noise, which is not private.")
-    return budget
 
 
 def _scale_leaks(scale: WorkingScale, preprocess: str) -> list[str]:
@@ -1011,7 +725,7 @@ def _check_step_stability(eta: float | None, alpha: float | None, *, method: str
     is stable for the actual data even where the isotropic limit below would not say so.
 
     With E[z̃z̃ᵀ] = I the eigenvalues of Z̃ᵀZ̃/n lie in [(1−δ)², (1+δ)²], δ = (√q+√τ)/√n (see
-    :func:`dpivreg.theory.delta_tau`), so the first stage diverges for η > 2/(1−δ)² and is only
+    :func:`dpivreg.estimation.theory.delta_tau`), so the first stage diverges for η > 2/(1−δ)² and is only
     guaranteed to converge below 2/(1+δ)²; the preconditioned second stage has Hessian ≈ P_t, so it
     diverges for α ≥ 2. Clipped gradients would hide the divergence (the iterates bounce instead of
     overflowing), hence the up-front check.

@@ -42,7 +42,7 @@ def default_budget(rho1: float, rho2: float) -> dict:
     """The dpivreg default's budgets for a paper split (ρ1, ρ2) at the SAME total ρ1 + ρ2: the stages scaled by
     c = 1/(1 + 0.2 + 0.05) to leave room for the default's moment release (ρ0 = 0.2 c(ρ1 + ρ2)) and clipping
     release (ρ_clip = 0.05 c(ρ1 + ρ2)); no inference release (the scripts do not use it)."""
-    from dpivreg.model import DEFAULT_SHARES
+    from dpivreg.fit_options import DEFAULT_SHARES
 
     c = 1.0 / (1.0 + DEFAULT_SHARES["rho0"] + DEFAULT_SHARES["rho_clip"])
     stages = c * (rho1 + rho2)

@@ -40,7 +40,6 @@ current directory; the committed ``docs/_static/reproduction`` only when named).
 from __future__ import annotations
 
 import _repro  # first: pins BLAS threads  # noqa: I001
-
 import numpy as np
 import pandas as pd
 

@@ -13,7 +13,7 @@ and data-derived step sizes, which leak, and the Proposition's noise, which spen
 ‖β⁽ᵀ⁾ − β̂_2SLS‖ against the non-private 2SLS estimate on the same data; a fresh data set per
 run, shared by all curves and T of that run. Each T is a separate fit (the noise scale depends
 on T), as in the paper. For every curve the T of the lowest mean error is printed beside
-``dpivreg.theory.plan(n, p, q, rho1, rho2).recommended_T`` (the bound's minimiser, constants 1,
+``dpivreg.planning.theorem_plan.plan(n, p, q, rho1, rho2).recommended_T`` (the bound's minimiser, constants 1,
 κ = 0.5 by default, and with κ estimated from the released Θ of the ρ1 = 100 fits) and the
 T condition limit.
 
@@ -33,13 +33,12 @@ under the current directory; the committed ``docs/_static/reproduction`` only wh
 from __future__ import annotations
 
 import _repro  # first: pins BLAS threads  # noqa: I001
-
 import numpy as np
 import pandas as pd
 
 from dpivreg import DPIV2SLS, DivergenceError
 from dpivreg.datasets import simulate_iv
-from dpivreg.theory import plan
+from dpivreg.planning.theorem_plan import plan
 
 N, P, Q = 1000, 5, 5
 RHO_LARGE = 100.0

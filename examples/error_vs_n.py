@@ -43,7 +43,6 @@ Writes ``error_vs_n.png`` and ``error_vs_n.csv`` to ``--outdir`` (default
 from __future__ import annotations
 
 import _repro  # first: pins BLAS threads  # noqa: I001
-
 import numpy as np
 import pandas as pd
 

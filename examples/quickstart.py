@@ -5,7 +5,7 @@ The README example: the effect of the number of children on the mother's weeks w
 pipeline at ρ1 = ρ2 = 1 (plus the moment, clipping and inference budgets, 2.6 in total, reported in
 the summary) and the public bounds of ``LABSUP_BOUNDS``: DP-2S-GD from a warm start, or noisy-moment
 2SLS where the pilot releases predict it to be more accurate (``method="auto"``). Then
-``dpivreg.theory.plan`` tabulates the Theorem's error bound over T for this problem's size and
+``dpivreg.planning.theorem_plan.plan`` tabulates the Theorem's error bound over T for this problem's size and
 recommends a T (free: it reads no data).
 
     python examples/quickstart.py
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dpivreg import DPIV2SLS
 from dpivreg.datasets import LABSUP_BOUNDS, load_labsup
-from dpivreg.theory import plan
+from dpivreg.planning.theorem_plan import plan
 
 
 def main(argv=None) -> int:

@@ -1,8 +1,7 @@
 """Shared seeded fixtures, and deterministic property tests."""
 
-from hypothesis import settings
 import pytest
-
+from hypothesis import settings
 from ivsim import simulate_iv_arrays
 
 # The property tests draw the same examples on every run (CI included): a failure is reproducible from the
@@ -21,11 +20,11 @@ def iv_data():
 
 @pytest.fixture
 def lift_clip_limits(monkeypatch):
-    """A function that lifts the float64 limits of ``dpivreg.kernels.group_clips`` for the rest of the test: the
+    """A function that lifts the float64 limits of ``dpivreg.compute.kernels.group_clips`` for the rest of the test: the
     kernels then flag only non-finite norms, as before rows of tiny or huge values were sent to the safe pass."""
     import numpy as np
 
-    from dpivreg import kernels
+    from dpivreg.compute import kernels
 
     def lift() -> None:
         real = kernels.group_clips

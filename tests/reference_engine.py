@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpivreg.engine import _inverse_sqrt_preconditioner
+from dpivreg.estimation.engine import _inverse_sqrt_preconditioner
 
 
 def _row_norms(A):

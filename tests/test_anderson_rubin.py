@@ -1,4 +1,4 @@
-"""The Anderson–Rubin confidence set (``res.anderson_rubin``; :mod:`dpivreg.anderson_rubin`).
+"""The Anderson–Rubin confidence set (``res.anderson_rubin``; :mod:`dpivreg.inference.anderson_rubin`).
 
 Reference values: with ρ = ∞ the set must be the classical AR set. The reference here is computed
 independently of the package, from the raw data: least-squares residual matrices of (y, x) on the exogenous
@@ -19,8 +19,8 @@ import statsmodels.api as sm
 from scipy import stats
 
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
-from dpivreg.anderson_rubin import AndersonRubinSet, anderson_rubin_set
-from dpivreg.results import InferenceUnavailableError
+from dpivreg.errors import InferenceUnavailableError
+from dpivreg.inference.anderson_rubin import AndersonRubinSet, anderson_rubin_set
 
 
 def _design(n: int, *, strength: float, seed: int, exog: bool = True, m: int = 1, direct: float = 0.0,
@@ -170,7 +170,7 @@ def _private_fit(frame, formula, rho, seed, **kwargs):
 def test_the_noise_widens_the_set_pointwise():
     """The privacy noise enters the statistic's variance only: at every b the private statistic is at most the
     classical one computed from the same released moments (noise term set to zero)."""
-    from dpivreg.diagnostics import released_grams
+    from dpivreg.inference.diagnostics import released_grams
 
     frame, formula = _design(**CASES["two instruments"])
     res = _private_fit(frame, formula, 2.0, 0, method="moments", inference=False)
@@ -199,8 +199,8 @@ def test_simulated_noise_variance_matches_independent_releases():
     """The noise term is the right size: the simulated variance of π̂(b₀) = Π̂(1, −b₀) over re-releases of one
     release matches its variance over 300 independent releases of the same data (ratio within [0.75, 1.33],
     about four Monte Carlo standard errors of a variance from 300 draws)."""
-    from dpivreg.anderson_rubin import reduced_form
-    from dpivreg.diagnostics import released_grams
+    from dpivreg.inference.anderson_rubin import reduced_form
+    from dpivreg.inference.diagnostics import released_grams
 
     frame, formula = _design(n=3000, strength=0.1, seed=31, m=2)
     model = DPIV2SLS.from_formula(formula, frame)
@@ -306,7 +306,7 @@ def test_set_type_reports_its_shape():
 def test_sets_narrower_than_the_grid_are_found(monkeypatch, case):
     """A precisely estimated coefficient's set can be far narrower than the angle grid's spacing: with a grid
     of 9 angles the set must still be the classical one (the statistic's extremes join the grid)."""
-    import dpivreg.anderson_rubin as module
+    import dpivreg.inference.anderson_rubin as module
 
     monkeypatch.setattr(module, "GRID_POINTS", 9)
     frame, formula = _design(**CASES[case])

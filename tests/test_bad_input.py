@@ -31,8 +31,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from dpivreg import (
-    DivergenceError,
     DPIV2SLS,
+    DivergenceError,
     PrivacyBudget,
     PrivacyLeakWarning,
     Release,
@@ -41,8 +41,8 @@ from dpivreg import (
     epsilon_from_rho,
 )
 from dpivreg.datasets import simulate_iv
-from dpivreg.design import DroppedRowsWarning
-from dpivreg.theory import plan
+from dpivreg.errors import DroppedRowsWarning
+from dpivreg.planning.theorem_plan import plan
 
 METHODS = ["gaussian", "cks", "bun-steinke"]
 F = "y ~ 1 + w + [x1 ~ z1 + z2]"
@@ -519,7 +519,7 @@ def test_integer_and_boolean_columns_equal_the_float_fit(use_bounds, preprocess,
     kwargs = dict(preprocess=preprocess, method=method, bounds=_DISCRETE_BOUNDS if use_bounds else None)
     with unchanged(data, _DISCRETE_BOUNDS):
         res = fit(DPIV2SLS.from_formula(_DISCRETE_F, data), **kwargs)
-    # a boolean column is bounded [0, 1] by construction (dpivreg.bounds); its float copy needs it said
+    # a boolean column is bounded [0, 1] by construction (dpivreg.data.bounds); its float copy needs it said
     float_kwargs = {**kwargs, "bounds": kwargs["bounds"] or {"zb": (0.0, 1.0)}}
     reference = fit(DPIV2SLS.from_formula(_DISCRETE_F, data.astype(float)), **float_kwargs)
     assert_finite(res)

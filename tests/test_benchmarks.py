@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpivreg.kernels import numba_available
+from dpivreg.compute.kernels import numba_available
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import estimator_comparison as ec  # noqa: E402
@@ -79,7 +79,8 @@ def test_inference_cost_quick_reports_both_fits():
     """``inference_cost.py --quick`` times each fit with and without inference and reports the paths the stopping
     rule drew (at least its first batch, at most 2000)."""
     import inference_cost as ic
-    from dpivreg.inference import MIN_REPLICATIONS
+
+    from dpivreg.inference.private import MIN_REPLICATIONS
 
     rows = ic.main(["--quick"])
     assert [row["rule"] for row in rows] == ["default", "fixed"] and rows[1]["T"] == 20
@@ -106,7 +107,7 @@ def test_cluster_pass_quick_reports_both_schedulers():
 
 def test_engine_speed_floors():
     """The two floors of ``engine_speed.py``: bytes read at the copy bandwidth, and multiply-adds at the dgemm rate.
-    The counts by hand from :mod:`dpivreg.kernels`' docstring: at p = q = 5, uᵢ = Mᵀzᵢ is 5·11, zᵢrᵢᵀ 5·5, x̃ᵢeᵢ 5,
+    The counts by hand from :mod:`dpivreg.compute.kernels`' docstring: at p = q = 5, uᵢ = Mᵀzᵢ is 5·11, zᵢrᵢᵀ 5·5, x̃ᵢeᵢ 5,
     the squared norms of zᵢ, rᵢ, x̃ᵢ 5 + 5 + 5: 100 (7,750 at p = q = 50)."""
     import engine_speed as es
     from bandwidth import dgemm_rate, read_bandwidth

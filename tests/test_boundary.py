@@ -1,4 +1,4 @@
-"""The privacy boundary at the data frame (dpivreg.boundary): missing rows, category levels, data checks.
+"""The privacy boundary at the data frame (dpivreg.data.boundary): missing rows, category levels, data checks.
 
 Neighbours replace one row of the caller's frame; its row count, column names and dtypes, declared levels
 and bounds are public. Each test pins one route: what it publishes, whether the fit announces a leak, and
@@ -16,9 +16,10 @@ import pytest
 from latex import compile_latex, require_pdflatex
 
 from dpivreg import DPIV2SLS, InferenceUnavailableError, PrivacyLeakWarning
-from dpivreg.boundary import DATA_CHECK_NOTE, design_leaks
-from dpivreg.design import DroppedRowsWarning, design_from_formula
-from dpivreg.results import _fmt
+from dpivreg.data.boundary import design_leaks
+from dpivreg.data.design import design_from_formula
+from dpivreg.errors import DATA_CHECK_NOTE, DroppedRowsWarning
+from dpivreg.reporting.results import _fmt
 
 N = 600
 F = "y ~ 1 + [x ~ z]"

@@ -3,7 +3,7 @@
 The neighbours are two *frames*: D holds a canary row at one corner of the bounds, D′ the same frame with
 the canary's every value missing, which ``missing="fill"`` fills with public values at the opposite
 corner. The audited output is what the default fit publishes first: the number of rows of the design
-and the ``rho0`` moment release of :func:`dpivreg.preprocess.working_scale`. The auditor
+and the ``rho0`` moment release of :func:`dpivreg.estimation.working_scale.working_scale`. The auditor
 
 * guesses D′ whenever the published ``nobs`` differs from D's (with ``missing="fill"`` it never does);
 * otherwise forms the exact log-likelihood ratio S = ⟨u − mid, d⟩/σ² of the released upper triangle u
@@ -25,11 +25,11 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
-
-import dpivreg.design as design_module
-from dpivreg.design import design_from_formula
-from dpivreg.preprocess import working_scale
 from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_bound
+
+import dpivreg.data.design as design_module
+from dpivreg.data.design import design_from_formula
+from dpivreg.estimation.working_scale import working_scale
 
 N_ROWS = 50
 RHO = 2.5  # μ = sqrt(5), as in the other audits
@@ -39,7 +39,7 @@ BOUNDS = {"y": (-2.0, 2.0), "x": (-1.0, 3.0), "z": (0.0, 1.0)}
 FILL = {"y": 2.0, "x": -1.0, "z": 0.0}  # the filled canary is [1, v] = (1, 1, −1, −1)
 
 #: The release's column order, [exog, instruments, endog, dependent] without the constant (documented in
-#: dpivreg.preprocess.free_columns): public metadata, not a computation.
+#: dpivreg.estimation.working_scale.free_columns): public metadata, not a computation.
 ORDER = ("z", "x", "y")
 
 assert CONF == 5e-4

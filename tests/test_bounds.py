@@ -1,4 +1,4 @@
-"""Codebook bounds (dpivreg.bounds): one mapping over a data set's variables for any formula."""
+"""Codebook bounds (dpivreg.data.bounds): one mapping over a data set's variables for any formula."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
-from dpivreg.bounds import resolve_bounds
+from dpivreg.data.bounds import resolve_bounds
 from dpivreg.datasets import LABSUP_BOUNDS, load_labsup
 
 LABSUP = load_labsup()

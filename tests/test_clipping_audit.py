@@ -1,4 +1,4 @@
-"""The private adaptive clip (:func:`dpivreg.clipping.adaptive_clip`): exact values and an empirical audit.
+"""The private adaptive clip (:func:`dpivreg.estimation.clipping.adaptive_clip`): exact values and an empirical audit.
 
 The mechanism
 -------------
@@ -31,13 +31,12 @@ from unittest import mock
 
 import numpy as np
 import pytest
-
-import dpivreg.clipping as clipping
-from dpivreg.clipping import target_clipped_rows
-from dpivreg.engine import row_source
-from dpivreg.mechanisms import clip_from_histogram, log_grid, release_histogram_counts
-
 from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_bound
+
+import dpivreg.estimation.clipping as clipping
+from dpivreg.estimation.clipping import target_clipped_rows
+from dpivreg.estimation.engine import row_source
+from dpivreg.privacy.mechanisms import clip_from_histogram, log_grid, release_histogram_counts
 
 N_ROWS, Q, P, N_EXOG = 50, 3, 2, 1
 G = 4
@@ -190,7 +189,7 @@ def test_package_counts_equal_the_auditors_and_the_worst_case_is_attained():
 
 
 def _M():
-    from dpivreg.kernels import pass_matrix
+    from dpivreg.compute.kernels import pass_matrix
 
     return pass_matrix(THETA0, BETA0, auditor_root().T, N_EXOG)[0]
 
@@ -305,7 +304,7 @@ def test_clipping_audit_catches_broken_releases(bug):
 
 
 def test_package_root_at_the_start_equals_the_auditors():
-    from dpivreg.engine import preconditioner_root
+    from dpivreg.estimation.engine import preconditioner_root
 
     np.testing.assert_allclose(preconditioner_root(THETA0, np.eye(Q), N_EXOG, RIDGE, "cholesky"), auditor_root(),
                                rtol=1e-12)

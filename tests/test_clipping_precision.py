@@ -11,7 +11,7 @@ the kernels flagged it (``counts[2]``) and the engine recomputed the iteration b
 * an overflowing uᵢ = zᵢᵀM has no direction: the row must add nothing (the unit pass added NaN).
 
 Every path is checked the way the engine uses it: the fast pass, then the safe pass when the fast one flagged a row
-(:func:`dpivreg.engine._clipped_gradients`, :meth:`dpivreg.backends._MappedRows.safe_sums`).
+(:func:`dpivreg.estimation.engine._clipped_gradients`, :meth:`dpivreg.compute.backends._MappedRows.safe_sums`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ import math
 import numpy as np
 import pytest
 
-from dpivreg import dp_2s_gd, kernels, mechanisms
-from dpivreg.covariance import release_first_stage_meat, release_score_meat
-from dpivreg.engine import row_source
-from dpivreg.kernels import numba_available
+from dpivreg import dp_2s_gd
+from dpivreg.compute import kernels
+from dpivreg.compute.kernels import numba_available
+from dpivreg.estimation.engine import row_source
+from dpivreg.inference.covariance import release_first_stage_meat, release_score_meat
+from dpivreg.privacy import mechanisms
 
 needs_numba = pytest.mark.skipif(not numba_available(), reason="numba not installed")
 
@@ -230,7 +232,7 @@ def test_a_row_whose_product_would_overflow_is_flagged(path, monkeypatch):
 
 def test_the_clipped_squared_residuals_are_total():
     """residual_variance_release's block function: a NaN residual adds C, like any residual beyond √C."""
-    from dpivreg.inference import clipped_squared_residuals
+    from dpivreg.inference.private import clipped_squared_residuals
 
     Z, X = np.ones((3, 1)), np.ones((3, 1))
     Y = np.array([np.nan, 1e200, 0.5])
@@ -241,7 +243,7 @@ def test_the_clipped_squared_residuals_are_total():
 @pytest.mark.parametrize("pair", [(0.0, 5e-324), (-2e-308, 2e-308)])
 def test_bounds_whose_half_width_is_subnormal_are_refused(pair):
     """The map (v − mid)/half divides by the half-width: a subnormal one gave NaN and a LinAlgError from numpy."""
-    from dpivreg.bounds import _pair
+    from dpivreg.data.bounds import _pair
 
     with pytest.raises(ValueError, match="too close together"):
         _pair("w", pair)

@@ -1,9 +1,9 @@
-"""The sampling covariances (:mod:`dpivreg.covariance`): formulas, the robust meat's release and its audit.
+"""The sampling covariances (:mod:`dpivreg.inference.covariance`): formulas, the robust meat's release and its audit.
 
 Reference values: linearmodels' ``IV2SLS(...).fit(cov_type=...)`` (``debiased=False``) on the same design,
 and the auditor's own per-row score computation (no code shared with the package).
 
-The audit (module ``dpivreg.covariance``'s second mechanism, :func:`release_score_meat`, at a fixed public
+The audit (module ``dpivreg.inference.covariance``'s second mechanism, :func:`release_score_meat`, at a fixed public
 threshold C): n = 50 rows, q = 3 instruments, one endogenous regressor, no exogenous column, β public. The
 neighbours share 49 rows and differ in a canary whose score z·u lies far beyond C along e₁ (D) or e₂ (D′),
 so that after clipping the upper triangles of their Gram matrices differ by exactly √2·C²/n, the claimed
@@ -22,13 +22,13 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
-
-import dpivreg.covariance as covariance
-from dpivreg import DPIV2SLS, PrivacyLeakWarning
-from dpivreg.backends import InMemoryRows
-from dpivreg.mechanisms import clip_from_histogram, log_grid
 from test_moments_audit import _NumpyWith
 from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_bound
+
+import dpivreg.inference.covariance as covariance
+from dpivreg import DPIV2SLS, PrivacyLeakWarning
+from dpivreg.compute.backends import InMemoryRows
+from dpivreg.privacy.mechanisms import clip_from_histogram, log_grid
 
 N_ROWS, Q = 50, 3
 BETA = np.array([0.7])
@@ -209,7 +209,7 @@ def test_threshold_is_read_from_the_released_histogram_not_the_counts():
         planted["noisy"], planted["sigma"] = noisy, sigma
         return noisy, record, sigma
 
-    with mock.patch("dpivreg.covariance.release_histogram_counts", bumped):
+    with mock.patch("dpivreg.inference.covariance.release_histogram_counts", bumped):
         _, _, bound = covariance.score_meat_release(rows_of(D), BETA, 0, rho=1e30, rng=np.random.default_rng(1))
     rule = clip_from_histogram(planted["noisy"][0], edges, target=covariance.meat_clipped_rows(N_ROWS),
                                sigma=planted["sigma"], threshold=3.0)
@@ -248,11 +248,11 @@ def _no_score_clipping(S, bound):
 
 VARIANTS = {
     "correct": {},
-    "no_score_clipping": {"dpivreg.covariance.ball_moment_sum": _no_score_clipping},
+    "no_score_clipping": {"dpivreg.inference.covariance.ball_moment_sum": _no_score_clipping},
     # Δ = C²/n, an add/remove bound, in the replace-one model: σ √2 too small, the record unchanged
-    "add_remove_sensitivity": {"dpivreg.covariance.score_meat_sensitivity": lambda bound, n, terms=1: terms * bound**2 / n},
+    "add_remove_sensitivity": {"dpivreg.inference.covariance.score_meat_sensitivity": lambda bound, n, terms=1: terms * bound**2 / n},
     # only the diagonal noised: invisible to the diagonal canaries, caught by the off-diagonal ones
-    "off_diagonal_not_noised": {"dpivreg.mechanisms.np": _NumpyWith(
+    "off_diagonal_not_noised": {"dpivreg.privacy.mechanisms.np": _NumpyWith(
         triu=lambda m, k=0: np.diag(np.diag(m)) if k == 0 else np.zeros_like(m))},
 }
 
@@ -405,7 +405,7 @@ def test_the_meat_is_taken_at_the_released_estimate(method):
         seen["beta"] = np.array(beta)
         return real(rows, beta, n_exog, **kwargs)
 
-    with mock.patch("dpivreg.inference.score_meat_release", spy):
+    with mock.patch("dpivreg.inference.private.score_meat_release", spy):
         res = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", _heteroskedastic_frame()).fit(
             rho=2.0, seed=4, bounds=BOUNDS, cov_type="robust", method=method)
     np.testing.assert_array_equal(seen["beta"], res.engine_path.beta_final)

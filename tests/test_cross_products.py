@@ -1,4 +1,4 @@
-"""The NON-PRIVATE column factor and the 2SLS benchmark from cross-products (dpivreg.cross_products).
+"""The NON-PRIVATE column factor and the 2SLS benchmark from cross-products (dpivreg.data.cross_products).
 
 Reference values: linearmodels' IV2SLS on the same frame (robust HC0 and unadjusted, debiased=False).
 """
@@ -9,10 +9,16 @@ import pytest
 from linearmodels.iv import IV2SLS
 
 from dpivreg import DPIV2SLS
-from dpivreg.backends import DESIGN_BLOCK_ROWS, add_parts, map_row_blocks
-from dpivreg.cross_products import (block_factor, check_factor_rank, combine_factors, factor_rank,
-                                    iv2sls_benchmark, r_factor)
-from dpivreg.design import design_from_formula
+from dpivreg.compute.backends import DESIGN_BLOCK_ROWS, add_parts, map_row_blocks
+from dpivreg.data.cross_products import (
+    block_factor,
+    check_factor_rank,
+    combine_factors,
+    factor_rank,
+    iv2sls_benchmark,
+    r_factor,
+)
+from dpivreg.data.design import design_from_formula
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +123,8 @@ def test_design_pickles_without_its_cached_views(frame):
 
 
 def test_working_scale_rejects_an_empty_hand_built_design():
-    from dpivreg.design import IVDesign
-    from dpivreg.preprocess import working_scale
+    from dpivreg.data.design import IVDesign
+    from dpivreg.estimation.working_scale import working_scale
 
     empty = pd.DataFrame({"y": []}, dtype=float)
     design = IVDesign(dependent=empty, exog=pd.DataFrame(index=empty.index), endog=empty.rename(columns={"y": "x"}),

@@ -15,9 +15,9 @@ import pytest
 da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
 
-from dpivreg import dp_2s_gd  # noqa: E402
-
 from reference_engine import reference_path  # noqa: E402
+
+from dpivreg import dp_2s_gd  # noqa: E402
 
 
 def _data(n=6_000, q=4, p=3, n_exog=1, seed=0):
@@ -158,9 +158,9 @@ def test_persisted_blocks_on_a_cluster_take_one_task_per_worker_thread(monkeypat
     so the sums are those of the per-block graph bit for bit and the released path that of the in-memory run
     (1e-10); unpersisted arrays keep the graph."""
     distributed = pytest.importorskip("distributed")
-    from dpivreg import backends
-    from dpivreg.backends import DaskRows
-    from dpivreg.kernels import pass_matrix
+    from dpivreg.compute import backends
+    from dpivreg.compute.backends import DaskRows
+    from dpivreg.compute.kernels import pass_matrix
 
     Z, X, Y = _data(n=4_000)  # one exogenous column, as KW says
     k, chunks = KW["n_exog"], 500
@@ -218,7 +218,7 @@ def test_persisted_blocks_on_a_cluster_take_one_task_per_worker_thread(monkeypat
 def test_balanced_owners_moves_the_fewest_blocks_to_even_the_rows_per_thread(owners, rows, threads, expected):
     """Worked by hand: a block moves from the busiest worker (rows per thread) to the idlest, the busiest's last
     block first, while that lowers the busier of the two loads."""
-    from dpivreg.backends import balanced_owners
+    from dpivreg.compute.backends import balanced_owners
 
     assert "".join(balanced_owners(list(owners), rows, threads)) == expected
 
@@ -234,7 +234,7 @@ def test_balanced_owners_moves_the_fewest_blocks_to_even_the_rows_per_thread(own
 ])
 def test_task_shares_cut_a_workers_blocks_per_thread_and_per_fetched_blocks(mine, fetched, threads, expected):
     """Worked by hand, with at most 8 fetched blocks a task (_FETCHED_BLOCKS_PER_TASK)."""
-    from dpivreg import backends
+    from dpivreg.compute import backends
 
     assert backends._FETCHED_BLOCKS_PER_TASK == 8
     assert backends.task_shares(list(mine), fetched, threads) == expected
@@ -244,8 +244,8 @@ def test_blocks_persisted_on_one_worker_are_spread_over_the_cluster():
     """All blocks persisted on one of two workers: half the blocks' tasks run on the other worker (which fetches
     them once), and the sums are still those of the per-block graph, bit for bit."""
     distributed = pytest.importorskip("distributed")
-    from dpivreg.backends import DaskRows
-    from dpivreg.kernels import pass_matrix
+    from dpivreg.compute.backends import DaskRows
+    from dpivreg.compute.kernels import pass_matrix
 
     Z, X, Y = _data(n=4_000)
     M, _ = pass_matrix(np.full((Z.shape[1], X.shape[1]), 0.2), np.ones(X.shape[1]), np.eye(X.shape[1]), 0)

@@ -14,7 +14,7 @@ from dask.callbacks import Callback  # noqa: E402
 from linearmodels.iv import IV2SLS  # noqa: E402
 
 from dpivreg import DPIV2SLS  # noqa: E402
-from dpivreg.design import DroppedRowsWarning, EncodedMissingWarning  # noqa: E402
+from dpivreg.errors import DroppedRowsWarning, EncodedMissingWarning  # noqa: E402
 
 FORMULA = "y ~ 1 + w + C(c) + [x ~ z1 + z2]"
 BOUNDS = {"y": (-20, 20), "x": (-10, 10), "z1": (-5, 5), "z2": (-5, 5), "w": (-5, 5),
@@ -119,7 +119,7 @@ def test_levels_and_stateful_transforms_that_need_the_data_are_rejected(frames):
         DPIV2SLS.from_formula("y ~ 1 + C(w) + [x ~ z1]", ddf, formula_engine="patsy")
 
 
-@pytest.mark.filterwarnings("ignore::dpivreg.design.DroppedRowsWarning")
+@pytest.mark.filterwarnings("ignore::dpivreg.errors.DroppedRowsWarning")
 def test_patsy_design_equals_pandas():
     df = _frame(800).assign(b=lambda f: f["w"] > 0.3, v=lambda f: np.abs(f["other"]))
     df.loc[[3, 11], "c"] = None  # patsy drops a missing category
@@ -160,7 +160,7 @@ def test_validation_from_one_pass_matches_pandas(frames, formula, match):
         assert str(lazy.value) == str(eager.value)
 
 
-@pytest.mark.filterwarnings("ignore::dpivreg.design.DroppedRowsWarning")
+@pytest.mark.filterwarnings("ignore::dpivreg.errors.DroppedRowsWarning")
 def test_missing_category_warns_as_pandas():
     df = _frame(400)
     df["c"] = df["c"].astype(object)
@@ -453,7 +453,7 @@ def test_ill_conditioned_design_benchmark_and_data_steps_match_pandas():
 
 def test_repeated_moment_release_equals_pandas(frames):
     """The default's second moment release (when noisy moments are chosen) is the same on Dask as in memory."""
-    from dpivreg.preprocess import repeat_moment_release, working_scale
+    from dpivreg.estimation.working_scale import repeat_moment_release, working_scale
 
     df, ddf = frames
     results = []
@@ -488,7 +488,7 @@ def test_first_stage_meat_release_equals_the_in_memory_one(frames):
 
 
 # ----------------------------------------------------------------------------------------
-# privacy units (dpivreg.units): hashed ids, one shuffle, per-partition groups
+# privacy units (dpivreg.privacy.units): hashed ids, one shuffle, per-partition groups
 # ----------------------------------------------------------------------------------------
 def _panel_frames(n_units: int = 600, seed: int = 3):
     from dpivreg.datasets import simulate_panel

@@ -13,11 +13,11 @@ import pytest
 from linearmodels.iv import IV2SLS
 
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
-from dpivreg import tuning
 from dpivreg.datasets import LABSUP_BOUNDS, load_labsup, simulate_iv
-from dpivreg.mechanisms import box_moment_sum
-from dpivreg.moments import residual_variance_from_moments, solve_2sls
-from dpivreg.selection import MAX_KAPPA, T_CANDIDATES, choose_iterations, shortest_near_best
+from dpivreg.estimation import tuning
+from dpivreg.estimation.moments import residual_variance_from_moments, solve_2sls
+from dpivreg.estimation.selection import MAX_KAPPA, T_CANDIDATES, choose_iterations, shortest_near_best
+from dpivreg.privacy.mechanisms import box_moment_sum
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +202,7 @@ def test_repeated_release_equals_one_release_of_the_whole_budget_in_distribution
     """Combining the pilot (ρ_a) and a second release (ρ_b) by inverse-variance weights gives noise of
     variance σ²(ρ_a + ρ_b): checked on the combined release's recorded σ and, over 400 seeds, on the sd of one
     released entry (tolerance 4 standard errors of an sd estimate, 4·σ/sqrt(2·399))."""
-    from dpivreg.preprocess import repeat_moment_release, working_scale
+    from dpivreg.estimation.working_scale import repeat_moment_release, working_scale
 
     model = DPIV2SLS.from_formula("y ~ 1 + [x ~ z1 + z2]", frame)
     bounds = _bounds(model)
@@ -289,9 +289,9 @@ def test_choose_iterations_runs_longer_with_a_weak_first_stage():
     simulation predicts a lower error for a longer run and the fit takes it (seeds fixed; in the benchmark's
     cell the median error fell from 0.16 to 0.09 2SLS s.e. over 20 seeds). On a strong design at the same n
     the shortest candidate is within the margin of the best."""
-    from dpivreg.engine import iteration_plan
-    from dpivreg.moments import solve_2sls as solve
-    from dpivreg.preprocess import working_scale
+    from dpivreg.estimation.engine import iteration_plan
+    from dpivreg.estimation.moments import solve_2sls as solve
+    from dpivreg.estimation.working_scale import working_scale
 
     model, bounds = _weak_design(100_000, 3)
     res = model.fit(rho=0.5, bounds=bounds, seed=3, method="preconditioned", inference=False)
@@ -359,7 +359,7 @@ def test_plan_knows_the_start():
     """plan(init="moments") scales the optimisation term by the start's error (default: the statistical term) and
     so recommends fewer steps than the Theorem's zero start; error_bound takes the same factor."""
     from dpivreg import plan
-    from dpivreg.theory import error_bound, statistical_term
+    from dpivreg.estimation.theory import error_bound, statistical_term
 
     zero, warm = plan(31857, 2, 2, 1, 1), plan(31857, 2, 2, 1, 1, init="moments")
     s = statistical_term(31857, 2, 2)

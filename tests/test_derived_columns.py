@@ -1,4 +1,4 @@
-"""Derived design columns (dpivreg.derived_columns): a replaying formula's transformed terms computed per block of
+"""Derived design columns (dpivreg.data.derived_columns): a replaying formula's transformed terms computed per block of
 rows instead of held. The reference is the same design with every term held (``derived_terms`` patched to offer no
 recipe: the build before derived columns existed), which the parity tests compare with formulaic and linearmodels;
 blocks of 97 rows make a 1,000-row frame take the block-by-block path of a large one."""
@@ -12,12 +12,13 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-
-from dpivreg import DPIV2SLS
-import dpivreg.design as design_module
-from dpivreg.derived_columns import DerivedColumn, same_values
-from dpivreg.design import EncodedMissingWarning, design_from_formula
 from test_formula_replay import LEVELS, _frame  # the replay tests' frame: numeric, integer, categorical columns
+
+import dpivreg.data.builders as design_module
+from dpivreg import DPIV2SLS
+from dpivreg.data.derived_columns import DerivedColumn, same_values
+from dpivreg.data.design import design_from_formula
+from dpivreg.errors import EncodedMissingWarning
 
 BLOCKS = ("dependent", "exog", "endog", "instruments")
 

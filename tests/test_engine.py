@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ivsim import simulate_iv_arrays, two_sls
 from scipy import stats
 
 from dpivreg import DivergenceError, PrivacyLeakWarning, dp_2s_gd
-from dpivreg.kernels import block_sums, numba_available, safe_block_sums
-
-from ivsim import simulate_iv_arrays, two_sls
+from dpivreg.compute.kernels import block_sums, numba_available, safe_block_sums
 
 
 def _optimal_alpha(Z, X, n_exog=0):
@@ -323,7 +322,7 @@ def test_overflowing_gradient_rows_are_clipped_not_dropped():
 
 def test_engine_checks_the_budget_it_spends(iv_data, monkeypatch):
     """A calibration bug (noise halved) is caught by the engine's own budget check."""
-    import dpivreg.engine as engine
+    import dpivreg.estimation.engine as engine
 
     original = engine.noise_std
     monkeypatch.setattr(engine, "noise_std", lambda *a, **k: original(*a, **k) / 2)

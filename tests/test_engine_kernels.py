@@ -13,11 +13,11 @@ import tracemalloc
 
 import numpy as np
 import pytest
-
-from dpivreg import dp_2s_gd, kernels
-from dpivreg.kernels import numba_available
-
 from reference_engine import reference_path
+
+from dpivreg import dp_2s_gd
+from dpivreg.compute import codegen, kernels
+from dpivreg.compute.kernels import numba_available
 
 KERNELS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(not numba_available(), reason="numba not installed"))]
 
@@ -234,8 +234,8 @@ def test_group_clipping_needs_exogenous_columns():
 def test_gradient_norm_histograms_numba_equals_numpy(q, p_endog, n_exog, grouped):
     """The clipping release's counts (adaptive clip) are the same with the compiled loop as with numpy, row for
     row: on random rows, a zero row (norm 0: first bin), rows beyond the grid (last bin) and an overflowing one."""
-    from dpivreg.clipping import _group_dimensions, _group_edges, gradient_norm_counts
-    from dpivreg.kernels import pass_matrix
+    from dpivreg.compute.kernels import pass_matrix
+    from dpivreg.estimation.clipping import _group_dimensions, _group_edges, gradient_norm_counts
 
     p = n_exog + p_endog
     Z, X, Y = _data(5000, q, p, n_exog, seed=q + p_endog)
@@ -256,7 +256,7 @@ def test_gradient_norm_histograms_on_the_edges():
     """Norms exactly on every bin edge and one ulp either side are binned as numpy's searchsorted bins them (a
     norm equal to the second edge was once counted in the first bin): with M = 0 and z = 1 the first-stage norm
     of a row is exactly abs(x)."""
-    from dpivreg.clipping import _group_edges, gradient_norm_counts
+    from dpivreg.estimation.clipping import _group_edges, gradient_norm_counts
 
     edges = _group_edges([1, 1])
     values = np.concatenate([edges[0], np.nextafter(edges[0], 0.0), np.nextafter(edges[0], np.inf),
@@ -272,8 +272,8 @@ def test_gradient_norm_histograms_on_the_edges():
 def test_gradient_norm_histograms_on_irregular_edges():
     """The compiled loop's bin guess assumes a geometric grid, but the bin is then made exact against the edges:
     increasing edges of any spacing give numpy's searchsorted bins, over several tiles of rows."""
-    from dpivreg.kernels import fused_norm_counts
-    from dpivreg.mechanisms import histogram_counts
+    from dpivreg.compute.kernels import fused_norm_counts
+    from dpivreg.privacy.mechanisms import histogram_counts
 
     rng = np.random.default_rng(4)
     edges = np.sort(np.concatenate([[0.0], rng.lognormal(0.0, 3.0, 40)]))
@@ -284,7 +284,7 @@ def test_gradient_norm_histograms_on_irregular_edges():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The generated kernels (dpivreg.kernels.unrolled_source): every row's work written out for one shape
+# The generated kernels (dpivreg.compute.codegen.unrolled_source): every row's work written out for one shape
 # ---------------------------------------------------------------------------------------------------------------
 needs_numba = pytest.mark.skipif(not numba_available(), reason="numba not installed")
 # (q, p_endog, n_exog, grouped): one instrument; the workflow's y ~ 1 + w + [x ~ z] with and without groups;
@@ -332,7 +332,7 @@ def _laid_out(Z: np.ndarray, X: np.ndarray, order: str) -> tuple[np.ndarray, np.
 
 
 def _tiled_sums(Z, X, Y, M, clip1, clip2, split):
-    """The tiled loop (dpivreg.kernels._fused_rows), called directly."""
+    """The tiled loop (dpivreg.compute.kernels._fused_rows), called directly."""
     clips, k = kernels.group_clips(clip1, clip2, split)
     out = (np.zeros((Z.shape[1], X.shape[1])), np.zeros(M.shape[1] - X.shape[1] - 1), np.zeros(3, dtype=np.int64))
     kernels._numba_kernel()(Z, X, Y, M, clips, k, *out)
@@ -424,13 +424,13 @@ def test_large_blocks_of_small_shapes_take_the_generated_kernel(monkeypatch):
     """From 2^15 rows and up to 136 multiply-adds a row (q·width), the generated kernel for the block's layout (its
     row strides written into the row-major kernel); not below, nor for larger shapes, nor for other layouts."""
     shapes = []
-    real = kernels.unrolled_kernel
+    real = codegen.unrolled_kernel
 
     def spy(*shape):
         shapes.append(shape)
         return real(*shape)
 
-    monkeypatch.setattr(kernels, "unrolled_kernel", spy)
+    monkeypatch.setattr(codegen, "unrolled_kernel", spy)
     for n, q, p_endog, n_exog, order in [(1 << 15, 3, 1, 0, "F"), (1 << 15, 3, 1, 0, "C"), (1 << 15, 3, 1, 0, "rows"),
                                          (1 << 15, 3, 1, 2, "F"), (1 << 15, 3, 1, 0, "strided"),
                                          ((1 << 15) - 1, 3, 1, 0, "F"), (1 << 15, 10, 10, 0, "F")]:
@@ -445,7 +445,7 @@ def test_generated_kernels_are_written_once_and_cached(tmp_path, monkeypatch):
     beside it; a file that was changed is written again; an undecodable file or a directory in its place, or an
     unusable cache directory, falls back to the process's temporary directory (review: they crashed the fit)."""
     monkeypatch.setenv("DPIVREG_CACHE_DIR", str(tmp_path))
-    kernels.unrolled_kernel.cache_clear()
+    codegen.unrolled_kernel.cache_clear()
     try:
         Z, X, Y, M, clip1, clip2, split = _block(2, 1, 1, True, "finite", n=300, order="F")
         shape = (2, 1, M.shape[1], 1, True)
@@ -454,30 +454,30 @@ def test_generated_kernels_are_written_once_and_cached(tmp_path, monkeypatch):
 
         def run():
             out = (np.zeros((2, 1)), np.zeros(2), np.zeros(3, dtype=np.int64))
-            kernels.unrolled_kernel(*shape)[0](tuple(Z.T), tuple(X.T), Y, M, clips, *out)
+            codegen.unrolled_kernel(*shape)[0](tuple(Z.T), tuple(X.T), Y, M, clips, *out)
             np.testing.assert_allclose(out[0], want[0], rtol=1e-12)
             np.testing.assert_array_equal(out[2], want[2])
 
         run()
         (source,) = (tmp_path / "kernels").glob("fused_q2_p1_w4_k1g_*.py")
-        assert source.read_text() == kernels.unrolled_source(*shape)
+        assert source.read_text() == codegen.unrolled_source(*shape)
         assert list((tmp_path / "kernels" / "__pycache__").glob(f"{source.stem}.columns-*.nbi"))
         source.write_text("def columns(*args):\n    raise RuntimeError('tampered')\n")
-        kernels.unrolled_kernel.cache_clear()
+        codegen.unrolled_kernel.cache_clear()
         run()
-        assert source.read_text() == kernels.unrolled_source(*shape)
+        assert source.read_text() == codegen.unrolled_source(*shape)
         source.write_bytes(b"\xff\xfe not UTF-8")  # an undecodable file, then a directory in the source's place
-        kernels.unrolled_kernel.cache_clear()
+        codegen.unrolled_kernel.cache_clear()
         run()
         source.unlink()
         source.mkdir()
-        kernels.unrolled_kernel.cache_clear()
+        codegen.unrolled_kernel.cache_clear()
         run()
         assert not list((tmp_path / "kernels").glob("*.tmp"))
         monkeypatch.setenv("DPIVREG_CACHE_DIR", str(tmp_path / "kernels" / "__init__.txt"))
         (tmp_path / "kernels" / "__init__.txt").write_text("a file: no directory can be made there")
-        assert kernels.kernel_cache_directory() is None
-        kernels.unrolled_kernel.cache_clear()
+        assert codegen.kernel_cache_directory() is None
+        codegen.unrolled_kernel.cache_clear()
         run()
     finally:
-        kernels.unrolled_kernel.cache_clear()
+        codegen.unrolled_kernel.cache_clear()

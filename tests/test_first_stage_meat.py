@@ -1,11 +1,11 @@
-"""The first stage's robust meat (``fit(rho_diag=...)``; :func:`dpivreg.covariance.first_stage_meat_release`),
+"""The first stage's robust meat (``fit(rho_diag=...)``; :func:`dpivreg.inference.covariance.first_stage_meat_release`),
 its audit and the robust first-stage Wald statistic it buys.
 
 Reference values: linearmodels' ``IV2SLS(...).fit(cov_type="robust").first_stage.diagnostics`` on the same
 design (with every budget infinite), and the auditor's own per-row first-stage scores v̂ᵢ ⊗ zᵢ (no code shared
 with the package).
 
-The audit (the meat's Gaussian mechanism :func:`dpivreg.covariance.release_first_stage_meat` at a fixed public
+The audit (the meat's Gaussian mechanism :func:`dpivreg.inference.covariance.release_first_stage_meat` at a fixed public
 threshold C): n = 50 rows, q = 3 instruments, one endogenous regressor, Θ public. The neighbours share 49 rows
 and differ in a canary whose first-stage score v·z lies far beyond C along e₁ (D) or e₂ (D′), so that after
 clipping the upper triangles differ by exactly √2·C²/n, the claimed sensitivity; μ = sqrt(2ρ). S = ⟨u − mid,
@@ -21,13 +21,13 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-
-import dpivreg.covariance as covariance
-from dpivreg import DPIV2SLS, PrivacyLeakWarning
-from dpivreg.backends import InMemoryRows
 from test_covariance import VARIANTS as SCORE_VARIANTS
 from test_covariance import audit_meat_release
 from test_privacy_audit import CONF, assert_llr_law, assert_tight
+
+import dpivreg.inference.covariance as covariance
+from dpivreg import DPIV2SLS, PrivacyLeakWarning
+from dpivreg.compute.backends import InMemoryRows
 
 N_ROWS, Q = 50, 3
 THETA = np.array([[0.5], [0.3], [0.1]])

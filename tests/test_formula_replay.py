@@ -1,5 +1,5 @@
-"""A formula built a block of rows at a time: which formulas replay exactly (dpivreg.formula_replay), the in-memory
-design's block-by-block build and compact columns (dpivreg.design), and the Dask design's refusal of expressions
+"""A formula built a block of rows at a time: which formulas replay exactly (dpivreg.data.formula_replay), the in-memory
+design's block-by-block build and compact columns (dpivreg.data.design), and the Dask design's refusal of expressions
 that read other rows."""
 
 from __future__ import annotations
@@ -9,16 +9,18 @@ import tracemalloc
 import types
 import warnings
 
-from formulaic import Formula
-from linearmodels.iv import IV2SLS
 import numpy as np
 import pandas as pd
 import pytest
+from formulaic import Formula
+from linearmodels.iv import IV2SLS
 
+import dpivreg.data.builders as design_module
 from dpivreg import DPIV2SLS
-import dpivreg.design as design_module
-from dpivreg.design import EncodedMissingWarning, _CompactColumns, design_from_formula
-from dpivreg.formula_replay import replay_problems
+from dpivreg.data.columns import _CompactColumns
+from dpivreg.data.design import design_from_formula
+from dpivreg.data.formula_replay import replay_problems
+from dpivreg.errors import EncodedMissingWarning
 
 LEVELS = ["a", "b", "c", "d"]
 
@@ -233,8 +235,8 @@ def test_dask_takes_declared_levels_and_contrasts_and_ships_only_the_names_read(
     """Found by a second review: C()'s levels and contrasts were refused as arrays or functions reading other rows,
     Q() as a stateful transform; a quoted column made the design ship the caller's whole namespace."""
     dd = pytest.importorskip("dask.dataframe")
-    from dpivreg._dask import _formulaic_builder
-    from dpivreg.design import _split_formula
+    from dpivreg.data.dask_builders import _formulaic_builder
+    from dpivreg.data.formula import _split_formula
 
     data = _frame()
     ddf = dd.from_pandas(data, npartitions=3)

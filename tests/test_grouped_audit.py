@@ -27,10 +27,9 @@ from unittest import mock
 
 import numpy as np
 import pytest
-
-import dpivreg.engine as engine
-
 from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_bound
+
+import dpivreg.estimation.engine as engine
 
 N_ROWS, Q, P, K = 50, 3, 2, 1
 T = 4

@@ -18,10 +18,17 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from dpivreg import (ConvergenceWarning, DivergenceError, DPIV2SLS, InferenceUnavailableError, PrivacyLeakWarning,
-                     dp_2s_gd, plan)
-from dpivreg.design import DroppedRowsWarning, EncodedMissingWarning
-from dpivreg.validation import MAX_T
+from dpivreg import (
+    DPIV2SLS,
+    ConvergenceWarning,
+    DivergenceError,
+    InferenceUnavailableError,
+    PrivacyLeakWarning,
+    dp_2s_gd,
+    plan,
+)
+from dpivreg._validation import MAX_T
+from dpivreg.errors import DroppedRowsWarning, EncodedMissingWarning
 
 N = 400
 F = "y ~ 1 + w + [x ~ z1 + z2]"

@@ -12,9 +12,9 @@ import warnings
 import numpy as np
 import pytest
 from scipy import stats
+from test_covariance import BOUNDS, _heteroskedastic_frame
 
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
-from test_covariance import BOUNDS, _heteroskedastic_frame
 
 FORMULA = "y ~ 1 + w + [x ~ z1 + z2]"
 

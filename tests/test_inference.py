@@ -4,14 +4,14 @@ import math
 import warnings
 
 import numpy as np
-from scipy import stats
 import pandas as pd
 import pytest
 from linearmodels.iv import IV2SLS
+from scipy import stats
 
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
 from dpivreg.datasets import simulate_iv
-from dpivreg.results import InferenceUnavailableError
+from dpivreg.errors import InferenceUnavailableError
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_unreliable_inference_is_flagged():
 def test_the_noise_simulation_stops_when_the_total_se_is_pinned_down():
     """The Monte Carlo error of the total SE decides the number of paths: the first batch when the sampling part
     dominates (large n, ample budget), all of them when the noise does (small n, small budget)."""
-    from dpivreg import inference
+    from dpivreg.inference import private as inference
 
     big = simulate_iv(n=100_000, p=1, q=1, seed=3)
     res = DPIV2SLS.from_formula(big.formula, big.data).fit(rho=10, bounds=big.bounds, seed=1)
@@ -154,8 +154,8 @@ def test_the_stopping_rule_measures_the_total_se_error():
     the same secant (tolerance 3%: the quantiles' own error at this m). The rule is checked against the error it
     claims to measure: the spread of the scale over 400 independent sets of 2,000 draws (tolerance 20%: two
     standard errors of a standard deviation from 400 draws, and the secant's 8%)."""
-    from dpivreg.inference import _total_se_mc_error
-    from dpivreg.moments import central_covariance
+    from dpivreg.estimation.moments import central_covariance
+    from dpivreg.inference.private import _total_se_mc_error
 
     m = 200_000
     rng = np.random.default_rng(0)
@@ -171,7 +171,7 @@ def test_the_stopping_rule_measures_the_total_se_error():
 
 
 def test_the_stopping_rule_has_no_estimate_from_non_finite_draws():
-    from dpivreg.inference import _total_se_mc_error
+    from dpivreg.inference.private import _total_se_mc_error
 
     draws = np.random.default_rng(0).standard_normal((250, 2)) * [1.0, 100.0]
     draws[3, 1] = np.nan
@@ -201,7 +201,7 @@ def test_the_compiled_simulation_equals_the_numpy_one(sim, options, warm_start):
     """Same seed, same noise stream: the numba loop (paths one at a time, triangular solves) gives the numpy
     steps' draws (batched, explicit inverse of the Cholesky factor) to rounding; 7.7e-16 relative was seen."""
     pytest.importorskip("numba")
-    from dpivreg.inference import simulate_fit
+    from dpivreg.estimation.simulation import simulate_fit
 
     path, scale = _plan_and_scale(sim, **options)
     draws = {kernel: simulate_fit(path.plan, path.theta_final, path.beta_final, scale, replications=60,
@@ -214,7 +214,7 @@ def test_the_compiled_simulation_equals_the_numpy_one(sim, options, warm_start):
 def _per_step_reference(plan, theta, beta, S, g_x, g_y, rng):
     """The simulation's steps as they ran before the noise was drawn in chunks (dpivreg 3d03536): ξ_t and ν_t drawn
     inside the loop, one step at a time, numpy."""
-    from dpivreg.inference import _per_row, _stacked_root
+    from dpivreg.estimation.simulation import _per_row, _stacked_root
 
     R, q, _ = theta.shape
     k = plan.n_exog
@@ -242,8 +242,8 @@ def _per_step_reference(plan, theta, beta, S, g_x, g_y, rng):
 def test_the_noise_chunks_replay_the_per_step_stream(monkeypatch, T, grouped):
     """Noise drawn ahead in chunks (here of 3 steps after the first four alone) is the per-step stream: the numpy
     steps give the old per-step loop's numbers bit for bit, over chunk boundaries and a staggered schedule."""
-    from dpivreg import inference
-    from dpivreg.engine import iteration_plan
+    from dpivreg.estimation import simulation as inference
+    from dpivreg.estimation.engine import iteration_plan
 
     clip = (1.0, 1.0) if grouped else 1.0
     schedule = np.ones((2, T)) / T
@@ -275,8 +275,8 @@ def test_the_compiled_simulation_hands_a_failed_factorisation_to_numpy(sim, monk
     zero eigenvalue), and the chunk is redone by the numpy steps from the chunk's start, not from the
     part-updated arrays."""
     pytest.importorskip("numba")
-    from dpivreg import inference
-    from dpivreg.kernels import numba_simulation_steps
+    from dpivreg.compute.simulation_steps import numba_simulation_steps
+    from dpivreg.estimation import simulation as inference
 
     R, q, k = 3, 3, 2
     theta, beta = np.zeros((R, q, 1)), np.ones((R, k + 1))  # Θ̄ = [I_2 | 0]: P = diag(1, 1, 0) + ridge
@@ -306,7 +306,7 @@ def test_the_compiled_simulation_propagates_a_diverged_world_as_numpy_does(group
     """A world whose first stage overflowed: P is not finite, the step is NaN in both implementations (numpy
     takes the engine's root there, NaN for that world), and the other worlds are untouched by it."""
     pytest.importorskip("numba")
-    from dpivreg import inference
+    from dpivreg.estimation import simulation as inference
 
     rng = np.random.default_rng(0)
     R, q, k = 4, 3, 1
@@ -330,7 +330,7 @@ def test_the_compiled_simulation_propagates_a_diverged_world_as_numpy_does(group
 def _public_plan(n_exog: int, grouped: bool):
     """A public iteration plan for direct calls of the step functions (preconditioned; two clipping groups give
     the Cholesky root, one the symmetric root)."""
-    from dpivreg.engine import iteration_plan
+    from dpivreg.estimation.engine import iteration_plan
 
     clip = (1.0, 1.0) if grouped else 1.0
     return iteration_plan(1000, 3, n_exog + 2, n_exog, T=3, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.3,
@@ -338,8 +338,8 @@ def _public_plan(n_exog: int, grouped: bool):
 
 
 def test_the_simulation_kernel_choice():
-    from dpivreg.kernels import numba_available
-    from dpivreg.inference import simulation_kernel
+    from dpivreg.compute.kernels import numba_available
+    from dpivreg.estimation.simulation import simulation_kernel
 
     assert simulation_kernel("numpy") == "numpy"
     assert simulation_kernel("auto") == ("numba" if numba_available() else "numpy")

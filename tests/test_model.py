@@ -368,7 +368,7 @@ def test_readme_shows_the_demo_real_output(capsys):
 
 def test_bound_block_is_free_post_processing(frame):
     """The bound uses only public quantities and the released Θ⁽ᵀ⁾; computing it raises no leak warning."""
-    from dpivreg import theory
+    from dpivreg.estimation import theory
 
     model = DPIV2SLS.from_formula("y ~ 1 + w + [x1 ~ z1 + z2]", frame)
     bounds = {"y": (-40, 40), "x1": (-20, 20), "z1": (-8, 8), "z2": (-8, 8), "w": (0, 10)}
@@ -395,7 +395,7 @@ def test_bound_block_is_free_post_processing(frame):
     upper, lower = (1 + delta) ** 2, (1 - delta) ** 2
     expected_theta = max(abs(1 - 0.5 * upper), abs(1 - 0.5 * lower)) ** 2
     assert pre.contraction.kappa == pytest.approx(max(0.7**2, expected_theta), rel=1e-12)
-    # from the warm start: the contraction implied by the whitening error κ̂ of the release (dpivreg.tuning)
+    # from the warm start: the contraction implied by the whitening error κ̂ of the release (dpivreg.estimation.tuning)
     warm = model.fit(rho1=0.5, rho2=2.0, T=12, eta=0.5, alpha=0.3, seed=2, bounds=bounds)
     kappa = warm.settings.kappa
     assert 0 < kappa < 1
@@ -448,9 +448,9 @@ def test_long_runs_are_announced_with_their_expected_time(monkeypatch):
     expected time and what to change: the iteration and the inference's simulation each (threshold lowered to 0
     here; 60 s by default, which no test reaches)."""
     from dpivreg import LongRunWarning
-    from dpivreg import engine
+    from dpivreg import progress as progress_bars
 
-    monkeypatch.setattr(engine, "LONG_RUN_SECONDS", 0.0)
+    monkeypatch.setattr(progress_bars, "LONG_RUN_SECONDS", 0.0)
     frame = load_labsup().iloc[:20000]
     model = DPIV2SLS.from_formula("weeks ~ 1 + [kids ~ samesex]", frame)
     with pytest.warns(LongRunWarning) as caught:
@@ -458,7 +458,7 @@ def test_long_runs_are_announced_with_their_expected_time(monkeypatch):
     texts = [str(w.message) for w in caught if issubclass(w.category, LongRunWarning)]
     assert len(texts) == 2
     assert texts[0].startswith("DP-2S-GD: 8 steps at ") and "smaller T" in texts[0]
-    # the simulation's first batch (dpivreg.inference.MIN_REPLICATIONS paths) announces itself
+    # the simulation's first batch (dpivreg.inference.private.MIN_REPLICATIONS paths) announces itself
     assert re.match(r"the privacy-noise simulation \(\d+ replications", texts[1]) and "inference=False" in texts[1]
     assert all("will take about" in t for t in texts)
 

@@ -1,4 +1,4 @@
-"""Empirical privacy audit of the second-moment releases of :mod:`dpivreg.mechanisms`.
+"""Empirical privacy audit of the second-moment releases of :mod:`dpivreg.privacy.mechanisms`.
 
 The mechanisms
 --------------
@@ -49,9 +49,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-
-import dpivreg.mechanisms as mechanisms
 from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_bound
+
+import dpivreg.privacy.mechanisms as mechanisms
 
 D = 4  # columns of W (ball); columns of [1, V] (box)
 N_ROWS = 50  # n, including the canary
@@ -86,7 +86,7 @@ def claimed_sigma(mechanism: str, rho: float = RHO) -> float:
 
 
 # ----------------------------------------------------------------------------------------
-# the auditor's own clipped Gram matrices (independent of dpivreg.mechanisms)
+# the auditor's own clipped Gram matrices (independent of dpivreg.privacy.mechanisms)
 # ----------------------------------------------------------------------------------------
 def clipped_gram(W: np.ndarray, mechanism: str) -> np.ndarray:
     """(1/n) Σᵢ cᵢcᵢᵀ, row by row: cᵢ = [1, entries of wᵢ clipped to [−1, 1]] (box) or CLIP_B(wᵢ) (ball)."""
@@ -113,13 +113,13 @@ def release(mechanism: str, W: np.ndarray, rho: float, rng: np.random.Generator)
 
 
 # ----------------------------------------------------------------------------------------
-# deliberately broken releases, injected into dpivreg.mechanisms at call time
+# deliberately broken releases, injected into dpivreg.privacy.mechanisms at call time
 # ----------------------------------------------------------------------------------------
 _REAL_BALL = mechanisms.ball_second_moments
 
 
 class _NumpyWith:
-    """``numpy`` except for the given attributes: replaces ``dpivreg.mechanisms.np`` to inject a bug
+    """``numpy`` except for the given attributes: replaces ``dpivreg.privacy.mechanisms.np`` to inject a bug
     into the mechanisms' own code (every other numpy call passes through)."""
 
     def __init__(self, **overrides) -> None:
@@ -203,7 +203,7 @@ def run_audit(variant: str = "correct", *, seed: int, runs: int = RUNS, far: boo
     records, sigmas, symmetric = set(), set(), True
     with contextlib.ExitStack() as stack:
         for name, value in VARIANTS[variant].items():
-            stack.enter_context(mock.patch(f"dpivreg.mechanisms.{name}", value))
+            stack.enter_context(mock.patch(f"dpivreg.privacy.mechanisms.{name}", value))
         for w, W in enumerate(worlds):
             rng = np.random.default_rng([seed, w])
             for r in range(runs):

@@ -15,10 +15,18 @@ import numpy as np
 import pytest
 
 from dpivreg import DPIV2SLS
-from dpivreg.inference import plug_in_worlds
-from dpivreg.moments import (FLOOR, NOISE_FLOOR, central_covariance, central_in_units, central_scale_error,
-                             floor_at_noise, floor_spectrum, solve_2sls)
-from dpivreg.preprocess import ReleasedMoments, working_scale
+from dpivreg.estimation.moments import (
+    FLOOR,
+    NOISE_FLOOR,
+    central_covariance,
+    central_in_units,
+    central_scale_error,
+    floor_at_noise,
+    floor_spectrum,
+    solve_2sls,
+)
+from dpivreg.estimation.simulation import plug_in_worlds
+from dpivreg.estimation.working_scale import ReleasedMoments, working_scale
 
 SIGMA = 0.01
 
@@ -228,7 +236,7 @@ def test_world_releases_are_the_full_release_floored_and_mapped():
     floored and mapped to the working scale, in every entry that 2SLS reads (1e-10): also when the floor is active
     (fresh noise, active in most of these worlds), where what it adds to the instruments' block reaches the cross
     moments through the constant. With an intercept the working map is square, so the full world is exact."""
-    from dpivreg.inference import world_releases
+    from dpivreg.estimation.simulation import world_releases
 
     rng = np.random.default_rng(11)
     n = 400

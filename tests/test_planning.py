@@ -1,4 +1,4 @@
-"""Planned private standard errors (dpivreg.planning.plan_se): API, validation, reproducibility,
+"""Planned private standard errors (dpivreg.planning.se_plan.plan_se): API, validation, reproducibility,
 monotonicity, the smallest budget for a target, and a small-R check against realised private SEs.
 
 The full accuracy study (R = 100 per cell) is ``benchmarks/plan_accuracy.py``; its table is in the docs.
@@ -17,7 +17,7 @@ import pytest
 import dpivreg
 from dpivreg import SEPlan, plan_se
 from dpivreg.datasets import LABSUP_BOUNDS
-from dpivreg.planning import iv_formula, synthetic_population
+from dpivreg.planning.population import iv_formula, synthetic_population
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import plan_accuracy as pa

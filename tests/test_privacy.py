@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dpivreg import PrivacyBudget, Release, delta_from_rho, epsilon_from_rho
-from dpivreg.privacy import clipped_mean_sensitivity, gaussian_zcdp, noise_std
+from dpivreg.privacy.accounting import clipped_mean_sensitivity, gaussian_zcdp, noise_std
 
 TABLE = [  # rho, bun-steinke, cks, gaussian at delta = 1e-5
     (0.1, 2.2460, 1.9142, 1.7601),

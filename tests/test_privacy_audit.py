@@ -57,10 +57,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import dpivreg.engine as engine
-import dpivreg.kernels as kernels
+import dpivreg.compute.codegen as codegen
+import dpivreg.compute.kernels as kernels
+import dpivreg.estimation.engine as engine
 from dpivreg import PrivacyLeakWarning
-from dpivreg.privacy import noise_std as _true_noise_std
+from dpivreg.privacy.accounting import noise_std as _true_noise_std
 
 # ----------------------------------------------------------------------------------------
 # design (public, fixed in advance)
@@ -124,7 +125,7 @@ def claimed_lambdas(calibration: str, rho1: float = RHO1, rho2: float = RHO2,
 
 
 # ----------------------------------------------------------------------------------------
-# the auditor's own clipped mean gradients (independent of dpivreg.engine)
+# the auditor's own clipped mean gradients (independent of dpivreg.estimation.engine)
 # ----------------------------------------------------------------------------------------
 def _clip_rows(g: np.ndarray, clip: float) -> np.ndarray:
     """CLIP_γ applied to every per-sample gradient g[..., i, :] (flattened), by its own norm."""
@@ -157,7 +158,7 @@ def clipped_mean_gradients(data, theta: np.ndarray, beta: np.ndarray, n_exog: in
 
 
 # ----------------------------------------------------------------------------------------
-# the auditor's own preconditioner (independent of dpivreg.engine._inverse_sqrt_preconditioner)
+# the auditor's own preconditioner (independent of dpivreg.estimation.engine._inverse_sqrt_preconditioner)
 # ----------------------------------------------------------------------------------------
 def claimed_ridge(lambda1: float) -> float:
     """The documented default ridge q·(η·λ1)² + 1e-4, from the claimed λ1."""
@@ -289,7 +290,7 @@ def run_audit(calibration: str = "exact", *, seed: int, n_exog: int = 0, runs: i
               clips: tuple[float, float] = (CLIP1, CLIP2)) -> Audit:
     """Run DP-2S-GD ``runs`` times on each neighbour and audit the released paths.
 
-    Calls ``dpivreg.engine.dp_2s_gd`` at call time, so monkeypatched engine internals are audited.
+    Calls ``dpivreg.estimation.engine.dp_2s_gd`` at call time, so monkeypatched engine internals are audited.
     ``method="preconditioned"``: the engine gets ``second_moment=SECOND_MOMENTS[second_moment]`` and
     its default ridge; the auditor rebuilds R_t = P_t^(−1/2) from the released Θ⁽ᵗ⁾ with its own
     closed form (ridge from the claimed λ1), recovers the whitened noisy mean
@@ -378,7 +379,7 @@ class WhitenAfterClipping:
     The step becomes β ← β − α R (R·(1/n)Σ CLIP_γ2(x̂ᵢeᵢ) − ν): the quantity the noise is added to has
     sensitivity 2γ2‖R‖/n, not 2γ2/n (‖R‖ = P_t^(−1/2) is up to 1/sqrt(ridge) ≈ 15.6 here).
 
-    Injected through the engine's one pass per iteration, ``dpivreg.engine._clipped_gradients``
+    Injected through the engine's one pass per iteration, ``dpivreg.estimation.engine._clipped_gradients``
     (looked up at call time): the pass is run with R = I (clipping x̂ᵢeᵢ) and its stage-2 mean is
     whitened by the R_t the engine passed in; the engine then applies R_t once more with the noise.
     ``calls`` counts the altered calls, so a refactored engine in which this injection no longer
@@ -401,7 +402,7 @@ class WhitenAfterClipping:
 
 @dataclass(frozen=True)
 class Broken:
-    """A deliberately broken engine: ``patches()`` gives fresh replacements for ``dpivreg.engine``
+    """A deliberately broken engine: ``patches()`` gives fresh replacements for ``dpivreg.estimation.engine``
     attributes; the audit is run with ``method`` on the ``blank`` or ordinary neighbours (n_exog = 0)."""
 
     patches: Callable[[], dict]
@@ -424,8 +425,8 @@ def apply_broken(bug: str, setattr_) -> dict:
     """
     patches = BROKEN[bug].patches()
     for name, value in patches.items():
-        setattr_(f"dpivreg.engine.{name}", value)
-    setattr_("dpivreg.engine._check_spent", lambda *args, **kwargs: None)
+        setattr_(f"dpivreg.estimation.engine.{name}", value)
+    setattr_("dpivreg.estimation.engine._check_spent", lambda *args, **kwargs: None)
     return patches
 
 
@@ -636,7 +637,7 @@ def test_audit_catches_broken_mechanisms(bug, monkeypatch):
 
     2,000 runs per dataset, ρ1 = 1.5, ρ2 = 1, requested μ = sqrt(5) = 2.236, seed 303, n_exog = 0:
 
-    * halved_noise (``dpivreg.engine.noise_std`` returns λ/2; "gd", ordinary neighbours): true
+    * halved_noise (``dpivreg.estimation.engine.noise_std`` returns λ/2; "gd", ordinary neighbours): true
       μ = 4.38, observed μ_lb = 3.883 (33 false positives, 27 false negatives). The accountant is
       computed from the noise std actually used, so it reports ρ = 10 (μ = 4.47): it is not
       fooled, the *user's* requested ρ = 2.5 is violated, and the audit is still consistent with
@@ -680,7 +681,7 @@ def test_audit_catches_broken_mechanisms(bug, monkeypatch):
         assert patches["_clipped_gradients"].__self__.calls == 2 * a.runs * T, "the injection did not land"
 
 
-# The generated kernels (dpivreg.kernels.unrolled_source) take the pass on blocks of 2^15 rows or more; the audits
+# The generated kernels (dpivreg.compute.codegen.unrolled_source) take the pass on blocks of 2^15 rows or more; the audits
 # above run 50 rows, so here they are forced on every block.
 needs_numba = pytest.mark.skipif(not kernels.numba_available(), reason="numba not installed")
 
@@ -688,14 +689,14 @@ needs_numba = pytest.mark.skipif(not kernels.numba_available(), reason="numba no
 def _force_generated_kernels(monkeypatch) -> list:
     """Every block through the generated kernels; returns the list of shapes they were asked for."""
     shapes = []
-    real = kernels.unrolled_kernel
+    real = codegen.unrolled_kernel
 
     def spy(*shape):
         shapes.append(shape)
         return real(*shape)
 
     monkeypatch.setattr(kernels, "_UNROLLED_MIN_ROWS", 1)
-    monkeypatch.setattr(kernels, "unrolled_kernel", spy)
+    monkeypatch.setattr(codegen, "unrolled_kernel", spy)
     return shapes
 
 
@@ -717,16 +718,16 @@ def test_audit_catches_a_generated_kernel_that_clips_to_twice_the_threshold(monk
     + 2ρ2 = 14, μ = 3.74 against the claimed 2.236): the audit must see μ_lb above the claim. Seed 303 as for
     the broken engines. Observed: μ_lb = 2.854 (403 false positives, 16 false negatives); the sound generated
     kernels gave 1.955 (n_exog = 0, row-major) and 1.981 (n_exog = 1, column-major), the tiled loop's values."""
-    correct = kernels.unrolled_source
+    correct = codegen.unrolled_source
 
     def broken(*shape):
         source = correct(*shape)
         assert "f0 = min(1.0, c0 / g0) if finite0 else 1.0" in source
         return source.replace("f0 = min(1.0, c0 / g0)", "f0 = min(1.0, 2.0 * c0 / g0)")
 
-    compiled = kernels.unrolled_kernel  # cached per shape: the broken kernels must neither use nor stay in it
+    compiled = codegen.unrolled_kernel  # cached per shape: the broken kernels must neither use nor stay in it
     monkeypatch.setenv("DPIVREG_CACHE_DIR", str(tmp_path))  # nor stay in the user's cache directory
-    monkeypatch.setattr(kernels, "unrolled_source", broken)
+    monkeypatch.setattr(codegen, "unrolled_source", broken)
     compiled.cache_clear()
     try:
         shapes = _force_generated_kernels(monkeypatch)

@@ -9,8 +9,9 @@ import pytest
 from ivsim import simulate_iv_arrays
 from tqdm.std import tqdm as std_tqdm
 
-from dpivreg import DPIV2SLS, DivergenceError, TConditionWarning, dp_2s_gd, engine
-from dpivreg.backends import count_passes
+from dpivreg import DPIV2SLS, DivergenceError, TConditionWarning, dp_2s_gd
+from dpivreg import progress as progress_bars
+from dpivreg.compute.backends import count_passes
 from dpivreg.datasets import simulate_iv
 
 FIT = {"rho1": 1.0, "rho2": 1.0, "T": 8, "seed": 20261129}
@@ -61,10 +62,10 @@ def test_results_are_identical_with_and_without_progress(sim, capsys):
 def test_automatic_bar_appears_only_for_a_long_loop_someone_can_see(sim, capsys, monkeypatch):
     """progress=None: a bar once the loop's projected time exceeds PROGRESS_SECONDS (lowered to 0 here) and only
     on an interactive stream (pretended here; pytest's capture is not a terminal)."""
-    monkeypatch.setattr(engine, "PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(progress_bars, "PROGRESS_SECONDS", 0.0)
     _fit(sim)
     assert capsys.readouterr().err == ""  # not interactive: nothing
-    monkeypatch.setattr(engine, "_interactive", lambda: True)
+    monkeypatch.setattr(progress_bars, "_interactive", lambda: True)
     res = _fit(sim)
     err = capsys.readouterr().err
     assert "DP-2S-GD iterations" in err and "privacy-noise simulation" in err

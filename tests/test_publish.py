@@ -18,8 +18,8 @@ import pytest
 from latex import compile_latex
 
 from dpivreg import DPIV2SLS, FitRelease, PrivacyLeakWarning, compare, load_release
-from dpivreg.comparison import DPIVComparison
-from dpivreg.results import _fmt
+from dpivreg.reporting.comparison import DPIVComparison
+from dpivreg.reporting.results import _fmt
 
 N = 1500
 F = "y ~ 1 + w + [x ~ z]"

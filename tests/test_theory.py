@@ -1,4 +1,4 @@
-"""Tests of dpivreg.theory: the Theorem's terms, conditions, regimes, contraction rates and planning.
+"""Tests of dpivreg.estimation.theory: the Theorem's terms, conditions, regimes, contraction rates and planning.
 
 Expected numbers are worked out by hand in each test (constants of the bound set to 1), never by
 calling the function under test a second time.
@@ -16,7 +16,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from dpivreg import theory as th  # noqa: E402
+from dpivreg.estimation import theory as th  # noqa: E402
+from dpivreg.planning import theorem_plan as tp  # noqa: E402
 
 INF = math.inf
 LN5 = math.log(5.0)
@@ -123,7 +124,7 @@ def test_infinite_budgets_remove_privacy_term():
 # ----------------------------------------------------------------------------------------
 def test_recommended_T_sublinear_and_T_over_log_n_increasing_on_1e3_to_1e8():
     ns = 10.0 ** np.arange(3, 9)
-    Ts = np.array([th.recommended_T(n, 5, 5, 1.0, 1.0, kappa=0.5) for n in ns], dtype=float)
+    Ts = np.array([tp.recommended_T(n, 5, 5, 1.0, 1.0, kappa=0.5) for n in ns], dtype=float)
     assert np.all(np.diff(Ts) > 0)
     ratio_n = Ts / ns
     assert np.all(np.diff(ratio_n) < 0) and ratio_n[-1] < 1e-6  # sub-linear: T/n decreases to 0
@@ -138,7 +139,7 @@ def test_recommended_T_is_logarithmic_not_super_logarithmic():
     # about 2 log(10)/log(1/κ) (6.64 at κ = 1/2) per decade: T* = Θ(log n), not super-logarithmic.
     L = math.log(2.0)
     ns = 10.0 ** np.arange(3, 13)
-    Ts = np.array([th.recommended_T(n, 5, 5, 1.0, 1.0, kappa=0.5) for n in ns], dtype=float)
+    Ts = np.array([tp.recommended_T(n, 5, 5, 1.0, 1.0, kappa=0.5) for n in ns], dtype=float)
     assert np.all(Ts / np.log(ns) < 2 / L)
     steps = np.diff(Ts)
     per_decade = 2 * math.log(10) / L
@@ -159,7 +160,7 @@ def test_claim_holds_for_the_plateau():
         stat = th.statistical_term(n, 5, 5)
         total = th.optimization_term(T, 0.5) + th.privacy_term(n, 5, 5, T, 1.0, 1.0) + stat
         assert np.all(total <= 3 * stat * (1 + 1e-12))
-        assert rb.end_optimization <= th.recommended_T(n, 5, 5, 1.0, 1.0, kappa=0.5) <= rb.start_privacy
+        assert rb.end_optimization <= tp.recommended_T(n, 5, 5, 1.0, 1.0, kappa=0.5) <= rb.start_privacy
 
 
 # ----------------------------------------------------------------------------------------
@@ -299,7 +300,7 @@ def test_error_bound_object():
 # 6. plan, recommended T, smallest n and rho
 # ----------------------------------------------------------------------------------------
 def test_plan_table_and_recommendation():
-    pl = th.plan(1000, 5, 5, 1.0, 1.0)
+    pl = tp.plan(1000, 5, 5, 1.0, 1.0)
     # default T_max = max(100, 4 * recommended, 2 * T limit = 50) = 100
     assert pl.table.shape == (100, 4)
     assert list(pl.table.columns) == ["optimization", "privacy", "statistical", "total"]
@@ -312,7 +313,7 @@ def test_plan_table_and_recommendation():
     assert "recommended T" in text and text == pl.summary()
     # default T_max = max(100, 4·recommended) = 100 at n = 10^4, recommended T = 14; the T condition
     # limit (2500) is more than 10 times farther, so the table does not stretch to 2·2500
-    assert th.plan(1e4, 5, 5, 1.0, 1.0).T_max == 100
+    assert tp.plan(1e4, 5, 5, 1.0, 1.0).T_max == 100
 
 
 @pytest.mark.parametrize(
@@ -326,41 +327,41 @@ def test_plan_table_and_recommendation():
     ],
 )
 def test_recommended_T_matches_brute_force(n, p, q, rho1, rho2, kappa):
-    pl = th.plan(n, p, q, rho1, rho2, kappa=kappa, T_max=60000)
+    pl = tp.plan(n, p, q, rho1, rho2, kappa=kappa, T_max=60000)
     brute = int(np.argmin(pl.table["total"].to_numpy())) + 1
-    assert th.recommended_T(n, p, q, rho1, rho2, kappa=kappa) == brute == pl.recommended_T
+    assert tp.recommended_T(n, p, q, rho1, rho2, kappa=kappa) == brute == pl.recommended_T
 
 
 def test_plan_without_privacy_and_for_large_n():
-    pl = th.plan(1e4, 3, 8, INF, INF)
+    pl = tp.plan(1e4, 3, 8, INF, INF)
     assert pl.t_condition_limit == INF and np.all(pl.table["privacy"] == 0)
     assert pl.bound.total == pl.bound.statistical  # the optimization term has vanished in floating point
-    big = th.plan(1e8, 5, 5, 1.0, 1.0)
+    big = tp.plan(1e8, 5, 5, 1.0, 1.0)
     assert big.T_max == 168 and big.recommended_T == 42  # 4·42: the T limit (2.5e11) is far away
     assert big.recommended_T == int(big.table["total"].idxmin())
 
 
 def test_plan_with_small_T_max_keeps_global_recommendation():
-    pl = th.plan(1e6, 5, 5, 1.0, 1.0, T_max=10)
+    pl = tp.plan(1e6, 5, 5, 1.0, 1.0, T_max=10)
     assert pl.table.shape == (10, 4)
-    assert pl.recommended_T == th.recommended_T(1e6, 5, 5, 1.0, 1.0) > 10
+    assert pl.recommended_T == tp.recommended_T(1e6, 5, 5, 1.0, 1.0) > 10
     assert "beyond the table" in pl.summary()
 
 
 def test_plan_plot_agg():
     import matplotlib.pyplot as plt
 
-    ax = th.plan(1000, 5, 5, 1.0, 1.0).plot()
+    ax = tp.plan(1000, 5, 5, 1.0, 1.0).plot()
     assert isinstance(ax, matplotlib.axes.Axes)
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert len(ax.get_lines()) >= 5  # three terms, total, recommended-T marker
     fig, ax2 = plt.subplots()
-    assert th.plan(1e7, 5, 5, INF, INF).plot(ax=ax2) is ax2  # no privacy curve, long table subsampled
+    assert tp.plan(1e7, 5, 5, INF, INF).plot(ax=ax2) is ax2  # no privacy curve, long table subsampled
     plt.close("all")
 
 
 def test_plot_without_matplotlib(monkeypatch):
-    pl = th.plan(1000, 5, 5, 1.0, 1.0)
+    pl = tp.plan(1000, 5, 5, 1.0, 1.0)
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ImportError, match=r"pip install dpivreg\[plot\]"):
@@ -370,10 +371,10 @@ def test_plot_without_matplotlib(monkeypatch):
 @pytest.mark.parametrize("T", [None, 20])
 @pytest.mark.parametrize("target", [1.0, 0.05])
 def test_smallest_n(target, T):
-    n = th.smallest_n(target, 5, 5, 1.0, 1.0, T=T)
+    n = tp.smallest_n(target, 5, 5, 1.0, 1.0, T=T)
 
     def bound(m):
-        T_m = T if T is not None else th.recommended_T(m, 5, 5, 1.0, 1.0)
+        T_m = T if T is not None else tp.recommended_T(m, 5, 5, 1.0, 1.0)
         return th.error_bound(m, 5, 5, T_m, 1.0, 1.0, kappa=0.5).total
 
     assert bound(n) <= target < bound(n - 1)
@@ -382,10 +383,10 @@ def test_smallest_n(target, T):
 @pytest.mark.parametrize("T", [None, 20])
 @pytest.mark.parametrize("target, split", [(2.0, 0.5), (1.4, 0.5), (1.5, 0.9)])
 def test_smallest_rho(target, split, T):
-    rho = th.smallest_rho(target, 1000, 5, 5, T=T, split=split)
+    rho = tp.smallest_rho(target, 1000, 5, 5, T=T, split=split)
 
     def bound(r):
-        T_r = T if T is not None else th.recommended_T(1000, 5, 5, split * r, (1 - split) * r)
+        T_r = T if T is not None else tp.recommended_T(1000, 5, 5, split * r, (1 - split) * r)
         return th.error_bound(1000, 5, 5, T_r, split * r, (1 - split) * r, kappa=0.5).total
 
     assert bound(rho) <= target < bound(rho * (1 - 1e-9))
@@ -394,14 +395,14 @@ def test_smallest_rho(target, split, T):
 def test_smallest_n_and_rho_unreachable_targets():
     # at T = 10 the bound never falls below (1/2)^5 = 0.03125
     with pytest.raises(ValueError, match="optimization term"):
-        th.smallest_n(0.03, 5, 5, 1.0, 1.0, T=10)
-    assert th.smallest_n(0.032, 5, 5, 1.0, 1.0, T=10) > 1
+        tp.smallest_n(0.03, 5, 5, 1.0, 1.0, T=10)
+    assert tp.smallest_n(0.032, 5, 5, 1.0, 1.0, T=10) > 1
     # n = 1000: the statistical term alone is 1.2995
     with pytest.raises(ValueError, match="even with rho = inf"):
-        th.smallest_rho(1.29, 1000, 5, 5)
+        tp.smallest_rho(1.29, 1000, 5, 5)
     # at T = 20 the noiseless bound is 1/1024 + 1.2995
     with pytest.raises(ValueError, match="even with rho = inf"):
-        th.smallest_rho(1.3, 1000, 5, 5, T=20)
+        tp.smallest_rho(1.3, 1000, 5, 5, T=20)
 
 
 # ----------------------------------------------------------------------------------------
@@ -453,17 +454,17 @@ def test_every_function_validates():
     with pytest.raises(ValueError, match="T"):
         th.regime(0, 100, 5, 5, 1.0, 1.0)
     with pytest.raises(ValueError, match="T_max"):
-        th.plan(100, 5, 5, 1.0, 1.0, T_max=0)
+        tp.plan(100, 5, 5, 1.0, 1.0, T_max=0)
     with pytest.raises(ValueError, match="kappa"):
-        th.plan(100, 5, 5, 1.0, 1.0, kappa=1.0)
+        tp.plan(100, 5, 5, 1.0, 1.0, kappa=1.0)
     with pytest.raises(ValueError, match="target"):
-        th.smallest_n(0.0, 5, 5, 1.0, 1.0)
+        tp.smallest_n(0.0, 5, 5, 1.0, 1.0)
     with pytest.raises(ValueError, match="target"):
-        th.smallest_rho(-1.0, 1000, 5, 5)
+        tp.smallest_rho(-1.0, 1000, 5, 5)
     with pytest.raises(ValueError, match="split"):
-        th.smallest_rho(2.0, 1000, 5, 5, split=1.0)
+        tp.smallest_rho(2.0, 1000, 5, 5, split=1.0)
     with pytest.raises(ValueError, match="T"):
-        th.smallest_n(1.0, 5, 5, 1.0, 1.0, T=0)
+        tp.smallest_n(1.0, 5, 5, 1.0, 1.0, T=0)
     with pytest.raises(ValueError, match="delta"):
         th.contraction_rates(-0.1, 1.0, 0.5)
     with pytest.raises(ValueError, match="gamma_under"):
@@ -496,7 +497,7 @@ def test_t_condition_limit_for_huge_n_uses_float_arithmetic():
 
 @pytest.mark.parametrize("n", [1e20, 1e155, 1e300, sys.float_info.max])
 def test_plan_for_huge_n_is_finite(n):
-    pl = th.plan(n, 1, 2, 1.0, 1.0)
+    pl = tp.plan(n, 1, 2, 1.0, 1.0)
     # the statistical term √2 (5 + log 2) / √n dominates; the optimization term at the
     # recommended T is below it by ~1e-16 and the privacy term by ~1e-140 or less
     stat = math.sqrt(2) * (5 + math.log(2)) / math.sqrt(n)
@@ -504,19 +505,19 @@ def test_plan_for_huge_n_is_finite(n):
     assert math.isfinite(pl.bound.total) and pl.bound.total == pytest.approx(stat, rel=1e-12)
     # T* ≈ (2 log n + log log n) / log 2 (module docstring), well below 4 log n / log 2
     assert 1 <= pl.recommended_T <= 4 * math.log(n) / math.log(2)
-    assert pl.recommended_T == th.recommended_T(n, 1, 2, 1.0, 1.0)
-    assert pl.bound.t_condition.holds and pl.T_max <= th.T_MAX_CAP
+    assert pl.recommended_T == tp.recommended_T(n, 1, 2, 1.0, 1.0)
+    assert pl.bound.t_condition.holds and pl.T_max <= tp.T_MAX_CAP
 
 
 def test_recommended_T_keeps_growing_up_to_huge_n():
-    Ts = [th.recommended_T(n, 1, 2, 1.0, 1.0) for n in (1e10, 1e50, 1e100, 1e200, 1e300)]
+    Ts = [tp.recommended_T(n, 1, 2, 1.0, 1.0) for n in (1e10, 1e50, 1e100, 1e200, 1e300)]
     assert Ts == sorted(Ts) and len(set(Ts)) == len(Ts)
 
 
 def test_plan_for_huge_q_reports_a_violated_t_condition_not_a_crash():
     # q = 1e200: (√q + √τ)⁶ = 1e600 overflows, so the T limit 1e6 / 1e600 is 0 in floats;
     # the condition is violated by an infinite factor (formerly OverflowError / ZeroDivisionError)
-    pl = th.plan(1000, 1, 1e200, 1.0, 1.0)
+    pl = tp.plan(1000, 1, 1e200, 1.0, 1.0)
     assert pl.t_condition_limit == 0.0
     cond = pl.bound.t_condition
     assert not cond.holds and cond.factor == INF
@@ -572,4 +573,4 @@ def test_simulate_iv_int_seed_reproduces_numpy_default_rng():
 def test_plan_is_exported_at_the_top_level():
     import dpivreg
 
-    assert dpivreg.plan is th.plan and dpivreg.smallest_n is th.smallest_n and dpivreg.smallest_rho is th.smallest_rho
+    assert dpivreg.plan is tp.plan and dpivreg.smallest_n is tp.smallest_n and dpivreg.smallest_rho is tp.smallest_rho

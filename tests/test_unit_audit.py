@@ -1,4 +1,4 @@
-"""Empirical privacy audit with worst-case *unit* neighbours (``fit(privacy_unit=...)``, :mod:`dpivreg.units`).
+"""Empirical privacy audit with worst-case *unit* neighbours (``fit(privacy_unit=...)``, :mod:`dpivreg.privacy.units`).
 
 The privacy model
 -----------------
@@ -7,15 +7,15 @@ m = ``max_rows_per_unit`` rows); the number of units N is public, the row count 
 claim, for that model:
 
 * the gradient steps of DP-2S-GD (``InMemoryRows(..., groups=RowGroups(unit_starts, …), n=n̂)`` and
-  :func:`dpivreg.engine.run_on_rows`): each unit's rows are summed and the *unit's* gradient is clipped to γ, so
+  :func:`dpivreg.estimation.engine.run_on_rows`): each unit's rows are summed and the *unit's* gradient is clipped to γ, so
   the released mean (1/n̂)·Σᵤ CLIP_γ(Σ_{i∈u} gᵢ) has sensitivity 2γ/n̂ (n̂ public; in a fit N·k̂ from the moment
   release) and the noise λ = (γ/n̂)·sqrt(2T/ρ) spends ρ;
-* the moment release of the working scale (:func:`dpivreg.preprocess.working_scale` with the units of
-  :func:`dpivreg.units.resolve_units`, i.e. :func:`dpivreg.preprocess.moments_from_sum` with ``max_rows = m`` on
+* the moment release of the working scale (:func:`dpivreg.estimation.working_scale.working_scale` with the units of
+  :func:`dpivreg.data.unit_ids.resolve_units`, i.e. :func:`dpivreg.estimation.working_scale.moments_from_sum` with ``max_rows = m`` on
   the truncated rows' per-unit sum): units truncated to m rows, then the upper triangle of Σ [1, v][1, v]ᵀ/N with
   sensitivity m·D/N (D columns of [1, v], every entry in [−1, 1]), divided afterwards by its constant's entry k̂
   (post-processing), which also gives the normaliser n̂ = N·k̂;
-* the clustered meat at a given threshold C (:func:`dpivreg.covariance.release_score_meat` with
+* the clustered meat at a given threshold C (:func:`dpivreg.inference.covariance.release_score_meat` with
   ``clustered=True``, the clusters being the units): each cluster's summed score g_c = Σ_{i∈c} z̃ᵢũᵢ is clipped to
   L2 norm C, and the upper triangle of (1/n̂)Σ_c clip(g_c)clip(g_c)ᵀ has sensitivity √2·C²/n̂ (one cluster changes).
 
@@ -53,8 +53,8 @@ audit runs on that function (about 20 µs a release instead of 6 ms).
 
 Broken variants (the audit's teeth), each leaving every release record at the claimed ρ:
 
-* rows clipped instead of units: the per-row kernel :func:`dpivreg.kernels.block_sums` in place of
-  :func:`dpivreg.kernels.unit_block_sums` (what a row-level engine does with a unit-level accountant);
+* rows clipped instead of units: the per-row kernel :func:`dpivreg.compute.kernels.block_sums` in place of
+  :func:`dpivreg.compute.kernels.unit_block_sums` (what a row-level engine does with a unit-level accountant);
 * truncation skipped: the canary units keep all their rows while the release still claims m rows per unit;
 * rows clipped instead of clusters in the clustered meat.
 
@@ -80,18 +80,18 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-
-import dpivreg.backends as backends
-import dpivreg.engine as engine
-from dpivreg import PrivacyLeakWarning
-from dpivreg.backends import InMemoryRows
-from dpivreg.covariance import release_score_meat
-from dpivreg.design import design_from_formula
-from dpivreg.kernels import block_sums, numba_available
-from dpivreg.preprocess import moments_from_sum, working_scale
-from dpivreg.units import MAX_MAX_ROWS, RowGroups, resolve_units
-
 from test_privacy_audit import CONF, add_step_llr, assert_llr_law, assert_tight, mu_lower_bound
+
+import dpivreg.compute.backends as backends
+import dpivreg.estimation.engine as engine
+from dpivreg import PrivacyLeakWarning
+from dpivreg.compute.backends import InMemoryRows
+from dpivreg.compute.kernels import block_sums, numba_available
+from dpivreg.data.design import design_from_formula
+from dpivreg.data.unit_ids import resolve_units
+from dpivreg.estimation.working_scale import moments_from_sum, working_scale
+from dpivreg.inference.covariance import release_score_meat
+from dpivreg.privacy.units import MAX_MAX_ROWS, RowGroups
 
 # ----------------------------------------------------------------------------------------
 # design (public, fixed in advance)
@@ -275,9 +275,9 @@ def run_gradient_audit(seed: int, runs: int = RUNS) -> GradientAudit:
 
 
 class RowClipping:
-    """Bug: the per-unit kernel replaced by the per-row one (:func:`dpivreg.kernels.block_sums`, each ROW's gradient
+    """Bug: the per-unit kernel replaced by the per-row one (:func:`dpivreg.compute.kernels.block_sums`, each ROW's gradient
     clipped), the unit grouping ignored, while the noise and the accountant stay those of unit-level privacy.
-    Injected where the grouped row source looks the kernel up (``dpivreg.backends.unit_block_sums``); ``calls``
+    Injected where the grouped row source looks the kernel up (``dpivreg.compute.backends.unit_block_sums``); ``calls``
     counts the altered passes, so that an injection that no longer lands fails loudly."""
 
     def __init__(self) -> None:
@@ -365,7 +365,7 @@ def package_unit_sum(frame: pd.DataFrame, seed: int = 0, units_of=resolve_units)
 
 
 def run_moment_audit(seed: int, runs: int = RUNS, units_of=resolve_units) -> dict:
-    """``runs`` releases per neighbour of :func:`dpivreg.preprocess.moments_from_sum` with ``max_rows = m`` on the
+    """``runs`` releases per neighbour of :func:`dpivreg.estimation.working_scale.moments_from_sum` with ``max_rows = m`` on the
     package's per-unit sum of the truncated rows (``units_of``; the end-to-end release through ``working_scale``
     is exactly this, checked in :func:`test_the_unit_moment_release_is_moments_from_sum_of_the_truncated_units`,
     and costs ~6 ms a release against ~20 µs), audited with the claimed LLR over the released upper triangle
@@ -429,7 +429,7 @@ def meat_sigma() -> float:
 
 class RowClippedMeat:
     """Bug: the clustered meat clips each ROW's score (Σᵢ clip(sᵢ)clip(sᵢ)ᵀ), not each cluster's sum, while the
-    record still claims one cluster's √2·C²/n̂. Injected at ``dpivreg.covariance.cluster_clipped_outer_sum``."""
+    record still claims one cluster's √2·C²/n̂. Injected at ``dpivreg.inference.covariance.cluster_clipped_outer_sum``."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -525,7 +525,7 @@ def test_package_unit_gradients_equal_the_auditors(magnitude, kernel):
     """The grouped row source's clipped means (``engine._clipped_gradients``, the one pass per iteration) equal a
     unit-by-unit reference loop at random iterates, with and without group clipping and a whitening W, for either
     kernel, and equal the auditor's vectorised means; the far canary (summed gradient beyond float64) goes through
-    :func:`dpivreg.kernels.safe_unit_block_sums`, which must clip the unit's sum too. Then the noiseless engine
+    :func:`dpivreg.compute.kernels.safe_unit_block_sums`, which must clip the unit's sum too. Then the noiseless engine
     (ρ = ∞, clipping kept) steps by exactly the auditor's clipped means along its path."""
     real_safe = backends.safe_unit_block_sums
     rng = np.random.default_rng(5)
@@ -728,7 +728,7 @@ def test_clustered_meat_audit_catches_row_clipping():
     shifted by about +13: mean +18.3 on D, +8.1 on D′, sd 2.2, seed 303), so only the held-out threshold
     separates them: μ_lb = 4.026 (seeds 1–20: 3.68–4.03) against 2.236."""
     bug = RowClippedMeat()
-    with mock.patch("dpivreg.covariance.cluster_clipped_outer_sum", bug):
+    with mock.patch("dpivreg.inference.covariance.cluster_clipped_outer_sum", bug):
         a = run_meat_audit(303)
     assert bug.calls == 2 * a["runs"], "the injection did not land"
     assert a["records"] == {(round(math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT, 15), round(meat_sigma(), 15),

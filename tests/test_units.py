@@ -1,16 +1,16 @@
-"""Privacy units and clustered covariances (:mod:`dpivreg.units` and the unit-level releases), in memory.
+"""Privacy units and clustered covariances (:mod:`dpivreg.privacy.units` and the unit-level releases), in memory.
 
 What each group of tests checks, and where its reference values come from:
 
-* Grouping and truncation (:func:`dpivreg.units.resolve_units`): recomputed here row by row from the ids of the
-  data frame and the public key function :func:`dpivreg.units.row_keys` (a unit keeps the m rows of smallest
+* Grouping and truncation (:func:`dpivreg.data.unit_ids.resolve_units`): recomputed here row by row from the ids of the
+  data frame and the public key function :func:`dpivreg.privacy.units.row_keys` (a unit keeps the m rows of smallest
   key); the keys themselves against a Python-integer evaluation of the mixing the docstring states
   (SplitMix64's finaliser, Steele, Lea & Flood 2014, of (seed + position)·0x9E3779B97F4A7C15 mod 2⁶⁴).
-* :func:`dpivreg.units.group_sums`: a plain loop over the groups, on integer-valued terms (sums exact in any
+* :func:`dpivreg.privacy.units.group_sums`: a plain loop over the groups, on integer-valued terms (sums exact in any
   order, so the comparison is exact), with the chunk made small enough to cut through groups.
 * Kernels: a per-unit Python loop that forms x̂ᵢ = [zᵢ,exog, Θᵀzᵢ], x̃ᵢ = R x̂ᵢ, the residuals, each unit's
   summed gradients and their clip min(1, γ/‖·‖) (by groups with ``split``), to 1e-12 relative (the order of summation
-  differs); units of one row against the row kernel :func:`dpivreg.kernels.block_sums`.
+  differs); units of one row against the row kernel :func:`dpivreg.compute.kernels.block_sums`.
 * Sensitivities (the release records of fits, and the mechanism functions): the public facts only, N (distinct
   ids, counted here from the frame), m, D (the design's columns, counted from the formula, plus the constant),
   G (clipping groups), the released k̂ (``res.scale.moments.rows_per_unit``) and each record's own threshold C.
@@ -34,20 +34,25 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+import test_stata_reference as stata_reference
 from linearmodels.iv import IV2SLS
 
-import dpivreg.units as units_module
+import dpivreg.privacy.units as units_module
 from dpivreg import DPIV2SLS, FitRelease, PrivacyLeakWarning, compare
-from dpivreg.backends import InMemoryRows
-from dpivreg.clipping import unit_gradient_norm_counts
-from dpivreg.covariance import (cluster_clipped_outer_sum, cluster_score_counts, first_stage_scores,
-                                score_meat_sensitivity, structural_scores)
-from dpivreg.kernels import (block_sums, numba_available, pass_matrix, safe_unit_block_sums, unit_block_sums)
-from dpivreg.mechanisms import log_grid, release_histogram_counts
-from dpivreg.preprocess import moments_from_sum
-from dpivreg.units import (MAX_MAX_ROWS, UnitFacts, check_max_rows, group_sums, resolve_units, row_keys)
-
-import test_stata_reference as stata_reference
+from dpivreg.compute.backends import InMemoryRows
+from dpivreg.compute.kernels import block_sums, numba_available, pass_matrix, safe_unit_block_sums, unit_block_sums
+from dpivreg.data.unit_ids import resolve_units
+from dpivreg.estimation.clipping import unit_gradient_norm_counts
+from dpivreg.estimation.working_scale import moments_from_sum
+from dpivreg.inference.covariance import (
+    cluster_clipped_outer_sum,
+    cluster_score_counts,
+    first_stage_scores,
+    score_meat_sensitivity,
+    structural_scores,
+)
+from dpivreg.privacy.mechanisms import log_grid, release_histogram_counts
+from dpivreg.privacy.units import MAX_MAX_ROWS, UnitFacts, check_max_rows, group_sums, row_keys
 
 SQRT2 = math.sqrt(2.0)
 
@@ -192,7 +197,7 @@ def test_the_truncation_does_not_depend_on_the_values(panel):
     np.testing.assert_array_equal(*orders)
 
 
-@pytest.mark.filterwarnings("ignore::dpivreg.design.DroppedRowsWarning")
+@pytest.mark.filterwarnings("ignore::dpivreg.errors.DroppedRowsWarning")
 def test_ids_are_aligned_with_the_rows_the_design_keeps(panel):
     """Rows with a missing value are dropped from the design: the ids are read at the kept rows' positions
     (``design.source_rows``), whether given as a column or as an array with one id per row of the frame."""
@@ -638,7 +643,7 @@ def records(res, stage: str, name: str = "") -> list:
 def default_budget(case: str, name: str) -> float:
     """A release's default share of the total rho: rho1 = rho2 = rho/(2w), the others 2·(rho/2w)·share, with
     w = 1 + the shares of the releases the fit makes (no clipping release with a public clip); the moment
-    release's share is 0.2·m with privacy units of m rows (``dpivreg.model.default_shares``)."""
+    release's share is 0.2·m with privacy units of m rows (``dpivreg.fit_options.default_shares``)."""
     shares = {"rho0": 0.2 * FIT_CASES[case][3]["max_rows_per_unit"], "rho_clip": 0.05, "rho_inf": 0.05}
     if "clip" in FIT_CASES[case][3]:
         del shares["rho_clip"]
@@ -943,7 +948,7 @@ def test_truncation_fits_and_benchmarks_the_kept_rows(panel, m, clusters):
                                    atol=1e-9 * np.abs(reference.cov.to_numpy()).max())
 
 
-@pytest.mark.filterwarnings("ignore::dpivreg.design.DroppedRowsWarning")
+@pytest.mark.filterwarnings("ignore::dpivreg.errors.DroppedRowsWarning")
 def test_dropped_rows_and_clusters_line_up(panel):
     """Rows dropped for a missing value: the infinite-budget fit clusters the rows it kept by their own ids."""
     frame = panel.copy()
@@ -1234,7 +1239,7 @@ def test_clustered_private_intervals_cover_where_row_level_ones_do_not():
 # ----------------------------------------------------------------------------------------
 # 8. found by review: the public count with dropped rows, a frame changed after the build, clusters' randomness
 # ----------------------------------------------------------------------------------------
-@pytest.mark.filterwarnings("ignore::dpivreg.design.DroppedRowsWarning")
+@pytest.mark.filterwarnings("ignore::dpivreg.errors.DroppedRowsWarning")
 def test_dropped_rows_are_no_leak_at_unit_level_and_units_count_over_the_whole_frame():
     """missing='drop' publishes the complete rows' count at row level (a leak), but at unit level the public count is
     the number of units in the whole frame (a unit whose rows were all dropped counts, contributing nothing), and a

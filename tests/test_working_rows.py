@@ -1,4 +1,4 @@
-"""Working rows built a block at a time (dpivreg.preprocess.WorkingRows, dpivreg.backends.BuiltRows): an in-memory
+"""Working rows built a block at a time (dpivreg.estimation.working_scale.WorkingRows, dpivreg.compute.backends.BuiltRows): an in-memory
 row-level fit holds no copy of the data, and gives the numbers of a fit on held working arrays."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ import warnings
 import numpy as np
 import pytest
 
-from dpivreg import DPIV2SLS, kernels
-from dpivreg.backends import BuiltRows, InMemoryRows, count_passes
+from dpivreg import DPIV2SLS
+from dpivreg.compute import kernels
+from dpivreg.compute.backends import BuiltRows, InMemoryRows, count_passes
+from dpivreg.compute.kernels import numba_available, pass_matrix, working_rows
 from dpivreg.datasets import load_labsup
-from dpivreg.kernels import numba_available, pass_matrix, working_rows
-from dpivreg.preprocess import WorkingRows
+from dpivreg.estimation.working_scale import WorkingRows
 
 # a little tighter than the data (weeks reach 52, kids 12, educ 0 and 20), so that the clipping is exercised
 BOUNDS = {"weeks": (0, 50), "kids": (0, 4), "samesex": (0, 1), "educ": (2, 18)}
@@ -149,7 +150,7 @@ def test_data_changed_behind_pandas_after_the_model_is_a_clear_error(value):
 def test_column_checksum_is_the_same_for_any_split_and_sees_a_one_ulp_change():
     """The wrapping sum of bit patterns: blocks' checksums add (modulo 2⁶⁴) to the whole's, whatever the split,
     order or memory layout; moving one value by one ulp changes its column's checksum and no other."""
-    from dpivreg.design import column_checksum
+    from dpivreg.data.columns import column_checksum
 
     values = np.random.default_rng(4).standard_normal((1_000, 3)) * 1e3
     whole = column_checksum(values)

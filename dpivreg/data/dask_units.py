@@ -1,0 +1,219 @@
+"""Privacy units and clusters of a Dask design: each partition's ids hashed, counted and bucketed on the workers, the
+units truncated to at most m rows by the same seed-keyed rule as in memory, and the grouped rows the passes read
+(:func:`dask_units`, the Dask counterpart of :func:`dpivreg.data.unit_ids.resolve_units`). Reads the ids (raw
+data): only counts and sums leave the workers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpivreg.compute.backends import add_parts, one_pass
+from dpivreg.data.cross_products import ColumnFactor
+from dpivreg.data.dask_design import DaskIVDesign, blockwise_sum, dask_r_factor
+from dpivreg.data.unit_ids import _label
+from dpivreg.errors import DATA_CHECK_NOTE
+from dpivreg.privacy.units import DaskGroups, PrivacyUnits, UnitFacts, row_keys, starts_of
+
+
+# ---------------------------------------------------------------------------
+# Privacy units (dpivreg.privacy.units): hash the ids, shuffle once, group per partition
+# ---------------------------------------------------------------------------
+def _id_hashes(ids: Any) -> tuple[np.ndarray, int]:
+    """64-bit hashes of ids (pandas' ``hash_array``: the same in every process) and the number of missing ids."""
+    values = np.asarray(ids.to_numpy() if hasattr(ids, "to_numpy") else ids)
+    return pd.util.hash_array(values), int(pd.isna(values).sum())
+
+
+def _unit_buckets(raw: np.ndarray, unit_ids: Any, cluster_ids: Any, offset: int, seed: int, buckets: int) -> list:
+    """One source partition's kept design rows, with their unit's and cluster's hashes and truncation keys (the keys
+    of :func:`dpivreg.privacy.units.row_keys` at the rows' positions in the design, as in memory), split into ``buckets`` by
+    the hash of the cluster (which contains the unit): (values, units, clusters, keys) per bucket; then the
+    partition's census over ALL its rows (the dropped ones too: the public counts N and G are over the whole data):
+    its distinct unit and cluster hashes, (unit, cluster) pairs and missing ids. ``unit_ids`` None: each row is its
+    own unit (its design position its id)."""
+
+    kept = ~np.isnan(raw).any(axis=1)
+    values = raw[kept]
+    positions = offset + np.arange(values.shape[0])
+    census = {"units": np.zeros(0, np.uint64), "clusters": np.zeros(0, np.uint64), "pairs": np.zeros((0, 2), np.uint64),
+              "missing": 0}
+    if unit_ids is None:
+        units = pd.util.hash_array(positions)
+    else:
+        all_units, census["missing"] = _id_hashes(unit_ids)
+        units = all_units[kept]
+        census["units"] = np.unique(all_units)
+    clusters = units
+    if cluster_ids is not None:
+        all_clusters, missing_clusters = _id_hashes(cluster_ids)
+        clusters = all_clusters[kept]
+        census["missing"] += missing_clusters
+        census["clusters"] = np.unique(all_clusters)
+        if unit_ids is not None:
+            census["pairs"] = np.unique(np.column_stack([all_units, all_clusters]), axis=0)
+    keys = row_keys(seed, positions)
+    target = clusters % np.uint64(buckets)
+    return [*[(values[target == b], units[target == b], clusters[target == b], keys[target == b])
+              for b in range(buckets)], census]
+
+
+def _group_bucket(pieces: list, max_rows: int, d: int) -> dict:
+    """One bucket of every source partition, grouped: rows sorted by (cluster, unit, key), each unit's first
+    ``max_rows`` kept (the truncation); with its counts of rows, truncated units and dropped rows."""
+    values = np.concatenate([p[0] for p in pieces]) if pieces else np.empty((0, d))
+    units, clusters, keys = (np.concatenate([p[i] for p in pieces]) for i in (1, 2, 3))
+    order = np.lexsort([keys, units, clusters])
+    values, units, clusters = values[order], units[order], clusters[order]
+    change = np.concatenate([[True], (units[1:] != units[:-1]) | (clusters[1:] != clusters[:-1])]) if units.size \
+        else np.zeros(0, dtype=bool)
+    starts = np.flatnonzero(change)
+    sizes = np.diff(np.append(starts, units.size))
+    kept = np.arange(units.size) - np.repeat(starts, sizes) < max_rows
+    return {"values": values[kept], "units": units[kept], "clusters": clusters[kept], "rows": int(kept.sum()),
+            "truncated": int(np.count_nonzero(sizes > max_rows)), "dropped": int(np.sum(np.maximum(sizes - max_rows, 0)))}
+
+
+def _field(result: dict, name: str):
+    return result[name]
+
+
+def _bucket_stats(result: dict) -> dict:
+    """A grouped bucket's counts, without its rows (what reaches the driver)."""
+    return {k: v for k, v in result.items() if k not in ("values", "units", "clusters")}
+
+
+class DaskGroupedRows:
+    """A Dask design's kept rows grouped by privacy unit and cluster (units truncated), for the passes of a fit: the
+    counterpart of :class:`dpivreg.data.design.ReorderedDesign`. ``values`` (lazy, or persisted with the design) holds
+    whole units and clusters in each block; ``groups`` the per-row hashes (:class:`dpivreg.privacy.units.DaskGroups`)."""
+
+    def __init__(self, design: DaskIVDesign, values: Any, groups: Any, nobs: int) -> None:
+        self._design, self.values, self.groups, self._nobs = design, values, groups, nobs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._design, name)
+
+    @property
+    def nobs(self) -> int:
+        """The kept rows (PRIVATE with privacy units)."""
+        return self._nobs
+
+    def blockwise_sum(self, func: Any, *args: Any) -> Any:
+        """Σ over the grouped blocks of ``func(block, *args)``, in ONE pass."""
+        return blockwise_sum(self.values, func, *args)
+
+    def grouped_sum(self, func: Any, level: str, *args: Any) -> Any:
+        """Σ over the grouped blocks of ``func(block, starts, *args)``, ``starts`` the block's groups of ``level``."""
+        import dask  # noqa: PLC0415
+
+        with one_pass():
+            blocks = self.values.to_delayed().ravel()
+            codes = self.groups.codes(level).to_delayed().ravel()
+            return add_parts(list(dask.compute(*[dask.delayed(_on_grouped_rows)(func, block, code, *args)
+                                                 for block, code in zip(blocks, codes)])))
+
+    @property
+    def factor(self) -> ColumnFactor:
+        """The kept rows' triangular factor (NON-PRIVATE; TSQR in one pass)."""
+        scale = self._design.stats.scale
+        return ColumnFactor(scale, dask_r_factor(self.values / scale))
+
+
+def _on_grouped_rows(func: Any, block: np.ndarray, codes: np.ndarray, *args: Any) -> Any:
+
+    return func(np.asarray(block, dtype=np.float64), starts_of(np.asarray(codes)), *args)
+
+
+def dask_units(design: DaskIVDesign, *, data: Any, privacy_unit: Any, clusters: Any, max_rows: int, seed: int):
+    """The fit's :class:`dpivreg.privacy.units.PrivacyUnits` for a Dask design built from a formula on ``data``.
+
+    The units' (and clusters') ids are read on the design's rows and hashed (pandas' ``hash_array``, the same in every
+    process; two ids of equal hash, about one chance in 10⁸ for 10⁵ units, would be grouped as one unit, which
+    protects both); the rows are shuffled by the cluster's hash (the unit's without clusters) into as many blocks as
+    the design has partitions, so that every unit and cluster lies in one block, then sorted and truncated per block:
+    the grouping is built once, persisted when the design is (``model.persist()``; otherwise every pass recomputes
+    the shuffle, and a warning says so). The counts are the in-memory ones; the truncation keeps the same rows (the
+    keys are a function of the seed and the row's position in the design).
+    """
+    import dask  # noqa: PLC0415
+    import dask.array as da  # noqa: PLC0415
+
+
+    if not design.partitions or data is None or not hasattr(data, "columns"):
+        raise ValueError("privacy_unit and clusters on Dask need a model built with DPIV2SLS.from_formula(formula, "
+                         "ddf) and column names of that Dask DataFrame; for Dask arrays, build the frame first.")
+    names = []
+    for argument, value in (("privacy_unit", privacy_unit), ("clusters", clusters)):
+        if value is None:
+            names.append(None)
+            continue
+        if not isinstance(value, Hashable):
+            raise ValueError(f"{argument} on Dask must be one of the column names of that Dask DataFrame, got "
+                             f"{type(value).__name__} (ids as arrays are for in-memory models).")
+        if value not in data.columns:
+            raise ValueError(f"{argument}={value!r} must name a column of the Dask DataFrame (columns: "
+                             f"{list(data.columns)[:20]}).")
+        names.append(value)
+    unit_name, cluster_name = names
+    if len(design.partitions) != data.npartitions:
+        raise ValueError("the Dask DataFrame's partitions changed since the model was built: build the model again.")
+    parts = len(design.partitions)
+    none = [None] * parts
+    units_of = none if unit_name is None else data[unit_name].to_delayed()
+    clusters_of = none if cluster_name is None or cluster_name == unit_name else data[cluster_name].to_delayed()
+    offsets = np.concatenate([[0], np.cumsum([m for _, m in design.partitions])[:-1]])
+    d = len(design.column_names)
+    split = [dask.delayed(_unit_buckets, nout=parts + 1)(raw, units_of[i], clusters_of[i], int(offsets[i]), seed,
+                                                          parts)
+             for i, (raw, _) in enumerate(design.partitions)]
+    row_level = unit_name is None
+    grouped = [dask.delayed(_group_bucket)([split[i][b] for i in range(parts)], max_rows, d) for b in range(parts)]
+    if design.persisted:
+        grouped = list(dask.persist(*grouped))
+    else:
+        warnings.warn("grouping the rows by privacy unit on Dask shuffles them, and every pass of the fit repeats the "
+                      "shuffle unless the model is persisted first: model.persist().fit(...) groups them once (it "
+                      "needs the data's size in the cluster's memory).", UserWarning, stacklevel=4)
+    with one_pass():
+        stats, census = dask.compute([dask.delayed(_bucket_stats)(g) for g in grouped],
+                                     [split[i][parts] for i in range(parts)])
+    if any(c["missing"] for c in census):
+        which = "privacy_unit" if unit_name is not None else "clusters"
+        raise ValueError(f"{which} has missing ids in the data's rows: every row must belong to a unit (cluster). "
+                         f"Fill the ids, or drop those rows before building the model. {DATA_CHECK_NOTE}")
+    n_units = design.nobs if row_level else len(np.unique(np.concatenate([c["units"] for c in census])))
+    n_clusters = None
+    if cluster_name is not None:
+        n_clusters = n_units if cluster_name == unit_name else len(np.unique(np.concatenate([c["clusters"]
+                                                                                            for c in census])))
+    if not row_level and cluster_name not in (None, unit_name):
+        if len(np.unique(np.concatenate([c["pairs"] for c in census]), axis=0)) != n_units:
+            raise ValueError(f"clusters {cluster_name!r} is not a grouping of the privacy unit {unit_name!r}: some "
+                             "unit has rows in several clusters. Clusters must contain whole units, or leave clusters "
+                             f"out to cluster by the unit itself. {DATA_CHECK_NOTE}")
+    if n_clusters is not None and n_clusters < 2:
+        raise ValueError(f"clusters {cluster_name!r} has {n_clusters} group: a clustered covariance needs at least "
+                         f"two. {DATA_CHECK_NOTE}")
+    rows = [s["rows"] for s in stats]
+    blocks = [(g, int(m)) for g, m in zip(grouped, rows) if m > 0]
+
+    def column(name: str, shape_tail: tuple, dtype) -> Any:
+        pieces = [da.from_delayed(dask.delayed(_field)(g, name), shape=(m, *shape_tail), dtype=dtype)
+                  for g, m in blocks]
+        return pieces[0] if len(pieces) == 1 else da.concatenate(pieces, axis=0)
+
+    values = column("values", (d,), np.float64)
+    facts = UnitFacts(None if row_level else _label(unit_name), int(n_units),
+                      1 if row_level else int(max_rows), None if cluster_name is None else _label(cluster_name),
+                      n_clusters)
+    groups = DaskGroups(column("units", (), np.uint64),
+                        column("clusters", (), np.uint64) if cluster_name is not None else None,
+                        facts.n_units, n_clusters, not row_level)
+    return PrivacyUnits(facts, None, groups, sum(s["truncated"] for s in stats), sum(s["dropped"] for s in stats),
+                        rows=DaskGroupedRows(design, values, groups, int(sum(rows))))

@@ -1,0 +1,73 @@
+"""Every warning and error class dpivreg raises, and the note its data checks carry (re-exported from :mod:`dpivreg`).
+
+Warnings say what happened and what to do; errors name the argument or column at fault. Nothing here computes
+anything: the module sits at the bottom of the package and imports nothing of it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PrivacyLeakWarning", "DivergenceError", "ConvergenceWarning", "LongRunWarning", "TConditionWarning",
+           "DroppedRowsWarning", "EncodedMissingWarning", "InferenceUnavailableError", "InferenceOverflowError",
+           "DATA_CHECK_NOTE"]
+
+#: Appended to the messages of checks that read the data (constant columns, values outside bounds, missing rows):
+#: their verdicts are not releases.
+DATA_CHECK_NOTE = ("(This check reads the data: its verdict is seen only by the data holder and is not a "
+                   "private release; see the docs' 'What may be published'.)")
+
+
+class PrivacyLeakWarning(UserWarning):
+    """A value computed from the private data fed the algorithm outside the privacy accounting.
+
+    Raised (as a warning) whenever bounds, scales, centring, step sizes or clipping
+    thresholds are read from the data instead of being public or paid for, and whenever a
+    stage runs without noise or clipping so that the fit is not private at all. The
+    message names what leaked; results keep the list and the summary prints it.
+    """
+
+
+class DivergenceError(ArithmeticError):
+    """An iterate of DP-2S-GD became non-finite: the step size is too large for the data's scale."""
+
+
+class ConvergenceWarning(UserWarning):
+    """The iteration cannot have converged (step sizes too small for T), so the estimate stays near its start."""
+
+
+class LongRunWarning(UserWarning):
+    """A loop of the fit (the iteration, or its simulation for the private inference) will run for minutes."""
+
+
+class TConditionWarning(UserWarning):
+    """T exceeds the T condition of the paper's Theorem 1, T ≲ ρ1·n²/(p(√q+√τ)⁶), on a fit that runs the
+    Theorem's Algorithm (``init="zero"`` or ``method="gd"``): the Theorem's error bound does not cover the fit.
+
+    The condition reads only public inputs (n, p, q, ρ1, τ, T), so the warning costs no privacy.
+    """
+
+
+class DroppedRowsWarning(UserWarning):
+    """Rows with a missing value in any design block were dropped."""
+
+
+class EncodedMissingWarning(UserWarning):
+    """
+    A variable used by the formula is missing in rows that the design keeps.
+
+    This happens when the formula turns a missing value into a number, e.g.
+    formulaic (and therefore linearmodels) codes a missing category of
+    ``C(cat)`` as the reference level.
+    """
+
+
+class InferenceUnavailableError(ValueError):
+    """Private standard errors were not computed for this fit (the message says why and what to do)."""
+
+
+class InferenceOverflowError(OverflowError):
+    """The covariance overflowed after the sampling part was released: ``releases`` holds what was drawn,
+    which the fit's accountant must record."""
+
+    def __init__(self, message: str, *, releases: tuple = ()) -> None:
+        super().__init__(message)
+        self.releases = releases

@@ -1,0 +1,517 @@
+"""Planning in the coefficients' units: the private standard error to expect, and the budget a target needs.
+
+:func:`plan_se` answers, before any data access, the two questions an applied user asks of a private
+fit: *what standard error will each coefficient have at this budget?* and *what is the smallest budget
+for a target standard error (or confidence-interval width)?* It plans by simulation, the standard way
+to do a power analysis:
+
+1. From public inputs only — the formula, n, the public bounds, and a-priori guesses (each variable's
+   mean and SD, the first-stage strength, the structural error SD, the endogeneity correlation and,
+   optionally, the coefficients) — build a synthetic population (:class:`SyntheticPopulation`).
+2. Draw ``draws`` synthetic data sets of size n from it and run the package's own default fit,
+   ``DPIV2SLS.from_formula(formula, synthetic).fit(rho=..., bounds=..., seed=...)``, on each.
+3. The planned variance of each coefficient is V = V_sampling + V_noise(ρ), averaged over the draws:
+   V_sampling is the robust (HC0) 2SLS covariance of the synthetic sample (computed exactly: the data are
+   synthetic, so nothing is private and no budget is spent), V_noise the fit's privacy-noise covariance
+   (``res.inference.cov_noise``, the parametric bootstrap of the whole fit, in original units).
+4. For a target, V(ρ) = V_sampling + V_noise(ρ) is solved for the smallest total ρ by a safeguarded
+   secant search in log ρ (below), each step a fit at the candidate ρ on the *same* synthetic data sets
+   and fit seeds (common random numbers), so the answer's planned SE is itself a fit's: the last step
+   verifies it.
+
+No private data are touched, so a plan costs no privacy budget. Its cost is computation: ``draws`` fits
+per budget evaluated (one at a given ρ; typically 4 to 8 budgets for a target), a few seconds per fit at
+n = 10⁶. The accuracy of the planned SE against the realised private SE (the standard deviation of the
+private estimate over repeated data draws and noise) is measured by ``benchmarks/plan_accuracy.py`` and
+tabulated in the docs' planning page.
+
+The Theorem's terms with constants set to 1 (:func:`dpivreg.planning.theorem_plan.plan`) remain available as the
+secondary, shape-only view.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from dpivreg._validation import as_real, check_count, check_rho
+from dpivreg.model import DPIV2SLS
+from dpivreg.planning.population import SyntheticPopulation, _check_keys, _mapping, synthetic_population
+
+__all__ = ["SEPlan", "plan_se"]
+
+#: Search range of the total budget for a target.
+RHO_SEARCH = (1e-4, 1e6)
+
+
+# --------------------------------------------------------------------------------------------------
+# The synthetic population
+# --------------------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan
+# --------------------------------------------------------------------------------------------------
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+@dataclass(frozen=True)
+class SEPlan:
+    """The planned private standard errors of a fit (from :func:`plan_se`).
+
+    Attributes
+    ----------
+    se : pandas.Series
+        Planned private standard error of each coefficient at :attr:`rho`, named by coefficient:
+        sqrt(V_sampling + V_noise).
+    se_sampling, se_noise : pandas.Series
+        Its two parts: the 2SLS sampling SE (no privacy) and the privacy-noise SE.
+    rho : float
+        The total zCDP budget planned for (``fit(rho=...)``); the smallest one meeting the target when
+        a target was given (``inf`` when none does: the sampling SE alone is above it).
+    n : int
+    formula : str
+    alpha : float
+        Level of the intervals whose width :attr:`width` reports.
+    target : pandas.Series or None
+        The target SE of each targeted coefficient (a target width is converted to an SE).
+    attainable : bool
+        Whether the target can be met at any budget (True without a target).
+    search : pandas.DataFrame or None
+        Every budget evaluated for a target: ``rho`` and, per targeted coefficient, the planned SE.
+    population : SyntheticPopulation
+        The synthetic population drawn from (the guesses used).
+    draws : int
+        Synthetic data sets per budget.
+    fits : int
+        Number of fits the plan ran.
+    seconds : float
+        Its computing time.
+    seed : object
+        The seed given (None: not reproducible).
+    notes : tuple of str
+        Warnings raised by the planning fits and remarks (e.g. intervals flagged unreliable).
+    """
+
+    se: pd.Series
+    se_sampling: pd.Series
+    se_noise: pd.Series
+    rho: float
+    n: int
+    formula: str
+    alpha: float
+    target: pd.Series | None
+    attainable: bool
+    search: pd.DataFrame | None
+    population: SyntheticPopulation = field(repr=False)
+    draws: int = 1
+    fits: int = 0
+    seconds: float = 0.0
+    seed: object = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def width(self) -> pd.Series:
+        """Planned width of the (1 − alpha) normal confidence interval, 2·z·SE."""
+        return self.conf_int_width(self.alpha)
+
+    def conf_int_width(self, alpha: float = 0.05) -> pd.Series:
+        """Planned width of the (1 − ``alpha``) normal interval of each coefficient."""
+        alpha = _check_alpha(alpha)
+        return (2.0 * stats.norm.ppf(1 - alpha / 2) * self.se).rename("width")
+
+    @property
+    def noise_share(self) -> pd.Series:
+        """Share of the planned variance that is privacy noise."""
+        return (self.se_noise**2 / self.se**2).rename("noise_share")
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per coefficient: se, se_sampling, se_noise, noise_share, width (and target)."""
+        frame = pd.DataFrame({"se": self.se, "se_sampling": self.se_sampling, "se_noise": self.se_noise,
+                              "noise_share": self.noise_share, "width": self.width})
+        if self.target is not None:
+            frame["target_se"] = self.target.reindex(frame.index)
+        return frame
+
+    def summary(self) -> str:
+        """A text report: the plan's inputs, the table of planned SEs and the search (with a target)."""
+        pop = self.population
+        level = f"{100 * (1 - self.alpha):g}%"
+        lines = [
+            "Planned private standard errors (simulation from public guesses; no data, no privacy cost)",
+            f"  formula : {self.formula}",
+            f"  n = {self.n:,}, total rho = {_fmt(self.rho)}, {level} interval widths",
+            "  first-stage partial R2 : "
+            + ", ".join(f"{k} {_fmt(v)}" for k, v in pop.first_stage_r2.items())
+            + f"; endogeneity {_fmt(pop.endogeneity)}; error SD "
+            + (_fmt(pop.error_sd) if pop.error_sd is not None else f"from sds[{pop.dependent!r}]"),
+        ]
+        if self.target is not None:
+            tgt = ", ".join(f"{k} {_fmt(v)}" for k, v in self.target.items())
+            if self.attainable:
+                lines.append(f"  target SE : {tgt} -> smallest total rho {_fmt(self.rho)}")
+            else:
+                lines.append(f"  target SE : {tgt} -> NOT attainable at n = {self.n:,}: the sampling SE alone "
+                             "is above it (a larger n is needed)")
+        table = self.to_frame().to_string(float_format=_fmt)
+        lines += ["", table, ""]
+        if self.search is not None:
+            lines += ["  budgets evaluated:", self.search.to_string(index=False, float_format=_fmt), ""]
+        lines.append(f"  cost: {self.fits} fit(s) on {self.draws} synthetic data set(s), {self.seconds:.1f} s; "
+                     f"seed {self.seed!r}")
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        se = ", ".join(f"{k}={_fmt(v)}" for k, v in self.se.items())
+        extra = "" if self.target is None else f", attainable={self.attainable}"
+        return f"SEPlan(n={self.n}, rho={_fmt(self.rho)}, se=[{se}]{extra})"
+
+
+def _check_alpha(alpha) -> float:
+    alpha = as_real(alpha, "alpha", "a number in (0, 1)")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie strictly between 0 and 1 (e.g. 0.05 for 95% intervals), got {alpha!r}.")
+    return alpha
+
+
+class _Evaluator:
+    """Planned variances at a budget on fixed synthetic data sets and fit seeds (common random numbers)."""
+
+    def __init__(self, population: SyntheticPopulation, n: int, draws: int, seed, fit_options: dict) -> None:
+        ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        children = ss.spawn(2 * draws)
+        self.population, self.n, self.fit_options = population, n, fit_options
+        self.data = [population.draw(n, seed=np.random.default_rng(c)) for c in children[:draws]]
+        self.fit_seeds = [int(np.random.default_rng(c).integers(2**63 - 1)) for c in children[draws:]]
+        self.sampling: np.ndarray | None = None
+        self.names: list[str] | None = None
+        self.fits = 0
+        self.notes: dict[float, list[str]] = {}
+
+    def variances(self, rho: float) -> tuple[np.ndarray, np.ndarray]:
+        """(sampling variance, noise variance) per coefficient, averaged over the draws."""
+
+        noise, sampling, names = [], [], None
+        for data, fit_seed in zip(self.data, self.fit_seeds):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                res = DPIV2SLS.from_formula(self.population.formula, data).fit(
+                    rho=rho, bounds=self.population.bounds, seed=fit_seed, **self.fit_options)
+                inference = res.inference
+                cov_noise = np.diag(inference.cov_noise)
+                if self.sampling is None:
+                    sampling.append(np.diag(np.asarray(res.benchmark.cov, dtype=float)))
+            self.fits += 1
+            names = list(res.params.index)
+            notes = self.notes.setdefault(rho, [])
+            for w in caught:
+                text = f"{w.category.__name__}: {str(w.message).split('. ')[0]}."
+                if text not in notes:
+                    notes.append(text)
+            noise.append(cov_noise)
+        if self.sampling is None:
+            self.sampling = np.mean(sampling, axis=0)
+            self.names = names
+        return self.sampling, np.mean(noise, axis=0)
+
+
+def _targets(target_se, target_width, alpha: float, names: list[str], endog: tuple[str, ...]) -> pd.Series | None:
+    if target_se is None and target_width is None:
+        return None
+    if target_se is not None and target_width is not None:
+        raise ValueError("give target_se or target_width, not both.")
+    value, label = (target_se, "target_se") if target_se is not None else (target_width, "target_width")
+    if isinstance(value, Mapping):
+        values = dict(value)
+        _check_keys(values, names, label)
+        if not values:
+            raise ValueError(f"{label} is an empty mapping; name at least one coefficient.")
+    else:
+        values = {e: value for e in endog}
+    out = {}
+    for k, v in values.items():
+        v = as_real(v, label, "a positive number or a mapping {coefficient: positive number}")
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{label} for {k!r} must be a finite number > 0, got {v!r}.")
+        out[k] = v if label == "target_se" else v / (2.0 * stats.norm.ppf(1 - alpha / 2))
+    return pd.Series(out, name="target_se", dtype=float)
+
+
+def plan_se(
+    formula: str,
+    *,
+    n: int,
+    bounds: Mapping[str, tuple[float, float]],
+    rho: float | None = None,
+    target_se: float | Mapping[str, float] | None = None,
+    target_width: float | Mapping[str, float] | None = None,
+    alpha: float = 0.05,
+    means: Mapping[str, float] | None = None,
+    sds: Mapping[str, float] | None = None,
+    binary: Mapping[str, bool] | None = None,
+    first_stage_r2: float | Mapping[str, float] | None = None,
+    first_stage_f: float | Mapping[str, float] | None = None,
+    error_sd: float | None = None,
+    endogeneity: float = 0.5,
+    coef: Mapping[str, float] | None = None,
+    corr: Mapping[tuple[str, str], float] | None = None,
+    first_stage_weights: Mapping[str, Mapping[str, float]] | None = None,
+    draws: int = 2,
+    rtol: float = 0.02,
+    seed=None,
+    fit_options: Mapping | None = None,
+) -> SEPlan:
+    """Plan a private fit: the standard error of each coefficient at a budget, or the budget for a target.
+
+    Give ``rho`` for the planned SEs at that total budget, or ``target_se`` / ``target_width`` for the
+    smallest total budget that meets the target (as statsmodels' ``solve_power`` solves for the one
+    quantity left out). Only public inputs and guesses are used: the plan draws synthetic data from them
+    (:class:`SyntheticPopulation`) and runs the package's default fit on it, so it touches no private data
+    and costs no privacy budget. See the module docstring and the docs' planning page for the method and
+    its measured accuracy.
+
+    Parameters
+    ----------
+    formula : str
+        The formula of the fit, ``dep ~ 1 + w + [x ~ z]``, with plain column names (see :func:`iv_formula`
+        to build one from counts).
+    n : int
+        Number of rows of the fit, >= 10.
+    bounds : mapping
+        The public bounds ``{column: (lower, upper)}`` the fit will use; a codebook with extra entries
+        (e.g. :data:`dpivreg.datasets.LABSUP_BOUNDS`) is fine.
+    rho : float, optional
+        Total zCDP budget, as ``fit(rho=...)``.
+    target_se : float or mapping, optional
+        Target standard error: a number for every endogenous coefficient, or ``{coefficient: se}``.
+    target_width : float or mapping, optional
+        Target width of the (1 − ``alpha``) interval instead, converted to SE = width / (2·z).
+    alpha : float, default 0.05
+        Level of the intervals (widths).
+    means, sds : mapping, optional
+        Guessed mean and SD of each variable, as a public summary table would give them. Defaults: the
+        midpoint of the bounds and a sixth of their range (the variable fills its bounds at ±3 SD); a binary
+        variable's mean is its share of ones (default 0.5) and its SD follows from it. Continuous variables
+        are drawn as normals clipped to their bounds with exactly these clipped mean and SD.
+    binary : mapping, optional
+        ``{column: bool}``. Exogenous regressors and instruments with bounds (0, 1) are binary unless marked
+        False here; the outcome and the endogenous regressors are always continuous.
+    first_stage_r2 : float or mapping, optional
+        Partial R² of the instruments for each endogenous regressor (a number for all of them, or a
+        mapping). Give exactly one of this and ``first_stage_f``.
+    first_stage_f : float or mapping, optional
+        The first-stage F of the instruments at this n instead; R² = qF / (qF + n − K), q instruments and K
+        first-stage regressors.
+    error_sd : float, optional
+        SD of the structural error. Default: what the guessed coefficients leave of the outcome's guessed SD
+        (all of it with the default coefficients 0).
+    endogeneity : float, default 0.5
+        Correlation of the structural error with each endogenous regressor's first-stage error.
+    coef : mapping, optional
+        Guessed coefficients of the regressors (default 0; they matter little: through the outcome's spread
+        inside its bounds).
+    corr : mapping, optional
+        Guessed correlations ``{(a, b): r}`` between two continuous exogenous regressors or an exogenous and
+        an endogenous regressor (default 0). They matter for the exogenous coefficients' SEs: a control
+        correlated with the endogenous regressor inherits part of its (instrumented, hence large) variance.
+    first_stage_weights : mapping, optional
+        ``{endog: {instrument: weight}}``: which instruments move each endogenous regressor, and how much
+        (weights of the standardised instruments; only their direction matters, the strength is
+        ``first_stage_r2``/``first_stage_f``). Default: each instrument moves one endogenous regressor
+        (instrument k the (k mod p)-th). With several endogenous regressors whose first stages share their
+        instruments give them: the first stages' overlap makes the instruments jointly weaker, and the SEs
+        larger, than their separate partial R² suggest.
+    draws : int, default 2
+        Synthetic data sets per budget; the planned variances are their average.
+    rtol : float, default 0.02
+        With a target: the search stops when the privacy-noise variance at the returned budget uses at least
+        (1 − ``rtol``)² of the noise variance the target leaves beside the sampling variance (so the budget is
+        within about 2·``rtol`` of the smallest under V_noise ∝ 1/ρ), or the budgets' bracket is within a
+        factor 1 + ``rtol``.
+    seed : None, int >= 0 or SeedSequence
+        Makes the plan reproducible (the synthetic data and the fits' noise).
+    fit_options : mapping, optional
+        Further keyword options of ``DPIV2SLS.fit`` for the planned fit (e.g. ``{"cov_type":
+        "unadjusted"}``); not ``rho``, ``bounds`` or ``seed``.
+
+    Returns
+    -------
+    SEPlan
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong type (the message names it).
+    ValueError
+        An argument out of range, a variable without bounds, guesses that no population inside the bounds
+        can have, or not exactly one of ``rho`` and a target.
+
+    Notes
+    -----
+    Planned variance V(ρ) = V_sampling + V_noise(ρ). V_sampling is the robust 2SLS covariance of the
+    synthetic samples (exact: they are synthetic), V_noise(ρ) the fits' privacy-noise covariance
+    (``res.inference.cov_noise``). For a target the smallest ρ is found by a safeguarded secant search
+    on log V_noise against log ρ (the Gaussian mechanisms make V_noise roughly proportional to 1/ρ): a
+    first fit at ρ = 1, then steps to the ρ where the local power law meets the target, kept inside the
+    bracket of budgets known to miss and to meet it (geometric bisection when a step falls outside), until
+    the noise variance at the smallest budget meeting the targets uses at least (1 − ``rtol``)² of the room
+    the target leaves it. Every step is a fit on the same synthetic data
+    with the same seeds, so the returned budget's planned SE is a fit's, not an interpolation.
+
+    Examples
+    --------
+    >>> from dpivreg import plan_se
+    >>> from dpivreg.datasets import LABSUP_BOUNDS
+    >>> p = plan_se("weeks ~ 1 + [kids ~ samesex]", n=31857, rho=2.6, bounds=LABSUP_BOUNDS,
+    ...             means={"weeks": 22.7, "kids": 2.75, "samesex": 0.5},
+    ...             sds={"weeks": 22.6, "kids": 0.98}, first_stage_r2=0.0013, seed=1)  # doctest: +SKIP
+    >>> p.se["kids"]  # doctest: +SKIP
+    """
+    started = time.perf_counter()
+    n = check_count(n, "n", minimum=10, integral_floats=True)
+    alpha = _check_alpha(alpha)
+    draws = check_count(draws, "draws")
+    rtol = as_real(rtol, "rtol", "a number in (0, 0.5)")
+    if not 0 < rtol < 0.5:
+        raise ValueError(f"rtol must lie strictly between 0 and 0.5, got {rtol!r}.")
+    if seed is not None and not isinstance(seed, np.random.SeedSequence):
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"seed must be None, a non-negative int or a numpy.random.SeedSequence, got {seed!r}.")
+        if seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed}.")
+    options = _mapping(fit_options, "fit_options")
+    reserved = sorted({"rho", "rho1", "rho2", "rho0", "rho_clip", "rho_inf", "rho_diag", "bounds", "seed",
+                       "inference", "preprocess"} & set(options))
+    if reserved:
+        raise ValueError(f"fit_options must not contain {reserved}: plan_se plans the default private fit with "
+                         "its inference at a total rho, so it sets the budgets, bounds, seed, inference and "
+                         "preprocessing itself.")
+    options.setdefault("progress", False)  # the planning fits are many and short: no bars
+    has_target = target_se is not None or target_width is not None
+    if (rho is None) == (not has_target):
+        raise ValueError("give exactly one of rho (the SEs at that budget) and target_se / target_width "
+                         "(the smallest budget meeting the target).")
+    if rho is not None:
+        rho = check_rho(rho, "rho")
+    population = synthetic_population(
+        formula, bounds=bounds, n=n, means=means, sds=sds, binary=binary, first_stage_r2=first_stage_r2,
+        first_stage_f=first_stage_f, error_sd=error_sd, endogeneity=endogeneity, coef=coef, corr=corr,
+        first_stage_weights=first_stage_weights)
+    coef_names = (["Intercept"] if population.intercept else []) + [*population.exog, *population.endog]
+    target = _targets(target_se, target_width, alpha, coef_names, population.endog)
+    ev = _Evaluator(population, n, draws, seed, options)
+
+    search = None
+    attainable = True
+    if rho is not None:
+        v_samp, v_noise = ev.variances(rho)
+        names = ev.names
+    else:
+        v_samp, v_noise = ev.variances(1.0)
+        names = ev.names
+        idx = [names.index(k) for k in target.index]
+        t2 = target.to_numpy() ** 2
+        evaluated: dict[float, np.ndarray] = {1.0: v_noise}
+        if np.any(v_samp[idx] >= t2):
+            attainable, rho = False, math.inf
+            v_noise = np.zeros_like(v_noise)
+        else:
+            rho, v_noise = _solve_rho(ev, v_samp, idx, t2, evaluated, rtol)
+            if not math.isfinite(rho):
+                attainable = False
+        rows = []
+        for r in sorted(evaluated):
+            se = np.sqrt(v_samp[idx] + evaluated[r][idx])
+            rows.append({"rho": r, **{k: s for k, s in zip(target.index, se)},
+                         "meets": bool(np.all(se <= target.to_numpy()))})
+        search = pd.DataFrame(rows)
+    notes = [f"at rho = {_fmt(rho)} the planning fits raised {text}" for text in ev.notes.get(rho, [])]
+    if not attainable:
+        notes.append("the target SE is below the sampling SE (or not reached within rho <= "
+                     f"{RHO_SEARCH[1]:g}): no budget attains it at this n.")
+    elif has_target and rho <= RHO_SEARCH[0] * (1.0 + 1e-9):
+        notes.append(f"the target is met already at the search's smallest budget, rho = {RHO_SEARCH[0]:g}: the "
+                     "smallest rho that meets it may be smaller still.")
+    index = pd.Index(names)
+    return SEPlan(
+        se=pd.Series(np.sqrt(v_samp + v_noise), index=index, name="se"),
+        se_sampling=pd.Series(np.sqrt(v_samp), index=index, name="se_sampling"),
+        se_noise=pd.Series(np.sqrt(v_noise), index=index, name="se_noise"),
+        rho=float(rho), n=n, formula=formula, alpha=alpha, target=target, attainable=attainable, search=search,
+        population=population, draws=draws, fits=ev.fits, seconds=time.perf_counter() - started, seed=seed,
+        notes=tuple(notes),
+    )
+
+
+def _solve_rho(ev: _Evaluator, v_samp: np.ndarray, idx: list[int], t2: np.ndarray, evaluated: dict,
+               rtol: float, max_steps: int = 12) -> tuple[float, np.ndarray]:
+    """Smallest total ρ whose planned SE meets every target (safeguarded secant in log ρ).
+
+    ``evaluated`` holds ``{rho: noise variances}`` (the fit at ρ = 1 on entry) and receives every step.
+    Returns the smallest evaluated ρ that meets the targets and its noise variances (ρ = inf if none does
+    within :data:`RHO_SEARCH`).
+    """
+    room = t2 - v_samp[idx]  # the noise variance each target allows (> 0)
+
+    def g(v_noise: np.ndarray) -> float:
+        """Largest log(noise variance / allowed noise variance) over the targets: <= 0 meets them all."""
+        return float(np.max(np.log(np.maximum(v_noise[idx], 1e-300) / room)))
+
+    def close(v_noise: np.ndarray) -> bool:
+        """The binding target's noise variance uses all but a share of about 2·rtol of the room it has.
+
+        (A criterion on the SE itself would stop far above the smallest budget when the sampling SE is
+        most of the target: the SE is then nearly flat in ρ.)"""
+        return g(v_noise) >= 2.0 * math.log(1 - rtol)
+
+    xs = {math.log(r): g(v) for r, v in evaluated.items()}
+    x_min, x_max = math.log(RHO_SEARCH[0]), math.log(RHO_SEARCH[1])
+    for _ in range(max_steps):
+        meet = [x for x, gx in xs.items() if gx <= 0]
+        miss = [x for x, gx in xs.items() if gx > 0]
+        hi, lo = (min(meet) if meet else None), (max(miss) if miss else None)
+        if hi is not None and (close(evaluated[math.exp(hi)]) or (lo is not None and hi - lo < math.log1p(rtol))):
+            break
+        if hi is not None and lo is not None:  # regula falsi inside the bracket, bisection if it strays
+            x_new = lo - xs[lo] * (hi - lo) / (xs[hi] - xs[lo])
+            if not lo + 0.1 * (hi - lo) <= x_new <= hi - 0.1 * (hi - lo):
+                x_new = 0.5 * (lo + hi)
+        else:  # one side only: a power law through the last two points (slope -1 with one point)
+            last = sorted(xs)[:2] if lo is None else sorted(xs)[-2:]
+            slope = -1.0
+            if len(last) == 2 and last[1] != last[0]:
+                slope = (xs[last[1]] - xs[last[0]]) / (last[1] - last[0])
+            slope = min(slope, -0.25) if math.isfinite(slope) else -1.0
+            x0 = lo if hi is None else hi
+            x_new = x0 - xs[x0] / slope
+            step = math.log(1.25), math.log(100.0)
+            if hi is None:
+                x_new = min(max(x_new, x0 + step[0]), x0 + step[1])
+                if x0 >= x_max:
+                    return math.inf, evaluated[math.exp(x0)]
+            else:
+                x_new = max(min(x_new, x0 - step[0]), x0 - step[1])
+                if x0 <= x_min:
+                    break
+        x_new = min(max(x_new, x_min), x_max)
+        if any(abs(x_new - x) < 1e-9 for x in xs):
+            break
+        r_new = math.exp(x_new)
+        _, evaluated[r_new] = ev.variances(r_new)
+        xs[x_new] = g(evaluated[r_new])
+    meet = [x for x, gx in xs.items() if gx <= 0]
+    if not meet:
+        return math.inf, evaluated[max(evaluated)]
+    r = math.exp(min(meet))
+    return r, evaluated[r]

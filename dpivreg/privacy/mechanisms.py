@@ -1,0 +1,216 @@
+"""The Gaussian mechanisms dpivreg releases besides the gradient steps, each with its sensitivity and proof.
+
+Neighbouring data sets replace one row; n is public. A Gaussian mechanism with L2 sensitivity Δ and
+noise standard deviation σ per coordinate is Δ²/(2σ²)-zCDP (Bun & Steinke 2016, Prop. 1.6). Each
+function here returns what it released, its :class:`~dpivreg.privacy.accounting.Release` record and σ; the data
+part of each release is a sum over rows (``*_sum``), so it can be accumulated block by block (in
+memory or on Dask) and noised once at the driver.
+
+Second moments of rows in a box (:func:`box_second_moments`)
+    Rows v ∈ {1}ᶜ × [−1, 1]ᵈ (c = 1 when a constant leads), D = c + d coordinates. The release is
+    the upper triangle (diagonal included) of VᵀV/n plus i.i.d. N(0, σ²), mirrored. Its
+    replace-one sensitivity is **D/n** (tight when D is even):
+
+    For rows a, b write s = (a + b)/2, t = (a − b)/2, so that abs(sᵢ) + abs(tᵢ) ≤ 1 and
+    aᵢaⱼ − bᵢbⱼ = 2(sᵢtⱼ + tᵢsⱼ). The squared norm of the upper triangle of aaᵀ − bbᵀ is
+    Σ_{i<j} 4(sᵢtⱼ + tᵢsⱼ)² + Σᵢ 16sᵢ²tᵢ² = 4[‖s‖²‖t‖² + (sᵀt)² + 2Σᵢsᵢ²tᵢ²]. With
+    c = Σᵢ abs(sᵢtᵢ) ≤ D/4: (sᵀt)² ≤ c², Σᵢsᵢ²tᵢ² ≤ c/4 and ‖s‖² + ‖t‖² = Σᵢ(abs(sᵢ) + abs(tᵢ))² − 2c ≤ D − 2c,
+    so ‖s‖²‖t‖² ≤ (D − 2c)²/4. Altogether the bracket is at most
+    D²/4 − c(D − 2c − 1/2) ≤ D²/4, since D − 2c − 1/2 ≥ D/2 − 1/2 ≥ 0. Hence the norm is at most D.
+    It is attained for even D by a = (1, …, 1) and b = a with D/2 non-constant coordinates
+    negated; for odd D the largest value found numerically is √(D² − 1). The release clips every
+    entry to [−1, 1] itself, so the bound holds whatever it is given. (A row bounded only in L2
+    norm by B = √D would have sensitivity √2·D/n, see :func:`ball_second_moments`; the box is
+    √2 tighter.)
+
+Second moments of norm-bounded rows (:func:`ball_second_moments`, "Analyze Gauss")
+    Rows clipped to L2 norm B; sensitivity √2·B²/n (‖wwᵀ − w′w′ᵀ‖²_F = ‖w‖⁴ + ‖w′‖⁴ − 2(wᵀw′)² ≤ 2B⁴;
+    the upper triangle has at most that norm, attained by w = Be₁, w′ = Be₂).
+
+Histograms (:func:`histograms`)
+    G histograms over public bins, each row counted once in each. Replacing a row moves at most one
+    count from one bin to another in each histogram: sensitivity √(2G). Used to choose clipping
+    thresholds privately (:func:`clip_from_histogram`, post-processing).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpivreg._validation import check_raw_clip
+from dpivreg.privacy.accounting import Release, gaussian_zcdp
+
+__all__ = [
+    "box_moment_sum",
+    "box_moment_sensitivity",
+    "box_second_moments",
+    "release_moment_sum",
+    "ball_moment_sum",
+    "ball_second_moments",
+    "unit_rows",
+    "max_scaled_rows",
+    "log_grid",
+    "histogram_counts",
+    "histograms",
+    "release_histogram_counts",
+    "clip_from_histogram",
+]
+
+
+# ----------------------------------------------------------------------------------------
+# second moments
+# ----------------------------------------------------------------------------------------
+def box_moment_sum(V: np.ndarray, has_constant: bool) -> np.ndarray:
+    """Σᵢ vᵢvᵢᵀ of the rows of [1, V] (or V), every entry of V clipped to [−1, 1] first (NaN to −1: the clamp is
+    total, so one row moves the sum by at most the stated sensitivity whatever it holds)."""
+    V = np.fmin(np.fmax(V, -1.0), 1.0)  # fmax returns −1 for NaN, where np.clip would keep the NaN
+    if has_constant:
+        V = np.column_stack([np.ones(V.shape[0]), V])
+    return V.T @ V
+
+
+def box_moment_sensitivity(dim: int, n: int) -> float:
+    """Replace-one L2 sensitivity D/n of the upper triangle of VᵀV/n for rows in a box of D coordinates
+    (the constant included), see the module docstring."""
+    return dim / n
+
+
+def box_second_moments(V: np.ndarray, *, rho: float, rng: np.random.Generator, has_constant: bool,
+                       name: str = "second moments (rows in a box)",
+                       stage: str = "rho0") -> tuple[np.ndarray, Release, float]:
+    """Release [1, V]ᵀ[1, V]/n (or VᵀV/n) with symmetric Gaussian noise, spending ``rho`` zCDP.
+
+    Parameters
+    ----------
+    V : ndarray (n, d)
+        The rows; every entry is clipped to [−1, 1] (a no-op for columns mapped there by public bounds).
+    rho : float
+        zCDP budget; ``inf`` releases the exact matrix (not private).
+    rng : numpy.random.Generator
+        Source of the noise.
+    has_constant : bool
+        Prepend a constant column of ones (its own second moment, 1, is released too, with noise).
+
+    Returns
+    -------
+    M : ndarray (D, D)
+        The released symmetric matrix, D = d + has_constant.
+    release : Release
+        Its record (sensitivity D/n).
+    sigma : float
+        The noise standard deviation of each entry.
+    """
+    n = V.shape[0]
+    dim = V.shape[1] + bool(has_constant)
+    return release_moment_sum(box_moment_sum(V, has_constant), n, rho=rho, rng=rng,
+                              sensitivity=box_moment_sensitivity(dim, n), bound=1.0, name=name, stage=stage)
+
+
+def release_moment_sum(outer_sum: np.ndarray, n: int, *, rho: float, rng: np.random.Generator, sensitivity: float,
+                       bound: float, name: str, stage: str = "rho0") -> tuple[np.ndarray, Release, float]:
+    """Add symmetric Gaussian noise calibrated to ``sensitivity`` to outer_sum/n (upper triangle i.i.d.,
+    mirrored). ``bound`` is recorded as the release's clipping bound."""
+    d = outer_sum.shape[0]
+    sigma = 0.0 if math.isinf(rho) else sensitivity / math.sqrt(2.0 * rho)
+    upper = np.triu(rng.standard_normal((d, d)) * sigma)
+    M = outer_sum / n + upper + np.triu(upper, 1).T
+    return M, Release(name, stage, 1, bound, sensitivity, sigma, gaussian_zcdp(sensitivity, sigma, 1)), sigma
+
+
+def ball_moment_sum(W: np.ndarray, row_bound: float) -> np.ndarray:
+    """Σᵢ wᵢwᵢᵀ over the rows of W, each clipped to L2 norm ``row_bound`` = B: a longer row adds B²·uᵢuᵢᵀ with its
+    unit vector uᵢ (:func:`unit_rows`, exact for rows of any finite size), a row with an infinite or NaN value adds
+    nothing (it has no direction; nothing is a row of norm ≤ B)."""
+    largest, unit, scaled_norms = unit_rows(W)
+    finite = np.isfinite(largest)
+    with np.errstate(over="ignore", invalid="ignore"):
+        over = finite & (largest * scaled_norms > row_bound)
+    kept = W[finite & ~over]
+    return kept.T @ kept + row_bound**2 * (unit[over].T @ unit[over])
+
+
+def unit_rows(A: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row aᵢ as (max|aᵢⱼ|, aᵢ/‖aᵢ‖, ‖aᵢ/max|aᵢⱼ|‖ in [1, √k]).
+
+    ‖aᵢ‖ is the product of the first and the last, without the overflow (values over 1e154) or the underflow (values
+    under 1e-154) of √(Σaᵢⱼ²); the unit vector is formed from the scaled row, since dividing by a subnormal ‖aᵢ‖
+    would not give norm 1. Zero rows and rows with an infinite or NaN value have unit vector 0 (their largest value,
+    0 or inf / NaN, tells which). The clipping primitive of every release that must hold for rows of any size.
+    """
+    largest, scaled = max_scaled_rows(A)
+    norms = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
+    norms[norms == 0] = 1.0  # the rows of zeros left by max_scaled_rows
+    return largest, scaled / norms[:, None], norms
+
+
+def max_scaled_rows(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row aᵢ as (max|aᵢⱼ|, aᵢ/max|aᵢⱼ|): the scaled row's largest value is ±1, so its squares neither overflow
+    nor all underflow. Zero rows and rows with an infinite or NaN value scale to 0."""
+    largest = np.max(np.abs(A), axis=1) if A.shape[1] else np.zeros(A.shape[0])
+    usable = (largest > 0) & np.isfinite(largest)
+    with np.errstate(invalid="ignore"):
+        scaled = np.where(usable[:, None], A / np.where(usable, largest, 1.0)[:, None], 0.0)
+    return largest, scaled
+
+
+def ball_second_moments(W: np.ndarray, *, rho: float, rng: np.random.Generator, row_bound: float,
+                        name: str = "second moments", stage: str = "rho0") -> tuple[np.ndarray, Release, float]:
+    """Release WᵀW/n with rows clipped to L2 norm ``row_bound`` = B ("Analyze Gauss", Dwork, Talwar,
+    Thakurta & Zhang 2014): sensitivity √2·B²/n (module docstring). ``rho = inf``: the exact matrix."""
+    n = W.shape[0]
+    row_bound = check_raw_clip(row_bound, "row_bound")
+    return release_moment_sum(ball_moment_sum(W, row_bound), n, rho=rho, rng=rng,
+                              sensitivity=math.sqrt(2.0) * row_bound**2 / n, bound=row_bound, name=name,
+                              stage=stage)
+
+
+# ----------------------------------------------------------------------------------------
+# histograms and clipping thresholds
+# ----------------------------------------------------------------------------------------
+def log_grid(reference: float, *, below: int = 8, above: int = 12) -> np.ndarray:
+    """Public bin edges reference·2^(k/2), k = −2·below … 2·above (bins a factor √2 wide)."""
+    return reference * np.sqrt(2.0) ** np.arange(-2 * below, 2 * above + 1)
+
+
+def histogram_counts(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Counts of ``values`` in the bins [edges[k], edges[k+1]); values beyond either end go to the end bins."""
+    bins = edges.shape[0] - 1
+    index = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, bins - 1)
+    return np.bincount(index, minlength=bins).astype(np.float64)
+
+
+def release_histogram_counts(counts: np.ndarray, *, rho: float, rng: np.random.Generator,
+                             name: str, stage: str, max_rows: int = 1) -> tuple[np.ndarray, Release, float]:
+    """Gaussian noise on G histograms (rows of ``counts``) of the same rows: sensitivity √(2G); with ``max_rows``
+    = m (a neighbour replaces up to m counted rows: a privacy unit's, :mod:`dpivreg.privacy.units`) m·√(2G), since moving
+    at most m counts out of and m into each histogram changes it by at most √(m² + m²)."""
+    groups = counts.shape[0]
+    sensitivity = max_rows * math.sqrt(2.0 * groups)
+    sigma = 0.0 if math.isinf(rho) else sensitivity / math.sqrt(2.0 * rho)
+    noisy = counts + rng.standard_normal(counts.shape) * sigma
+    return noisy, Release(name, stage, 1, None, sensitivity, sigma, gaussian_zcdp(sensitivity, sigma, 1)), sigma
+
+
+def histograms(values: list[np.ndarray], edges: list[np.ndarray], *, rho: float, rng: np.random.Generator,
+               name: str = "histograms", stage: str = "rho_clip") -> tuple[np.ndarray, Release, float]:
+    """Release one histogram per entry of ``values`` (each of the same n rows) over public ``edges``."""
+    counts = np.array([histogram_counts(v, e) for v, e in zip(values, edges)])
+    return release_histogram_counts(counts, rho=rho, rng=rng, name=name, stage=stage)
+
+
+def clip_from_histogram(noisy_counts: np.ndarray, edges: np.ndarray, *, target: float, sigma: float,
+                        threshold: float = 3.0) -> float:
+    """A clipping threshold from a released histogram of per-row gradient norms (post-processing).
+
+    Bins whose noisy count is at most ``threshold``·σ are treated as empty (with 3σ a bin above the data
+    passes with probability 0.13%); the result is the smallest bin edge above which the remaining counts
+    add up to at most ``target`` rows, i.e. a private (1 − target/n) quantile rounded up to the grid. When
+    the tail is too thin to be seen above the noise this is the upper edge of the highest bin that is, so
+    at small n (or a small budget) the threshold sits at the top of the visible data rather than in it.
+    """
+    kept = np.where(noisy_counts > threshold * sigma, noisy_counts, 0.0)
+    above = np.cumsum(kept[::-1])[::-1]  # above[k]: rows in bins k, k+1, … (above edge k)
+    ok = np.nonzero(above <= target)[0]
+    return float(edges[ok[0]] if ok.size else edges[-1])

@@ -1,0 +1,315 @@
+"""Several fits side by side: :func:`compare` (linearmodels' ``compare``, with the privacy spent in the table).
+
+Each column is one private fit (a :class:`~dpivreg.reporting.results.DPIVResults` or a saved
+:class:`~dpivreg.reporting.release.FitRelease`): its estimates with the private standard errors (or z statistics, or
+p-values) below them, the dependent variable, estimator, n, covariance, T and the budget spent (ρ, and ε at
+the fit's δ). With ``benchmark=True`` (the default, as in ``summary()``) each distinct design also gets a
+column of the IV2SLS benchmark headed ``NON-PRIVATE IV2SLS`` (``*`` is kept for the optional significance
+stars); ``benchmark=False`` gives the publishable table.
+
+Why not statsmodels' ``summary_col``: it reads ``result.model.endog_names`` (the dependent variable) and
+``result.model.exog_names`` (all regressors), statsmodels' meanings of the two words. linearmodels, and this
+package's designs, use them the other way (``design.endog_names`` are the endogenous regressors,
+``design.exog_names`` the exogenous ones), so adding them to the model would give one object two opposite
+meanings of ``exog_names``; and ``summary_col`` has no place for the budget or for marking a column
+NON-PRIVATE. ``compare`` gives the table; ``compare(...).params`` and ``.std_errors`` are DataFrames for any
+other layout.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from statsmodels.iolib.table import SimpleTable
+from statsmodels.iolib.tableformatting import fmt_params
+
+from dpivreg._validation import check_flag
+from dpivreg.errors import InferenceUnavailableError, PrivacyLeakWarning
+from dpivreg.reporting.release import FitRelease
+from dpivreg.reporting.results import DPIVResults, DPIVSummary
+from dpivreg.reporting.tables import format_number as _fmt
+
+__all__ = ["PRECISIONS", "DPIVComparison", "compare"]
+
+Precision = Literal["std_errors", "tstats", "pvalues"]
+PRECISIONS = ("std_errors", "tstats", "pvalues")
+_STAR_LEVELS = ((0.01, "***"), (0.05, "**"), (0.10, "*"))
+
+
+def _as_named(results) -> dict[str, DPIVResults | FitRelease]:
+    if isinstance(results, Mapping):
+        named = {str(k): v for k, v in results.items()}
+        if len(named) < len(results):
+            raise ValueError("two of the names in results are the same once written as text (e.g. 1 and '1'): "
+                             "give each fit its own name.")
+    elif isinstance(results, Sequence) and not isinstance(results, (str, bytes)):
+        named = {f"Model {i}": v for i, v in enumerate(results)}
+    else:
+        raise TypeError("results must be a dict {name: fit} or a list of fits (DPIVResults or FitRelease), "
+                        f"got {type(results).__name__}.")
+    if not named:
+        raise ValueError("results is empty: give at least one fit to compare.")
+    for name, res in named.items():
+        if not isinstance(res, (DPIVResults, FitRelease)):
+            raise TypeError(f"results[{name!r}] is a {type(res).__name__}, not a dpivreg fit (DPIVResults or "
+                            "FitRelease). For linearmodels' own results use linearmodels.iv.compare.")
+    return named
+
+
+def _benchmark_key(res: DPIVResults) -> tuple:
+    """Fits whose benchmarks are the same numbers share one benchmark column (the same design on the same rows,
+    in memory or on Dask); a formula and n alone do not identify the data."""
+    bench = res.benchmark  # the bytes, so that a NaN coefficient (a declared level never seen) equals itself
+    return (res.design.dependent_name, tuple(bench.params.index), bench.params.to_numpy().tobytes(),
+            bench.std_errors.to_numpy().tobytes())
+
+
+def _statistic(res: DPIVResults | FitRelease, attr: str) -> pd.Series:
+    """A fit's statistic by name; NaN for the inference's statistics of a fit that made none."""
+    try:
+        return getattr(res, attr)
+    except InferenceUnavailableError:
+        return pd.Series(np.nan, index=res.params.index)
+
+
+class DPIVComparison:
+    """Private fits side by side; build with :func:`compare`.
+
+    Attributes are DataFrames indexed by regressor (the union, in order of first appearance) with one column
+    per fit; a regressor a fit does not have is NaN.
+    """
+
+    def __init__(self, results: dict[str, DPIVResults | FitRelease], *, benchmark: bool, precision: str,
+                 stars: bool) -> None:
+        self._results = results
+        self._benchmark = benchmark
+        self._precision = precision
+        self._stars = stars
+
+    # ------------------------------------------------------------------ the numbers
+    def _frame(self, attr: str) -> pd.DataFrame:
+        columns = {name: _statistic(res, attr) for name, res in self._results.items()}
+        order = list(dict.fromkeys(name for s in columns.values() for name in s.index))
+        return pd.DataFrame({name: s.reindex(order) for name, s in columns.items()}, index=order)
+
+    @property
+    def params(self) -> pd.DataFrame:
+        """The private estimates."""
+        return self._frame("params")
+
+    @property
+    def std_errors(self) -> pd.DataFrame:
+        """The private standard errors (NaN for a fit without inference)."""
+        return self._frame("bse")
+
+    @property
+    def tstats(self) -> pd.DataFrame:
+        """z statistics."""
+        return self._frame("tvalues")
+
+    @property
+    def pvalues(self) -> pd.DataFrame:
+        """Two-sided normal p-values."""
+        return self._frame("pvalues")
+
+    @property
+    def nobs(self) -> pd.Series:
+        """Row counts (public)."""
+        return pd.Series({name: res.nobs for name, res in self._results.items()}, name="nobs")
+
+    @property
+    def rho(self) -> pd.Series:
+        """Total zCDP spent per fit."""
+        return pd.Series({name: res.privacy.rho for name, res in self._results.items()}, name="rho")
+
+    @property
+    def epsilon(self) -> pd.Series:
+        """ε per fit at its own δ (:attr:`delta`), exact Gaussian conversion."""
+        return pd.Series({name: res.epsilon for name, res in self._results.items()}, name="epsilon")
+
+    @property
+    def delta(self) -> pd.Series:
+        """The δ each fit reports ε at."""
+        return pd.Series({name: res.delta for name, res in self._results.items()}, name="delta")
+
+    @cached_property
+    def _benchmarks(self) -> dict[str, DPIVResults]:
+        """One fit per distinct design with a benchmark: column label → that fit."""
+        if not self._benchmark:
+            return {}
+        fits = {name: res for name, res in self._results.items() if isinstance(res, DPIVResults)}
+        first: dict = {}
+        for name, res in fits.items():
+            first.setdefault(_benchmark_key(res), name)
+        if len(first) == 1:
+            return {"NON-PRIVATE IV2SLS": fits[next(iter(first.values()))]}
+        return {f"NON-PRIVATE IV2SLS ({name})": fits[name] for name in first.values()}
+
+    @property
+    def benchmark_params(self) -> pd.DataFrame:
+        """NON-PRIVATE: the IV2SLS estimates of each distinct design (empty with ``benchmark=False``)."""
+        return self._benchmark_frame("params")
+
+    @property
+    def benchmark_std_errors(self) -> pd.DataFrame:
+        """NON-PRIVATE: the IV2SLS standard errors of each distinct design (robust, or clustered as the fit)."""
+        return self._benchmark_frame("std_errors")
+
+    def _benchmark_frame(self, attr: str) -> pd.DataFrame:
+        order = list(self.params.index)
+        return pd.DataFrame({label: getattr(res.benchmark, attr).reindex(order)
+                             for label, res in self._benchmarks.items()}, index=order)
+
+    # ------------------------------------------------------------------ the table
+    def _cells(self, estimate: float, below: float, pvalue: float) -> tuple[str, str]:
+        if np.isnan(estimate):
+            return "", ""
+        stars = ""
+        if self._stars and np.isfinite(pvalue):
+            stars = next((mark for level, mark in _STAR_LEVELS if pvalue < level), "")
+        under = "" if np.isnan(below) else f"({_fmt(below, 4) if self._precision != 'pvalues' else f'{below:.4f}'})"
+        return _fmt(estimate) + stars, under
+
+    def _info_rows(self) -> list[tuple[str, list[str]]]:
+        fits = self._results.values()
+
+        def setting(res, key):
+            return res.settings[key] if isinstance(res, FitRelease) else getattr(res.settings, key)
+
+        rows = [
+            ("Dep. Variable", [res._dependent_label for res in fits]),
+            ("Estimator", [res.estimator for res in fits]),
+            ("Instruments", [", ".join(res.design.instrument_names if isinstance(res, DPIVResults)
+                                       else res.instrument_names) for res in fits]),
+            ("Privacy unit", [_unit_label(res.privacy.unit) for res in fits]),
+            ("No. Observations", [str(res.nobs) if res.privacy.unit is None else f"~{res.nobs} (private)"
+                                  for res in fits]),
+            ("Cov. Est.", [res.cov_type if not _statistic(res, "bse").isna().all() else "none" for res in fits]),
+            ("Iterations T", [str(setting(res, "T")) if res.estimator == "DP-2S-GD" else "" for res in fits]),
+            ("rho (zCDP)", [_fmt(res.privacy.rho) for res in fits]),
+            ("epsilon", [f"{_fmt(res.epsilon)} (delta {res.delta:g})" for res in fits]),
+            ("Private", ["yes" if res.is_private else "NO" for res in fits]),
+        ]
+        for res in self._benchmarks.values():
+            d, bench = res.design, res.benchmark
+            values = [d.dependent_name, "IV2SLS", ", ".join(d.instrument_names), "", str(bench.nobs), bench.cov_type,
+                      "", "NON-PRIVATE", "", "NO"]
+            rows = [(key, cells + [value]) for (key, cells), value in zip(rows, values)]
+        return rows
+
+    def _table(self) -> SimpleTable:
+        below = {"std_errors": self.std_errors, "tstats": self.tstats, "pvalues": self.pvalues}[self._precision]
+        params, pvalues = self.params, self.pvalues
+        bench_params, bench_se = self.benchmark_params, self.benchmark_std_errors
+        headers = list(self._results) + list(self._benchmarks)
+        data, stubs = [], []
+        for key, cells in self._info_rows():
+            data.append(cells)
+            stubs.append(key)
+        for name in params.index:
+            top, bottom = [], []
+            for col in self._results:
+                a, b = self._cells(params.loc[name, col], below.loc[name, col], pvalues.loc[name, col])
+                top.append(a)
+                bottom.append(b)
+            for label in self._benchmarks:
+                a, b = self._cells(bench_params.loc[name, label], bench_se.loc[name, label]
+                                   if self._precision == "std_errors" else np.nan, np.nan)
+                top.append(a)
+                bottom.append(b)
+            data += [top, bottom]
+            stubs += [name, ""]
+        title = "Model Comparison" + (" (NON-PRIVATE benchmark beside the fits)" if self._benchmarks else "")
+        return SimpleTable(data, headers=headers, stubs=stubs, title=title, txt_fmt=copy.deepcopy(fmt_params))
+
+    def _notes(self) -> list[str]:
+        what = {"std_errors": "private standard errors", "tstats": "z statistics",
+                "pvalues": "p-values"}[self._precision]
+        notes = [f"{what.capitalize()} in parentheses (normal approximation, including the privacy noise)."]
+        if self._stars:
+            notes.append("Stars: *** p < 0.01, ** p < 0.05, * p < 0.1 (private p-values).")
+        notes.append("Each fit's privacy is its own: fits of the same data compose, their rho add up (for the same "
+                     "privacy unit; a row-level rho costs a unit of k rows k^2 rho).")
+        if self._benchmarks:
+            kinds = " or ".join(sorted({res.benchmark.cov_type for res in self._benchmarks.values()}))
+            notes.append(f"NON-PRIVATE: the IV2SLS column(s) are computed from the raw data without noise ({kinds} "
+                         "std. errors below); use them to validate, never publish them (benchmark=False).")
+        for name, res in self._results.items():
+            if res.leaks:
+                notes.append(f"PRIVACY LEAKS in {name}: " + " ".join(res.leaks))
+        return notes
+
+    @property
+    def summary(self) -> DPIVSummary:
+        """The table as a statsmodels ``Summary`` (``as_text``, ``as_latex``, ``as_html``, ``as_csv``)."""
+        smry = DPIVSummary()
+        smry.tables.append(self._table())
+        smry.add_extra_txt(self._notes())
+        return smry
+
+    def __str__(self) -> str:
+        return self.summary.as_text()
+
+    def __repr__(self) -> str:
+        return self.__str__()
+
+    def _repr_html_(self) -> str:
+        return self.summary.as_html()
+
+
+def compare(results, *, benchmark: bool = True, precision: Precision = "std_errors",
+            stars: bool = False) -> DPIVComparison:
+    """Compare private fits side by side (linearmodels' ``compare`` for DP fits).
+
+    Parameters
+    ----------
+    results : dict or list
+        ``{name: fit}`` (column names) or a list of fits (named ``Model 0``, ``Model 1``, ...); each fit a
+        :class:`~dpivreg.reporting.results.DPIVResults` or a loaded :class:`~dpivreg.reporting.release.FitRelease`.
+    benchmark : bool, default True
+        Add, for each distinct design among the ``DPIVResults``, a column of the NON-PRIVATE IV2SLS
+        benchmark, headed ``NON-PRIVATE IV2SLS``. ``False`` gives the publishable table (only private releases).
+    precision : {"std_errors", "tstats", "pvalues"}, default "std_errors"
+        What is shown in parentheses below each estimate.
+    stars : bool, default False
+        Mark estimates by their private p-values (``***`` 1%, ``**`` 5%, ``*`` 10%).
+
+    Returns
+    -------
+    DPIVComparison
+        ``summary`` (text, LaTeX, HTML), and ``params``, ``std_errors``, ``tstats``, ``pvalues``, ``nobs``,
+        ``rho``, ``epsilon`` as pandas objects.
+
+    Examples
+    --------
+    >>> from dpivreg import DPIV2SLS, compare
+    >>> from dpivreg.datasets import load_labsup, LABSUP_BOUNDS
+    >>> df = load_labsup()
+    >>> model = DPIV2SLS.from_formula("weeks ~ 1 + educ + [kids ~ samesex]", df)
+    >>> fits = {f"rho = {r}": model.fit(rho=r, bounds=LABSUP_BOUNDS, seed=1) for r in (0.5, 2.6, 10)}
+    >>> print(compare(fits).summary)  # doctest: +SKIP
+    """
+    named = _as_named(results)
+    benchmark = check_flag(benchmark, "benchmark")
+    stars = check_flag(stars, "stars")
+    # linearmodels' spellings too: any case, "t-stats", "std-errors"
+    spelled = precision.lower().replace("-", "_").replace("t_stats", "tstats") if isinstance(precision, str) else None
+    if spelled not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}.")
+    leaky = [name for name, res in named.items() if res.leaks]
+    if leaky:
+        warnings.warn(f"the comparison holds fits with privacy leaks ({', '.join(leaky)}): their columns are not "
+                      "private; the notes list the leaks.", PrivacyLeakWarning, stacklevel=2)
+    precision = spelled
+    return DPIVComparison(named, benchmark=benchmark, precision=precision, stars=stars)
+
+
+def _unit_label(unit) -> str:
+    """A fit's privacy unit for the table: "row", or the unit and its public number of units."""
+    return "row" if unit is None else f"{unit.unit} ({unit.n_units:,})"

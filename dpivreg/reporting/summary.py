@@ -1,0 +1,398 @@
+"""The summary of a fit: the statsmodels ``Summary`` that ``DPIVResults.summary()`` returns and every export shares.
+
+:class:`SummaryWriter` builds its blocks from a :class:`~dpivreg.reporting.results.DPIVResults`: the top block (the
+estimator's settings and the privacy spent, the budget lines), the parameter table (the private estimate beside the
+NON-PRIVATE IV2SLS benchmark), the first-stage block, the Theorem's error-bound block and the notes (inference,
+weak instruments, clipping, what is private, every privacy leak). It only reads the results: each number is a
+private release, its post-processing or a public setting, except the benchmark columns and counts it labels
+NON-PRIVATE. :class:`DPIVSummary` typesets the tables for ``as_text``, ``as_html`` and ``as_latex``.
+"""
+
+from __future__ import annotations
+
+import copy
+import unicodedata
+
+import numpy as np
+from statsmodels.iolib.summary import Summary
+from statsmodels.iolib.table import SimpleTable
+from statsmodels.iolib.tableformatting import fmt_2cols, fmt_params
+
+from dpivreg.reporting.tables import format_number
+
+__all__ = ["DPIVSummary", "SummaryWriter", "WEAK_F"]
+
+#: First-stage F below which the summary warns of weak instruments (Staiger & Stock 1997's rule of thumb, the
+#: figure Stock & Yogo's tables are usually summarised by).
+WEAK_F = 10.0
+
+_fmt = format_number
+
+_LATEX_ESCAPES = str.maketrans({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                                "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                                "^": r"\textasciicircum{}"})
+
+
+#: Non-ASCII symbols of the summary as LaTeX (math mode); ``\lesssim`` needs the ``amssymb`` package.
+_LATEX_SYMBOLS = str.maketrans({"κ": r"$\kappa$", "Θ": r"$\Theta$", "β": r"$\beta$", "ρ": r"$\rho$",
+                                "τ": r"$\tau$", "γ": r"$\gamma$", "η": r"$\eta$", "α": r"$\alpha$",
+                                "σ": r"$\sigma$", "ε": r"$\varepsilon$", "δ": r"$\delta$", "μ": r"$\mu$",
+                                "²": r"$^{2}$", "⁶": r"$^{6}$", "√": r"$\surd$", "≤": r"$\leq$", "≥": r"$\geq$",
+                                "≲": r"$\lesssim$", "×": r"$\times$", "−": "-", "…": r"\ldots{}", "–": "--",
+                                "≈": r"$\approx$", "·": r"$\cdot$"})
+
+
+class DPIVSummary(Summary):
+    """A statsmodels ``Summary`` whose ``as_latex`` typesets each table on its own.
+
+    statsmodels merges all tables into one LaTeX tabular, which fails for tables of different
+    widths (our top block, parameter table and bound block).
+    """
+
+    def as_latex(self) -> str:
+        r"""The tables as LaTeX ``tabular`` environments, then the notes, in ASCII: special characters
+        escaped and the summary's Greek letters and symbols as LaTeX math. Compiles with the packages
+        ``booktabs`` (the tables' rules) and ``amssymb`` (``\lesssim``)."""
+        tables = "\n".join(table.as_latex_tabular() for table in self.tables).replace("^", r"\textasciicircum{}")
+        latex = tables
+        if self.extra_txt is not None:
+            latex += "\n\n" + self.extra_txt.translate(_LATEX_ESCAPES).replace("\n", " \\newline\n ")
+        latex = latex.translate(_LATEX_SYMBOLS)
+        # a character without a LaTeX spelling above (a user's column name, say): its Unicode name, in ASCII
+        return "".join(c if ord(c) < 128 else f"[{unicodedata.name(c, hex(ord(c)))}]" for c in latex)
+
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage with two significant digits below 1% (0.04%, not 0%)."""
+    return f"{share:.0%}" if share >= 0.01 or share == 0 else f"{100 * share:.2g}%"
+
+
+def _rows_allowed(targets: tuple[float, ...]) -> str:
+    """The adaptive rule's K per group as the clipping note prints it ("50", or "25-44")."""
+    low, high = f"{min(targets):.0f}", f"{max(targets):.0f}"
+    return low if low == high else f"{low}-{high}"
+
+
+class SummaryWriter:
+    """Writes the summary of one fit (:meth:`summary`), block by block, from its results (read only)."""
+
+    def __init__(self, results) -> None:
+        self.results = results
+
+    def summary(self, benchmark: bool = True) -> DPIVSummary:
+        """The summary's tables and notes; ``benchmark=False`` leaves out every NON-PRIVATE number (the
+        publishable summary, :meth:`dpivreg.reporting.results.DPIVResults.summary`)."""
+        smry = DPIVSummary()
+        smry.tables.append(self._top_table())
+        smry.tables.append(self._parameter_table(benchmark))
+        if self.results.scale.moments is not None:
+            smry.tables.append(self._first_stage_table())
+        if self.results.settings.method != "moments" and not self.results.scale.unit_level:
+            smry.tables.append(self._bound_table())
+        smry.add_extra_txt(self._notes(benchmark))
+        return smry
+
+    def _top_rows(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        s, priv = self.results.settings, self.results.privacy
+        paper = s.calibration == "paper"
+
+        def budget(requested: float, spent: float) -> str:
+            return f"{_fmt(spent)} (asked {_fmt(requested)})" if paper else _fmt(spent)
+
+        units = self.results.scale.units
+        left = [
+            ("Dep. Variable:", self.results.design.dependent_name),
+            ("Estimator:", self.results.estimator),
+            ("Privacy unit:", "row" if not self.results.scale.unit_level else
+             f"{units.unit} ({units.n_units:,} units, <= {units.max_rows} rows)"),
+            ("No. Observations:", f"~{self.results.nobs} (private)" if self.results.scale.unit_level else str(self.results.nobs)),
+            ("Cov. Estimator:", s.cov_type if s.cov_type != "clustered" or units is None else
+             f"clustered ({units.clusters}, {units.n_clusters:,})"),
+        ]
+        if s.selection is not None:
+            left.append(("Chosen by:", f"predicted error ratio {_fmt(s.selection.error_ratio, 3)}"))
+        if s.method == "moments":
+            left += [("Method:", "2SLS on released second moments"),
+                     ("Preprocessing:", self._preprocess_label()), ("Bounds:", self._scaling_label())]
+            right = [("rho (zCDP, moments):", _fmt(priv.rho0))]
+            if priv.rho_of("rho_clip"):
+                right.append(("rho_clip (zCDP, clipping):", _fmt(priv.rho_of("rho_clip"))))
+        else:
+            left += [
+                ("Iterations T:", f"{s.T} ({s.T_source})"),
+                ("Method:", s.method),
+                ("Start:", {"moments": "warm (private moments)", "zero": "zero (the Algorithm)"}[s.init]),
+                ("Schedule:", s.schedule),
+                ("Preprocessing:", self._preprocess_label()),
+                ("Step size eta:", f"{_fmt(s.eta)} ({s.eta_source})"),
+                ("Step size alpha:", f"{_fmt(s.alpha)} ({s.alpha_source})"),
+                ("Clip gamma1, gamma2:", f"{_fmt(s.clip1)}, {_fmt(s.clip2)}"),
+                ("Clip rule:", s.clip_source),
+                ("Bounds:", self._scaling_label()),
+            ]
+            right = [
+                ("Calibration:", s.calibration),
+                ("rho0 (zCDP, preprocessing):", _fmt(priv.rho0)),
+                ("rho_clip (zCDP, clipping):", _fmt(priv.rho_of("rho_clip"))),
+                ("rho1 (zCDP):", budget(s.rho1, priv.rho1)),
+                ("rho2 (zCDP):", budget(s.rho2, priv.rho2)),
+            ]
+        right.append(("rho_inf (zCDP, inference):", _fmt(priv.rho_of("rho_inf"))))
+        if self.results._first_stage_meat is not None:
+            right.append(("rho_diag (zCDP, first-stage meat):", _fmt(priv.rho_of("rho_diag"))))
+        right += [
+            ("Total rho (spent):", _fmt(priv.rho)),
+            ("delta:", f"{self.results.delta:g}"),
+            ("epsilon (exact Gauss.):", _fmt(priv.epsilon(self.results.delta))),
+            ("epsilon (CKS 2020):", _fmt(priv.epsilon(self.results.delta, "cks"))),
+            ("epsilon (paper formula):", _fmt(priv.epsilon(self.results.delta, "bun-steinke"))),
+        ]
+        return left, right
+
+    def _preprocess_label(self) -> str:
+        return {"private": "private moments", "bounds": "bounds only", "data": "data moments (LEAK)"}[
+            self.results.settings.preprocess]
+
+    def _scaling_label(self) -> str:
+        sources = set(self.results.scale.source[self.results.scale.source != "constant"])
+        if sources == {"bounds"}:
+            return "public bounds"
+        if sources == {"data"}:
+            return "from data (LEAK)"
+        if not sources:
+            return "none needed"
+        return "public + data (LEAK)"
+
+    def _top_table(self) -> SimpleTable:
+        left, right = self._top_rows()
+        rows = max(len(left), len(right))
+        left, right = left + [("", "")] * (rows - len(left)), right + [("", "")] * (rows - len(right))
+        fmt = copy.deepcopy(fmt_2cols)
+        title = ("Noisy-Moment 2SLS" if self.results.settings.method == "moments" else "DP-2S-GD") + " Estimation Summary"
+        table = SimpleTable([[v] for _, v in left], txt_fmt=fmt, title=title, stubs=[k for k, _ in left])
+        table.extend_right(SimpleTable([[v] for _, v in right], stubs=["  " + k for k, _ in right]))
+        return table
+
+    def _parameter_table(self, benchmark: bool = True) -> SimpleTable:
+        names = self.results.design.regressor_names
+        if self.results._inference is not None:
+            bse, z, pv, ci = self.results.bse, self.results.tvalues, self.results.pvalues, self.results.conf_int()
+            private = {c: [_fmt(self.results.params[c]), _fmt(bse[c]), _fmt(z[c], 3), f"{pv[c]:.4f}",
+                           _fmt(ci.loc[c, "lower"]), _fmt(ci.loc[c, "upper"])] for c in names}
+            private_headers = [self._column_label, "Std. Err.", "z", "P>|z|", "Lower CI", "Upper CI"]
+        else:
+            private = {c: [_fmt(self.results.params[c])] for c in names}
+            private_headers = [self._column_label]
+        if not benchmark:
+            return SimpleTable([private[c] for c in names], headers=private_headers, stubs=names,
+                               txt_fmt=copy.deepcopy(fmt_params), title=f"Parameter Estimates (private: {self.results.estimator})")
+        bench = self.results.benchmark
+        ref, se = bench.params[names], bench.std_errors[names]
+        diff = self.results.params - ref
+        rows = [private[c] + [_fmt(ref[c]), _fmt(se[c]), _fmt(diff[c]), _fmt(diff[c] / se[c], 3)] for c in names]
+        headers = private_headers + ["IV2SLS*", "Std. Err.*", "Diff.*", "Diff./SE*"]
+        return SimpleTable(
+            rows, headers=headers, stubs=names, txt_fmt=copy.deepcopy(fmt_params),
+            title=f"Parameter Estimates (private: {self.results.estimator}; * = NON-PRIVATE benchmark)",
+        )
+
+    @property
+    def _column_label(self) -> str:
+        return "Moments" if self.results.settings.method == "moments" else "DP-2S-GD"
+
+    def _first_stage_table(self) -> SimpleTable:
+        table = self.results.first_stage_diagnostics
+        rows = [[_fmt(r["partial.rsquared"]), f"[{_fmt(r['partial.rsquared.lower'])}, {_fmt(r['partial.rsquared.upper'])}]",
+                 _fmt(r["shea.rsquared"]), _fmt(r["f.stat"]), f"[{_fmt(r['f.lower'])}, {_fmt(r['f.upper'])}]",
+                 f"{r['f.pval']:.4f}", r["f.dist"]] for _, r in table.iterrows()]
+        return SimpleTable(
+            rows, headers=["Partial R2", "95% (noise)", "Shea R2", "F", "95% (noise)", "P>F", "Dist."],
+            stubs=list(table.index), txt_fmt=copy.deepcopy(fmt_params),
+            title=self._first_stage_title(),
+        )
+
+    def _first_stage_title(self) -> str:
+        if self.results.scale.moments.sigma == 0:
+            return "First-stage diagnostics (from exact moments: NOT private)"
+        if self.results._first_stage_meat is not None:
+            return "First-stage diagnostics (private: moment release; robust Wald from the first-stage meat, rho_diag)"
+        return "First-stage diagnostics (private: from the moment release, no extra cost)"
+
+    def _bound_table(self) -> SimpleTable:
+        rows = self.results.bound.rows()
+        c = self.results.contraction
+        rows.append(("κ_β, κ_Θ (second, first stage)", f"{_fmt(c.kappa_beta)}, {_fmt(c.kappa_theta)}"))
+        if self.results.settings.init == "moments":
+            rows.append(("Start", "warm: optimisation term × statistical"))
+        return SimpleTable(
+            [[v] for _, v in rows], stubs=[k for k, _ in rows], txt_fmt=copy.deepcopy(fmt_2cols),
+            title="Error bound components (Theorem, up to constants)",
+        )
+
+    def _inference_text(self, benchmark: bool = True) -> str:
+        if self.results._inference is None:
+            return f"Private std. errors: {self.results._inference_note}." + (
+                " The IV2SLS std. errors ignore the privacy noise and are not private." if benchmark else "")
+        inf = self.results._inference
+        share = np.diag(inf.cov_noise) / np.diag(inf.cov)
+        caution = "" if inf.reliable else (
+            "CAUTION: private std. errors flagged unreliable (first-stage noise ratio "
+            f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); their coverage is "
+            "not known and may be far below nominal. ")
+        robust = inf.cov_type == "robust"
+        if inf.cov_type == "clustered":
+            units = self.results.scale.units
+            sampling = (f"cluster-robust (sandwich) 2SLS sampling variance from a private meat of the instrument "
+                        f"scores summed by cluster ({units.clusters}, {units.n_clusters:,} clusters; rho_inf)")
+            errors = "independent clusters"
+        elif robust:
+            sampling = "robust (sandwich) 2SLS sampling variance from a private meat of the instrument scores (rho_inf)"
+            errors = "independent rows"
+        elif self.results.settings.method == "moments":
+            sampling = "homoskedastic 2SLS sampling variance with the residual variance read from the moment release"
+            errors = "homoskedastic errors"
+        else:
+            sampling = "homoskedastic 2SLS sampling variance from a private residual variance (rho_inf)"
+            errors = "homoskedastic errors"
+        if self.results.settings.method == "moments":
+            how = sampling + " + privacy-noise variance by parametric bootstrap of the release"
+            assumes = errors + " and values within their bounds"
+        else:
+            how = (sampling + " + privacy-noise variance by parametric bootstrap of the whole fit (moments, warm "
+                   "start, iteration)")
+            assumes = errors + " and negligible gradient clipping"
+        return caution + (
+            f"Private std. errors (normal approx., 95% CI): {how} ({inf.replications} paths; noise share of the "
+            f"variance {_percent(np.min(share))}-{_percent(np.max(share))}). Intervals are centred at the "
+            f"estimate. Assumes {assumes}."
+        )
+
+    def _first_stage_notes(self) -> list[str]:
+        """The weak-instrument warning and the Anderson–Rubin set (post-processing of the moment release)."""
+        exact = self.results.scale.moments.sigma == 0  # rho0 = inf or preprocess="data": no noise, and not private
+        source = "from exact moments: NOT private" if exact else "from the moment release, no extra cost"
+
+        def noise(lower: float, upper: float) -> str:
+            return "" if exact else f" (95% noise interval [{_fmt(lower, 3)}, {_fmt(upper, 3)}])"
+
+        notes = []
+        several = len(self.results.design.endog_names) > 1
+        if several:
+            cd = self.results.cragg_donald
+            notes.append(
+                f"Cragg-Donald minimum eigenvalue statistic (joint first-stage strength; compare with Stock-Yogo's "
+                f"critical values for {len(self.results.design.endog_names)} endogenous regressors and "
+                f"{len(self.results.design.instrument_names)} instruments; homoskedastic; {source}): "
+                f"{_fmt(cd['statistic'], 3)}{noise(cd['lower'], cd['upper'])}.")
+            strength = [("the Cragg-Donald statistic", cd["statistic"], cd["lower"], cd["upper"])]
+            rule = "the one-regressor rule of thumb; Stock-Yogo's critical values for several are higher"
+        else:
+            table = self.results.first_stage_diagnostics
+            # the rule of thumb is for an F: the robust Wald statistic (chi2(m)) divided by m
+            robust = self.results._first_stage_meat is not None
+            per = len(self.results.design.instrument_names) if robust else 1
+            kind = "robust first-stage Wald/m" if robust else "first-stage F"
+            strength = [(f"the {kind} of {name}", row["f.stat"] / per, row["f.lower"] / per, row["f.upper"] / per)
+                        for name, row in table.iterrows()]
+            rule = "Staiger and Stock's rule of thumb"
+        for what, value, lower, upper in strength:
+            if lower >= WEAK_F:
+                continue
+            certain = upper < WEAK_F
+            notes.append(
+                f"WEAK INSTRUMENTS{'' if certain else ' (possibly)'}: {what} is {_fmt(value, 3)}{noise(lower, upper)}"
+                f"{', below' if certain else ', reaching below'} {WEAK_F:g} ({rule}): the Wald intervals above may "
+                "under-cover" + ("." if several else "; the Anderson-Rubin set below is robust to weak instruments "
+                                                    "(it assumes homoskedastic errors)."))
+        if not several:
+            ar = self.results.anderson_rubin(0.95)
+            notes.append(
+                f"Anderson-Rubin 95% set for {ar.variable} (robust to weak instruments; homoskedastic errors; "
+                f"{source}): {ar} ({ar.kind}).")
+        if self.results.cov_type == "clustered":
+            notes.append("The first-stage F and the Anderson-Rubin set assume independent rows: with the within-cluster "
+                         "correlation that the clustered standard errors allow they overstate the evidence "
+                         "(fit(rho_diag=...) releases a clustered first-stage Wald statistic instead of the F).")
+        return notes
+
+    def _notes(self, benchmark: bool = True) -> list[str]:
+        d, sc = self.results.design, self.results.scale
+        label = self._column_label
+        notes = [f"Private release: the {label} columns (the estimate and its inference); their cost is the total "
+                 "rho above."]
+        if benchmark:
+            kind = self.results.benchmark.cov_type
+            notes += [
+                f"* NON-PRIVATE: the IV2SLS estimate, its {kind} std. err., the difference {label} - IV2SLS and that",
+                "  difference in IV2SLS std. errs. are computed from the raw data without noise. Use them to "
+                "validate;",
+                "  never publish them.",
+            ]
+            if self.results._units is not None and self.results._units.dropped_rows:  # NON-PRIVATE counts
+                notes.append(f"  IV2SLS* is on the rows the fit keeps: {self.results._units.truncated_units} unit(s) had more "
+                             f"than {self.results._units.facts.max_rows} rows, {self.results._units.dropped_rows} row(s) left out "
+                             "(non-private counts).")
+        notes.append(self._inference_text(benchmark))
+        if self.results.scale.moments is not None:
+            notes += self._first_stage_notes()
+        if self.results.privacy_unit is not None:
+            notes.append(self._unit_note())
+        units = self.results.scale.units
+        if units is not None and units.clusters is not None and units.clusters != units.unit:
+            notes.append(f"Clusters: {units.clusters} ({units.n_clusters:,}), declared a public grouping of the "
+                         f"{'units' if self.results.privacy_unit is not None else 'rows'}: which cluster each belongs to and "
+                         "the number of clusters are public; each cluster's summed scores are clipped.")
+        if self.results.settings.method != "moments" and self.results.scale.unit_level:
+            notes.append("Error bound: not shown; the Theorem is stated for row-level privacy and independent rows.")
+        elif self.results.settings.method != "moments":
+            notes.append(
+                "Error bound: the Theorem's terms with all constants set to 1 (shapes, not calibrated errors); "
+                "no privacy cost. " + ("kappa from the released Theta^(T) (method 'gd')."
+                                      if self.results.settings.method == "gd" else
+                                      "The Theorem is proved for method 'gd'; kappa here is the preconditioned "
+                                      "iteration's contraction."))
+        if self.results.settings.selection is not None:
+            sel = self.results.settings.selection
+            other = "noisy moments" if sel.estimator == "DP-2S-GD" else "DP-2S-GD"
+            notes.append(
+                f"Estimator chosen by the default (method 'auto') over {other}: predicted privacy-noise error of the "
+                f"endogenous coefficients (median and 90th percentile, in the same simulated worlds), DP-2S-GD / noisy "
+                f"moments = {sel.error_ratio:.3g} (post-processing of the moment and clipping releases; both routes "
+                "spend the same total budget).")
+        if self.results.settings.adaptive_clip is not None:
+            clip = self.results.settings.adaptive_clip
+            counted = "units (their summed gradients)" if self.results.scale.unit_level else "rows"
+            notes.append(
+                "Clipping thresholds: private (rho_clip), from released histograms of the gradient norms at the "
+                f"start; each allows at most {_rows_allowed(clip.targets)} {counted} above it"
+                + (" (exogenous rows and coordinates clipped as a group of their own, "
+                   f"{self.results.settings.exog_share:.0%} of each stage's budget)." if clip.grouped else "."))
+        notes += [
+            f"Endogenous: {', '.join(d.endog_names)}. Instruments: {', '.join(d.instrument_names)}."
+            + (f" Exogenous: {', '.join(d.exog_names)}." if d.exog_names else " No exogenous regressors."),
+        ]
+        by_source = {src: list(sc.source.index[sc.source == src]) for src in ("bounds", "data", "constant")}
+        if by_source["bounds"]:
+            notes.append(f"Scaled by public bounds: {', '.join(map(str, by_source['bounds']))}.")
+        notes += list(sc.bound_notes)
+        if by_source["data"]:
+            notes.append(f"Scaled from the data (PRIVACY LEAK): {', '.join(by_source['data'])}.")
+        n_clipped = int(sc.clipped_values.sum())
+        if n_clipped and benchmark:  # a NON-PRIVATE count: left out of the publishable summary
+            notes.append(f"{n_clipped} value(s) lay outside the bounds and were clipped to them (non-private count).")
+        if self.results.leaks:
+            notes.append("PRIVACY LEAKS during the fit (PrivacyLeakWarning):")
+            notes.extend(f"  - {leak}" for leak in self.results.leaks)
+        else:
+            notes.append("No privacy leak: every data-dependent input was public or paid for in the budget.")
+        return notes
+
+    def _unit_note(self) -> str:
+        """What the guarantee protects, with a privacy unit (public facts only)."""
+        u = self.results.scale.units
+        return (f"Privacy unit: {u.unit}. Neighbouring data sets replace all rows of one unit; the number of units "
+                f"(N = {u.n_units:,}) is public, the row count is not (No. Observations is its private estimate). "
+                f"Each unit contributes at most {u.max_rows} rows (a random subset of larger units); the gradients "
+                "and the clipping release are clipped per unit, the releases that sum rows have "
+                f"{u.max_rows} times their row-level sensitivity. epsilon is per unit.")

@@ -1,0 +1,201 @@
+"""The private parameter table: z statistics, p-values, intervals and the publishable exports.
+
+One definition, shared by :class:`~dpivreg.reporting.results.DPIVResults` and :class:`~dpivreg.reporting.release.FitRelease`:
+post-processing of the private estimate and its private standard errors (normal approximation), no privacy
+cost. The exports (:meth:`~PrivateTable.to_frame`, ``to_markdown``, ``to_csv``) hold only the private table by
+default; NON-PRIVATE columns, and any fit with a privacy leak, raise a :class:`~dpivreg.PrivacyLeakWarning`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from dpivreg._validation import check_flag
+from dpivreg.errors import PrivacyLeakWarning
+from dpivreg.privacy.accounting import PrivacyBudget
+
+__all__ = ["PrivateTable", "check_level", "format_number", "size_text"]
+
+
+def check_level(level) -> float:
+    """A confidence level in (0, 1)."""
+    if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), e.g. 0.95 for 95% intervals; got {level!r}.")
+    return float(level)
+
+
+def size_text(nobs: int, unit) -> str:
+    """A fit's size for a repr: "n=31857", or with a privacy unit (:class:`dpivreg.privacy.units.UnitFacts`)
+    "N=2000 units, n~11203" (the row count's released estimate)."""
+    return f"n={nobs}" if unit is None else f"N={unit.n_units} units, n~{nobs}"
+
+
+def format_number(value, digits: int = 4) -> str:
+    """A number as the summaries print it: 4 significant digits, "inf", "none" for None."""
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(format_number(v, digits) for v in value) + ")"
+    if isinstance(value, (int, np.integer)):
+        return str(value)
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.{digits}e}"
+
+
+class PrivateTable:
+    """Mixin: the normal-approximation statistics and the exports from ``params``, ``bse`` and the budget.
+
+    The class provides ``params``, ``bse``, ``delta``, ``privacy``, ``estimator``, ``nobs``, ``leaks``, ``cov_type``
+    and the hooks below.
+    """
+
+    params: pd.Series
+    bse: pd.Series
+    delta: float
+    privacy: PrivacyBudget
+    estimator: str
+    nobs: int
+    leaks: tuple[str, ...]
+    cov_type: str
+
+    # hooks
+    @property
+    def _has_inference(self) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def _dependent_label(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _benchmark_columns(self) -> pd.DataFrame:
+        raise ValueError("this object holds no benchmark: benchmark=True needs the fit's results (DPIVResults), "
+                         "not a release record.")
+
+    # ------------------------------------------------------------------ statistics
+    @property
+    def std_errors(self) -> pd.Series:
+        """linearmodels' name for :attr:`bse`."""
+        return self.bse
+
+    @property
+    def tvalues(self) -> pd.Series:
+        """z statistics params / bse (normal approximation)."""
+        return (self.params / self.bse).rename("zstat")
+
+    @property
+    def tstats(self) -> pd.Series:
+        """linearmodels' name for :attr:`tvalues`."""
+        return self.tvalues
+
+    @property
+    def pvalues(self) -> pd.Series:
+        """Two-sided p-values of H0: coefficient = 0 under the normal approximation."""
+        return pd.Series(2.0 * stats.norm.sf(np.abs(self.tvalues.to_numpy())), index=self.params.index,
+                         name="pvalue")
+
+    def conf_int(self, alpha: float = 0.05, *, level: float | None = None) -> pd.DataFrame:
+        """Private (1 − alpha) confidence intervals, columns ``lower`` and ``upper``: ``params`` ±
+        z_(1−alpha/2)·``bse``. ``level`` (linearmodels' spelling, e.g. 0.95) instead of ``alpha``."""
+        if level is not None:
+            level = check_level(level)
+            if alpha != 0.05:
+                raise TypeError("pass alpha or level, not both.")
+            alpha = 1.0 - level
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 < alpha < 1.0:
+            raise ValueError(f"alpha must lie in (0, 1), e.g. 0.05 for 95% intervals; got {alpha!r}.")
+        half = stats.norm.ppf(1.0 - alpha / 2.0) * self.bse
+        return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
+
+    # ------------------------------------------------------------------ exports (publishable by default)
+    def _warn_unpublishable(self, what: str, benchmark: bool, stacklevel: int) -> None:
+        """A PrivacyLeakWarning when an export carries NON-PRIVATE numbers or the fit leaked."""
+        if benchmark:
+            warnings.warn(f"{what} holds the NON-PRIVATE IV2SLS benchmark columns: computed from the raw data "
+                          "without noise; do not publish them (benchmark=False leaves them out).",
+                          PrivacyLeakWarning, stacklevel=stacklevel + 1)
+        if self.leaks:
+            warnings.warn(f"{what} is of a fit with privacy leaks: " + " ".join(self.leaks), PrivacyLeakWarning,
+                          stacklevel=stacklevel + 1)
+
+    def _table(self, benchmark: bool, level: float, what: str, stacklevel: int) -> pd.DataFrame:
+        benchmark = check_flag(benchmark, "benchmark")
+        level = check_level(level)
+        table = pd.DataFrame({"parameter": self.params})
+        if self._has_inference:
+            ci = self.conf_int(level=level)
+            table = table.assign(std_error=self.bse, zstat=self.tvalues, pvalue=self.pvalues,
+                                 lower=ci["lower"], upper=ci["upper"])
+        if benchmark:
+            table = table.join(self._benchmark_columns())
+        self._warn_unpublishable(what, benchmark, stacklevel + 1)
+        table.index.name = "regressor"
+        return table
+
+    def to_frame(self, *, benchmark: bool = False, level: float = 0.95) -> pd.DataFrame:
+        """The parameter table as a DataFrame: by default only the private release, ready to publish.
+
+        Columns ``parameter``, ``std_error``, ``zstat``, ``pvalue``, ``lower``, ``upper`` (the private estimate,
+        its private standard error, z statistic, normal p-value and ``level`` interval; only ``parameter`` when
+        the fit made no inference), one row per regressor.
+
+        Parameters
+        ----------
+        benchmark : bool, default False
+            Also the NON-PRIVATE IV2SLS benchmark (results only, not a release record): columns
+            ``IV2SLS (NON-PRIVATE)``, ``std_error (NON-PRIVATE)`` (its robust standard error) and
+            ``diff/se (NON-PRIVATE)``. A :class:`~dpivreg.PrivacyLeakWarning` says they must not be published.
+        level : float, default 0.95
+            Level of the intervals.
+        """
+        return self._table(benchmark, level, "the table", stacklevel=2)
+
+    def _export_notes(self, benchmark: bool, level: float) -> list[str]:
+        priv, delta = self.privacy, self.delta
+        size = f"n = {self.nobs}"
+        if priv.unit is not None:  # the row count is private: its released estimate, beside the public unit count
+            size = f"N = {priv.unit.n_units} units ({priv.unit.unit}), n ~ {self.nobs} rows (private estimate)"
+        notes = [(f"Private estimates ({self.estimator}) of {self._dependent_label}; {size}; total privacy "
+                  f"spent rho = {format_number(priv.rho)} (zCDP), epsilon = {format_number(priv.epsilon(delta))} at "
+                  f"delta = {delta:g}, protecting {priv.protects}.")]
+        if self._has_inference:
+            notes.append(f"Private standard errors ({self.cov_type}) and {level:.0%} normal intervals, including the "
+                         "privacy noise.")
+        if benchmark:
+            notes.append("The columns marked NON-PRIVATE (the IV2SLS benchmark) are computed from the raw data "
+                         "without noise: do not publish them.")
+        if self.leaks:
+            notes.append("PRIVACY LEAKS (this table is not private): " + " ".join(self.leaks))
+        return notes
+
+    def to_markdown(self, *, benchmark: bool = False, level: float = 0.95, floatfmt: str = ".4g") -> str:
+        """The parameter table (:meth:`to_frame`) as a Markdown table, with a note of the budget spent.
+
+        Parameters
+        ----------
+        benchmark, level
+            As in :meth:`to_frame`.
+        floatfmt : str, default ".4g"
+            Number format (passed to ``tabulate`` by :meth:`pandas.DataFrame.to_markdown`).
+        """
+        table = self._table(benchmark, level, "the Markdown table", stacklevel=2)
+        notes = self._export_notes(bool(benchmark), level)
+        return table.to_markdown(floatfmt=floatfmt) + "\n\n" + "\n".join(notes) + "\n"
+
+    def to_csv(self, path_or_buf=None, *, benchmark: bool = False, level: float = 0.95) -> str | None:
+        """The parameter table (:meth:`to_frame`) as CSV, full precision; written to ``path_or_buf`` when given.
+
+        Parameters
+        ----------
+        path_or_buf : str, path-like or file-like, optional
+            Where to write (as :meth:`pandas.DataFrame.to_csv`); the text is returned when omitted.
+        benchmark, level
+            As in :meth:`to_frame`.
+        """
+        return self._table(benchmark, level, "the CSV table", stacklevel=2).to_csv(path_or_buf)
