@@ -1,0 +1,265 @@
+"""The package's shape (docs/architecture.rst): stages as subpackages whose imports point one way, no import cycle
+(imports inside functions counted), no module a newcomer cannot read in a sitting, one errors module, a short
+``DPIV2SLS.fit``, and 0.1's public names still importable (moved modules through deprecated aliases).
+
+The import graph is read from the source with :mod:`ast`, not from ``sys.modules``: an import hidden in a function
+is an edge like any other, and importing ``dpivreg.a.b`` also runs ``dpivreg/a/__init__.py`` (an edge to ``dpivreg.a``
+too). Left out of those implicit edges: the root package (every submodule import runs it, in any package) and a
+module's own packages (Python initialises them before the module, whatever it imports).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import json
+import re
+import sys
+import warnings
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import dpivreg
+from dpivreg import errors
+from dpivreg.model import DPIV2SLS
+
+PACKAGE = Path(dpivreg.__file__).parent
+MAX_MODULE_LINES = 1000
+MAX_FIT_LINES = 80
+
+#: Layers from the bottom up (docs/architecture.rst, "Layers"): a module may import its own layer and those below.
+LAYERS = {
+    "dpivreg.errors": 0, "dpivreg._validation": 0, "dpivreg._version": 0, "dpivreg._aliases": 0,
+    "dpivreg.progress": 0,
+    "dpivreg.privacy": 1,
+    "dpivreg.compute": 2,
+    "dpivreg.data": 3,
+    "dpivreg.estimation": 4,
+    "dpivreg.inference": 5,
+    "dpivreg.reporting": 6,
+    "dpivreg.datasets": 7, "dpivreg.fit_options": 7,
+    "dpivreg.model": 8,
+    "dpivreg.planning": 9,
+    "dpivreg.__main__": 10, "dpivreg": 10,
+}
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Every module of the package under ``root``, by dotted name (a package by its ``__init__.py``)."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """module -> the package's modules it imports anywhere in its source, with the packages those imports run."""
+    modules = module_files(root)
+    top = root.name
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                           for alias in node.names]
+            for target in targets:
+                parts = target.split(".")
+                for k in range(2, len(parts) + 1):  # the module and the subpackages its import runs
+                    candidate = ".".join(parts[:k])
+                    if candidate in modules and candidate != name and not name.startswith(candidate + "."):
+                        graph[name].add(candidate)  # (a module's own packages are initialised before it, always)
+                if target == top and name != top:
+                    graph[name].add(top)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    for k in range(len(parts), 0, -1):
+        if ".".join(parts[:k]) in LAYERS:
+            return LAYERS[".".join(parts[:k])]
+    raise KeyError(f"{module} has no layer in LAYERS: add it (and to docs/architecture.rst)")
+
+
+def test_the_cycle_finder_sees_an_import_hidden_in_a_function(tmp_path):
+    """The checker itself: a two-module cycle through a function-level import, and one through a subpackage's
+    ``__init__``, are found; the acyclic version is not flagged."""
+    pkg = tmp_path / "toy"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from toy import b\n")
+    (pkg / "b.py").write_text("def f():\n    from toy.a import g  # hidden\n")
+    (pkg / "sub" / "__init__.py").write_text("from toy.sub import c\n")
+    (pkg / "sub" / "c.py").write_text("")
+    (pkg / "d.py").write_text("import toy.sub.c\n")
+    assert cycles(import_graph(pkg)) == [["toy.a", "toy.b"]]
+    (pkg / "sub" / "c.py").write_text("from toy import d\n")
+    assert sorted(cycles(import_graph(pkg))) == [["toy.a", "toy.b"], ["toy.d", "toy.sub", "toy.sub.c"]]
+    (pkg / "b.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("")
+    assert cycles(import_graph(pkg)) == []
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph(PACKAGE)) == []
+
+
+def test_imports_point_down_the_pipeline():
+    """Each import goes to the module's own layer or one below (errors < privacy < compute < data < estimation <
+    inference < reporting < the model < planning): the stages never reach up."""
+    upward = [f"{a} -> {b}" for a, targets in import_graph(PACKAGE).items() for b in sorted(targets)
+              if layer(b) > layer(a)]
+    assert upward == []
+
+
+def test_stages_are_subpackages():
+    stages = {"privacy", "compute", "data", "estimation", "inference", "reporting", "planning"}
+    assert {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()} == stages
+
+
+def test_no_module_over_a_thousand_lines():
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in module_files(PACKAGE).items()}
+    assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_every_warning_and_error_class_is_defined_in_errors_and_exported():
+    for name in module_files(PACKAGE):
+        if name != "dpivreg.__main__":
+            importlib.import_module(name)
+    defined = {
+        (cls.__module__, cls.__qualname__)
+        for name in module_files(PACKAGE) if name != "dpivreg.__main__"
+        for cls in vars(importlib.import_module(name)).values()
+        if isinstance(cls, type) and issubclass(cls, BaseException) and cls.__module__.startswith("dpivreg")
+    }
+    assert {module for module, _ in defined} == {"dpivreg.errors"}
+    names = {qualname for _, qualname in defined}
+    assert {"PrivacyLeakWarning", "ConvergenceWarning", "DivergenceError", "InferenceUnavailableError"} <= names
+    assert all(getattr(dpivreg, n) is getattr(errors, n) for n in names)
+    assert names <= set(dpivreg.__all__)
+
+
+def test_fit_is_a_short_sequence_of_named_stages():
+    """``DPIV2SLS.fit`` (decorator, signature and body; its documentation lives beside the options it documents,
+    :mod:`dpivreg.fit_options`) fits on a screen."""
+    source = inspect.getsource(DPIV2SLS.fit)
+    assert len(source.splitlines()) <= MAX_FIT_LINES
+    assert "Parameters\n----------" in inspect.getdoc(DPIV2SLS.fit)
+
+
+def _api_0_1() -> dict[str, list[str]]:
+    return json.loads((Path(__file__).parent / "data" / "api_0_1.json").read_text())["modules"]
+
+
+@pytest.mark.parametrize("module", sorted(_api_0_1()))
+def test_every_public_name_of_0_1_is_still_importable(module):
+    """Each name of 0.1's flat modules (tests/data/api_0_1.json says where the list came from), from the same
+    module path: unchanged modules directly, moved ones through their alias."""
+    name = "dpivreg" if module == "__init__" else f"dpivreg.{module}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        imported = importlib.import_module(name)
+        missing = [n for n in _api_0_1()[module] if not hasattr(imported, n)]
+    assert missing == []
+
+
+def test_moved_modules_warn_and_are_the_new_modules():
+    """``import dpivreg.design`` and friends: a DeprecationWarning naming the new path; a module that moved whole
+    is the new module object itself (so ``isinstance`` and monkeypatching keep working)."""
+    from dpivreg._aliases import MOVED
+
+    for old, new in MOVED.items():
+        name = f"dpivreg.{old}"
+        importlib.invalidate_caches()
+        saved = sys.modules.pop(name, None)
+        try:
+            first = new if isinstance(new, str) else new[0]
+            with pytest.warns(DeprecationWarning, match=rf"{name} moved to {first}"):
+                alias = importlib.import_module(name)
+        finally:
+            sys.modules.pop(name, None)
+            if saved is not None:
+                sys.modules[name] = saved
+        if isinstance(new, str):
+            assert alias is importlib.import_module(new)
+        else:
+            parts = [importlib.import_module(part) for part in new]
+            for part in parts:
+                for attr in getattr(part, "__all__", ()):
+                    assert getattr(alias, attr) is getattr(part, attr) or any(
+                        getattr(earlier, attr, None) is getattr(alias, attr) for earlier in parts)
+
+
+def test_the_simulation_names_of_0_1_inference_warn():
+    from dpivreg.estimation import simulation
+
+    with pytest.warns(DeprecationWarning, match="dpivreg.estimation.simulation.simulate_fit"):
+        from dpivreg.inference import simulate_fit
+    assert simulate_fit is simulation.simulate_fit
+
+
+def _newcomer_table() -> list[tuple[str, str, str]]:
+    """(question, file, name) rows of docs/architecture.rst's "A newcomer's questions" table."""
+    text = (Path(__file__).parents[1] / "docs" / "architecture.rst").read_text(encoding="utf-8")
+    table = text.split("A newcomer's questions", 1)[1].split("\nMoved in 0.2", 1)[0]
+    rows = re.findall(r"\* - (.+?)\n\s+- ``(.+?)``\n\s+- ``(.+?)``", table)
+    return [row for row in rows if row[0] != "question"]
+
+
+def test_the_architecture_page_answers_each_question_with_a_file_that_holds_the_answer():
+    rows = _newcomer_table()
+    assert len(rows) >= 10
+    root = Path(__file__).parents[1]
+    for question, file, name in rows:
+        source = (root / file).read_text(encoding="utf-8")
+        defined = re.search(rf"^\s*(def|class) {re.escape(name)}\b|^{re.escape(name)}\s*=", source, re.MULTILINE)
+        assert defined, f"{question}: {file} does not define {name}"
