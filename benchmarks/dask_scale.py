@@ -14,8 +14,8 @@ are compared.
 Columns: seconds per iteration (marginal: (T=20 fit − T=1 fit)/19), the whole T = 20 fit,
 the bandwidth floor ((p+q+1)·8·n bytes per iteration over a large numpy copy's bandwidth),
 peak RSS, and its part above the process's baseline (interpreter and libraries, before any
-data is read) against the data's size. With a LocalCluster the peak adds the workers'. Notes: after the first pass the files sit in the OS page
-cache (not counted in the process's RSS), so "disk" reads run at memory speed here; on a
+data is read) against the data's size. With a LocalCluster the peak adds the workers'. Notes: after the first pass the
+files sit in the OS page cache (not counted in the process's RSS), so "disk" reads run at memory speed here; on a
 cluster they come from the workers' own storage. Z, X and Y are separate stacks on purpose:
 column slices of one Dask array are copied by Dask's slicing tasks, block by block at every
 iteration (seen in a profile: 30 copies per pass of 10 blocks), which here doubled a pass's time.
@@ -178,7 +178,8 @@ def main() -> None:
               f"{row['above_baseline_gb']:>10.2f} {row['data_gb']:>7.2f} {row['above_over_data']:>10.3f}")
     if "memory" in results:
         a, b = np.array(results["dask"]["beta"]), np.array(results["memory"]["beta"])
-        print(f"released β path, Dask vs in memory: max relative difference {np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300)):.1e}")
+        print("released β path, Dask vs in memory: max relative difference "
+              f"{np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300)):.1e}")
     if args.csv:
         import csv
 

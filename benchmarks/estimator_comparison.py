@@ -18,10 +18,10 @@ Every route spends the same TOTAL zCDP ρ (checked on ``res.privacy.rho`` for ev
 
 Designs: the labour-supply data (``weeks ~ 1 + [kids ~ samesex]`` and with age, educ, black, hispan),
 noise only (the data are fixed); random subsamples of it (a fresh one per run) of 1,000 and 3,000 rows,
-with and without age and educ, as small real surveys with tight bounds; the paper's synthetic design (section 5.1, no intercept, bounds at ±4 sd)
-with p = q ∈ {1, 5}, n ∈ {1e3, 1e4, 1e5, 1e6}; a heavy-tailed variant (y = 1 + x + u, x = 1 + z + v with t₃
-errors and 0.2% high-leverage rows |z| ∈ [4, 6]); a weak instrument (first-stage F ≈ 10); ρ ∈ {0.5, 2, 10}.
-The synthetic designs draw a fresh data set per run.
+with and without age and educ, as small real surveys with tight bounds; the paper's synthetic design (section 5.1, no
+intercept, bounds at ±4 sd) with p = q ∈ {1, 5}, n ∈ {1e3, 1e4, 1e5, 1e6}; a heavy-tailed variant (y = 1 + x + u,
+x = 1 + z + v with t₃ errors and 0.2% high-leverage rows |z| ∈ [4, 6]); a weak instrument (first-stage F ≈ 10);
+ρ ∈ {0.5, 2, 10}. The synthetic designs draw a fresh data set per run.
 
 Reported per cell and route, over the endogenous coefficients (the causal effects; ``--all`` adds every
 coefficient): the median and 90th percentile of |β̂ − β̂_2SLS| in 2SLS (robust) standard errors; the mean of

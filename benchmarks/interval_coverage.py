@@ -17,8 +17,8 @@ For each cell, over R replications (a fresh data set and fresh privacy noise eac
 Designs: the paper's synthetic design (section 5.1; ``dpivreg.datasets.simulate_iv``) with
 n ∈ {10³, 10⁴, 10⁵}, p = q ∈ {1, 5}, total ρ ∈ {0.5, 2, 10}, the default fit ``fit(rho=ρ)`` (ρ1 = ρ2 =
 ρ/2.6, ρ0 = 0.2(ρ1 + ρ2), ρ_clip = ρ_inf = 0.05(ρ1 + ρ2); T, step sizes and clipping from the releases),
-public bounds at ±4 population standard deviations; and a weak-instrument design (p = q = 1, first-stage coefficient 0.1, i.e. about
-0.07 of the first-stage noise scale).
+public bounds at ±4 population standard deviations; and a weak-instrument design (p = q = 1, first-stage coefficient
+0.1, i.e. about 0.07 of the first-stage noise scale).
 
     python benchmarks/interval_coverage.py                    # R = 500 per cell
     python benchmarks/interval_coverage.py --quick            # a smoke run

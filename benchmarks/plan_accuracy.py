@@ -31,8 +31,9 @@ a user who knew the population's summary statistics would pass):
     are what a user has before access: the public bounds (``LABSUP_BOUNDS``), the published summary table's
     means and SDs (weeks 22.7 / 22.6, kids 2.75 / 0.98, educ 11.0 / 3.3, age 29.7 / 3.6, a same-sex share of
     0.50), the regressors' correlations (educ–kids −0.27, age–kids 0.17, educ–age 0.12, rounded from the
-    data set's published summary; a census tabulation would give them too) and a first-stage coefficient of samesex on kids of about 0.07 children (the order of magnitude
-    Angrist and Evans report), i.e. a partial R² of 0.07²·0.25/0.98² = 0.0013.
+    data set's published summary; a census tabulation would give them too) and a first-stage coefficient of samesex on
+    kids of about 0.07 children (the order of magnitude Angrist and Evans report), i.e. a partial R² of
+    0.07²·0.25/0.98² = 0.0013.
 
     python benchmarks/plan_accuracy.py                                # R = 100 per cell, CSV to a temp dir
     python benchmarks/plan_accuracy.py --outdir docs/_static          # the docs' table (plan_accuracy.csv)
@@ -260,7 +261,8 @@ def run_cell(design_name: str, n: int, rho: float, runs: int, seed: int = 202601
             "design": design_name, "n": n, "rho": rho, "coefficient": name, "planned_se": planned.se[name],
             "planned_sampling": planned.se_sampling[name], "planned_noise": planned.se_noise[name],
             "realised_sd": sd[j], "mc_se": mc[j], "ratio": ratio, "ratio_mc_se": ratio / math.sqrt(2 * runs),
-            "within_25pct": bool(0.75 <= ratio <= 1.25), "mean_reported_se": float(np.sqrt(np.mean(reported[:, j] ** 2))),
+            "within_25pct": bool(0.75 <= ratio <= 1.25),
+            "mean_reported_se": float(np.sqrt(np.mean(reported[:, j] ** 2))),
             "runs": runs, "plan_seconds": plan_seconds, "run_seconds": run_seconds,
         })
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -299,8 +301,8 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--quick", action="store_true", help="two small cells with R = 20")
     parser.add_argument("--runs", type=int, help="R, fits per cell (default 100; 20 with --quick)")
     parser.add_argument("--jobs", type=int, default=1, help="processes (cells run in parallel)")
-    parser.add_argument("--outdir", help="where plan_accuracy_full.csv (every column) and plan_accuracy.csv (the docs' table) go "
-                        "(default: a fresh temporary directory)")
+    parser.add_argument("--outdir", help="where plan_accuracy_full.csv (every column) and plan_accuracy.csv "
+                        "(the docs' table) go (default: a fresh temporary directory)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     outdir = Path(args.outdir) if args.outdir else Path(tempfile.mkdtemp(prefix="plan_accuracy_"))

@@ -18,9 +18,10 @@ private s.e. to the clustered 2SLS one and the median noise share of the private
 ``--max-rows``: the default's evidence. For each design and budget, the fits with max_rows_per_unit m ∈
 {1, 2, 5, 10, 20}: the root mean squared error of the estimate of x around the truth (in units of the clustered
 2SLS s.e. on the full data), its mean error (bias) and the coverage of its private interval, over R runs with
-fresh data; ``--out`` gets the compact "RMSE (bias)" table the docs show, ``*_full.csv`` every column. Designs: units of 1–10 rows (the issue's); a balanced panel of 5 rows; units of 1–30 rows; and 1–10
-rows whose effect grows with the unit's size (``heterogeneity`` 0.3: truncating large units then shifts the
-estimand, which the RMSE around the full data's mean effect shows).
+fresh data; ``--out`` gets the compact "RMSE (bias)" table the docs show, ``*_full.csv`` every column. Designs: units of
+1–10 rows (the issue's); a balanced panel of 5 rows; units of 1–30 rows; and 1–10 rows whose effect grows with the
+unit's size (``heterogeneity`` 0.3: truncating large units then shifts the estimand, which the RMSE around the full
+data's mean effect shows).
 
     python benchmarks/unit_privacy.py --max-rows --runs 50 --jobs 2 --out docs/_static/unit_max_rows.csv
 """

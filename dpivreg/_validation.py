@@ -45,8 +45,8 @@ MIN_CLIP: float = 1e-8
 MAX_CLIP: float = 1e100
 #: Smallest clipping threshold the engine and the moment mechanisms accept on the caller's own scale
 #: (:func:`dpivreg.dp_2s_gd` takes raw arrays): clipping is exact in float64 for thresholds from 2^-900 on
-#: (:func:`dpivreg.compute.kernels.group_clips`), and the sensitivity √2·B²/n of a ball-clipped moment release must stay a
-#: normal float (at B = 1e-175, B² is 0 and the release had no noise). The largest is :data:`MAX_CLIP`: n rows
+#: (:func:`dpivreg.compute.kernels.group_clips`), and the sensitivity √2·B²/n of a ball-clipped moment release must stay
+#: a normal float (at B = 1e-175, B² is 0 and the release had no noise). The largest is :data:`MAX_CLIP`: n rows
 #: of norm near 1e308 sum to inf without any row's norm overflowing.
 MIN_RAW_CLIP: float = 1e-100
 

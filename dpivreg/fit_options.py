@@ -326,11 +326,11 @@ clip : None, "adaptive", "theorem", "rms", float, (float, float), {"c0": float} 
     Clipping thresholds on the working scale. ``None``: ``"adaptive"`` with the warm start, else
     ``"theorem"``. ``"adaptive"``: chosen privately from one release of gradient-norm histograms
     at the start (budget ``rho_clip``), each clipping group's threshold the private quantile that
-    leaves at most K = min(½√n, 50) rows above it (K·√(d/ρ) for a group of d coordinates and a stage budget ρ above d); with exogenous
-    regressors the exogenous rows and coordinates are clipped as a group of their own (:mod:`dpivreg.estimation.clipping`). ``"theorem"``: the Theorem's
-    γ1 = γ2 = c0(√q + √(τ + log(nT)))², c0 = 1 (``{"c0": c}`` for another c0), which under the
-    paper's assumptions clips no row; ``"rms"``: γ1 = 3·sqrt(q·p_endog), γ2 = 3·sqrt(p). A
-    number: both stages; a pair: (γ1, γ2). ``False``: no clipping, only with rho1 = rho2 = inf
+    leaves at most K = min(½√n, 50) rows above it (K·√(d/ρ) for a group of d coordinates and a stage budget ρ above d);
+    with exogenous regressors the exogenous rows and coordinates are clipped as a group of their own
+    (:mod:`dpivreg.estimation.clipping`). ``"theorem"``: the Theorem's γ1 = γ2 = c0(√q + √(τ + log(nT)))², c0 = 1
+    (``{"c0": c}`` for another c0), which under the paper's assumptions clips no row; ``"rms"``: γ1 = 3·sqrt(q·p_endog),
+    γ2 = 3·sqrt(p). A number: both stages; a pair: (γ1, γ2). ``False``: no clipping, only with rho1 = rho2 = inf
     (a non-private run).
 exog_share : float, default 0.2
     With group clipping, the share of each stage's per-step budget spent on the exogenous

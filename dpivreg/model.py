@@ -510,8 +510,8 @@ def _resolve_units(design, *, privacy_unit, clusters, max_rows_per_unit, data, s
 @contextlib.contextmanager
 def _pass_progress(design, progress: bool | None):
     """On a Dask design, one progress bar over the fit's passes over the data (:class:`~dpivreg.progress.ProgressBar`,
-    as ``progress`` says), advanced after each pass (:func:`dpivreg.compute.backends.on_passes`); None in memory, where the
-    loops have their own bars."""
+    as ``progress`` says), advanced after each pass (:func:`dpivreg.compute.backends.on_passes`); None in memory, where
+    the loops have their own bars."""
     if not getattr(design, "is_dask", False) or progress is False:
         yield None
         return

@@ -206,7 +206,8 @@ def main(argv=None) -> int:
     rows = []
     for _, s in summary.iterrows():
         rows.append([s["setting"], f"{s['rho_total_asked']:g} / {s['rho_total_spent']:.3g}", s["n"], s["beta_2sls"],
-                     s["median"], f"{s['mean']:.3g} ± {s['sd'] / np.sqrt(runs):.2g}", f"[{s['q25']:.3g}, {s['q75']:.3g}]", f"[{s['q05']:.3g}, {s['q95']:.3g}]",
+                     s["median"], f"{s['mean']:.3g} ± {s['sd'] / np.sqrt(runs):.2g}",
+                     f"[{s['q25']:.3g}, {s['q75']:.3g}]", f"[{s['q05']:.3g}, {s['q95']:.3g}]",
                      s["sd"], s["iterations_to_converge"], out[s["setting"]]["noiseless"]])
     rows.append(["paper (Fig. 4)", "2 / 1 (claims 2)", PAPER_N, "'consistent'", f"~{PAPER_BETA}", "?", "?", "?", "?",
                  "~15", "-"])

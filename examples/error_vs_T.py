@@ -117,7 +117,8 @@ def plot(df: pd.DataFrame, mins: pd.DataFrame, path) -> None:
             c = colors[varied]
             name = "ρ1" if panel == "a" else "ρ2"
             ax.errorbar(sub["T"], sub["mean_error"], yerr=sub["se_error"], marker="o", ms=3, capsize=2, color=c,
-                        label=f"{name} = {varied:g}: min at T = {m['T_min_measured']}, plan → {m['plan_recommended_T']}")
+                        label=f"{name} = {varied:g}: min at T = {m['T_min_measured']}, "
+                              f"plan → {m['plan_recommended_T']}")
             ax.plot([m["T_min_measured"]], [m["min_mean_error"]], marker="*", ms=14, color=c, mec="black")
             ax.axvline(m["plan_recommended_T"], color=c, ls=":", lw=1.2)
             if panel == "a" and m["t_condition_limit"] <= T_max:

@@ -182,7 +182,7 @@ class RowSource(Protocol):
     q: int
     n_units: int
     max_rows: int
-    kernel: str  # "auto", "numba" or "numpy" (dpivreg.compute.kernels.KERNELS): the implementation of the block functions
+    kernel: str  # the block functions' implementation: "auto", "numba" or "numpy" (compute.kernels.KERNELS)
     groups: object  # dpivreg.privacy.units.RowGroups or None
 
     def clipped_sums(self, M: np.ndarray, clip1, clip2, split: int | None = None
@@ -316,8 +316,8 @@ class BuiltRows(InMemoryRows):
     """Rows that no array holds: ``build(rows)`` makes (Z, X_endog, Y) of a slice of rows, and every pass builds its
     rows a block of :data:`DESIGN_BLOCK_ROWS` at a time within each thread's range, the block functions' parts
     added in order (deterministic for a given thread count). Memory: a few blocks, whatever n is
-    (:class:`dpivreg.estimation.working_scale.WorkingRows` builds the working rows from the design's columns). Rows grouped into
-    units or clusters are not built this way (their sources hold arrays).
+    (:class:`dpivreg.estimation.working_scale.WorkingRows` builds the working rows from the design's columns). Rows
+    grouped into units or clusters are not built this way (their sources hold arrays).
     """
 
     def __init__(self, build, rows: int, q: int, *, kernel: str = "auto", n_threads: int | None = None,

@@ -49,7 +49,9 @@ from dpivreg.compute import codegen
 from dpivreg.privacy.mechanisms import max_scaled_rows, unit_rows
 from dpivreg.privacy.units import GROUP_CHUNK_VALUES, _cut, group_sums
 
-__all__ = ["KERNELS", "numba_available", "resolve_kernel", "block_sums", "safe_block_sums", "pass_matrix", "working_rows", "mapped_columns", "fused_norm_counts", "fused_product_norm_counts", "unit_gradient_terms", "unit_gradient_groups", "unit_block_sums", "safe_unit_block_sums"]
+__all__ = ["KERNELS", "numba_available", "resolve_kernel", "block_sums", "safe_block_sums", "pass_matrix",
+           "working_rows", "mapped_columns", "fused_norm_counts", "fused_product_norm_counts", "unit_gradient_terms",
+           "unit_gradient_groups", "unit_block_sums", "safe_unit_block_sums"]
 
 KERNELS = ("auto", "numba", "numpy")
 
@@ -89,7 +91,8 @@ def resolve_kernel(kernel: str, q: int, width: int) -> str:
     return kernel
 
 
-def pass_matrix(theta: np.ndarray, beta: np.ndarray, root: np.ndarray | None, n_exog: int) -> tuple[np.ndarray, np.ndarray]:
+def pass_matrix(theta: np.ndarray, beta: np.ndarray, root: np.ndarray | None,
+                n_exog: int) -> tuple[np.ndarray, np.ndarray]:
     """M = [Θ | Θ̄R | Θ̄β] (C-contiguous) and Θ̄R, from the released Θ⁽ᵗ⁾, β⁽ᵗ⁾ and R (None: identity)."""
     q = theta.shape[0]
     theta_full = np.concatenate([np.eye(q, n_exog), theta], axis=1)
@@ -426,13 +429,13 @@ def _fused_norm_counts(Z, X_endog, Y, M, split, edges, counts):  # pragma: no co
     Per row the same norms as the numpy path (uᵢ = zᵢᵀM; ‖zᵢ[g]‖·‖rᵢ‖ and ‖x̃ᵢ[g]‖·abs(eᵢ) for the groups
     split at ``split``, or the whole vectors when ``split`` < 0), each counted in the bin of its group's
     edges that numpy's ``searchsorted(edges, v, "right") − 1`` finds, clipped to the end bins (NaN: last).
-    The bin is guessed from the first bin's width ratio (the grids are geometric, :func:`dpivreg.privacy.mechanisms.log_grid`)
-    and a fast log2 (the float's exponent and mantissa), then moved until it is exactly the bin whose edges hold
-    v, so any increasing edges give numpy's bin (a binary search over the 41 edges took 2x as long). No
-    fastmath: a norm on a bin edge falls on the same side as in numpy, up to the rounding of the sums. The norms
-    are formed a tile of rows at a time, transposed into small buffers (as in :func:`_fused_rows`), so that their
-    loops run over rows with SIMD; each row's sums are added in the same order as one row at a time (the same
-    bits). 3.6 ms per 65,536 rows at q = 3 (8.9 ms one row at a time with ``np.log`` for the guess).
+    The bin is guessed from the first bin's width ratio (the grids are geometric,
+    :func:`dpivreg.privacy.mechanisms.log_grid`) and a fast log2 (the float's exponent and mantissa), then moved until
+    it is exactly the bin whose edges hold v, so any increasing edges give numpy's bin (a binary search over the 41
+    edges took 2x as long). No fastmath: a norm on a bin edge falls on the same side as in numpy, up to the rounding of
+    the sums. The norms are formed a tile of rows at a time, transposed into small buffers (as in :func:`_fused_rows`),
+    so that their loops run over rows with SIMD; each row's sums are added in the same order as one row at a time (the
+    same bits). 3.6 ms per 65,536 rows at q = 3 (8.9 ms one row at a time with ``np.log`` for the guess).
     """
     n, q = Z.shape
     p_endog = X_endog.shape[1]
@@ -544,10 +547,10 @@ def fused_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, M: np.n
 
 def fused_product_norm_counts(Z: np.ndarray, A: np.ndarray, R: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Histogram counts (bins,) of ‖zᵢ‖·‖zᵢᵀA − Rᵢ‖ over a block's rows, by the numba loop :func:`_fused_norm_counts`,
-    binned as the gradient norms are: the score norms of the inference's meat releases (:mod:`dpivreg.inference.covariance`).
-    ``A`` (q, d), ``R`` (m, d), ``edges`` (bins + 1,). With d = 1 the loop's second-stage norm computes it
-    (M = [0 | I_q | A], Y = R: ‖x̃ᵢ‖·abs(eᵢ) with x̃ᵢ = zᵢ, no square of the residual to overflow); with d > 1 its
-    ungrouped first-stage norm (M = [A | 0 | 0], X_endog = R)."""
+    binned as the gradient norms are: the score norms of the inference's meat releases
+    (:mod:`dpivreg.inference.covariance`). ``A`` (q, d), ``R`` (m, d), ``edges`` (bins + 1,). With d = 1 the loop's
+    second-stage norm computes it (M = [0 | I_q | A], Y = R: ‖x̃ᵢ‖·abs(eᵢ) with x̃ᵢ = zᵢ, no square of the residual to
+    overflow); with d > 1 its ungrouped first-stage norm (M = [A | 0 | 0], X_endog = R)."""
     q, d = A.shape
     m = Z.shape[0]
     if d == 1:
@@ -664,8 +667,8 @@ def safe_block_sums(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np
 def _clipped_sum_outer(A: np.ndarray, B: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
     """Σᵢ CLIP_γ(aᵢbᵢᵀ) via ‖aᵢbᵢᵀ‖_F = ‖aᵢ‖·‖bᵢ‖, exact for every row; and which rows were clipped.
 
-    Each row's norms are taken from the row scaled by its largest value (:func:`dpivreg.privacy.mechanisms.unit_rows`), so
-    neither tiny components (whose squares underflow) nor huge ones (whose squares overflow) make them inexact. The
+    Each row's norms are taken from the row scaled by its largest value (:func:`dpivreg.privacy.mechanisms.unit_rows`),
+    so neither tiny components (whose squares underflow) nor huge ones (whose squares overflow) make them inexact. The
     product is compared with γ as (max|aᵢ|·max|bᵢ|)·(‖aᵢ/max|aᵢ|‖·‖bᵢ/max|bᵢ|‖), and a clipped row adds
     γ·(aᵢ/‖aᵢ‖)(bᵢ/‖bᵢ‖)ᵀ, formed from unit vectors. A row with an infinite or NaN value (uᵢ = zᵢᵀM overflowed) adds
     nothing and counts as clipped: its direction is not defined, and nothing is a term of norm ≤ γ.

@@ -24,11 +24,11 @@ def _fused_simulation_steps(theta, beta, S, g_x, g_y, xi, nu, active, eta, alpha
     is g − ν without a preconditioner (``root`` 0), else Wᵀ(W g − ν) for the root W of the engine's
     preconditioner P = Θ̄ᵀΘ̄ + ridge·I of the released first stage (S = I): ``root`` 1, W = L⁻¹ with P = LLᵀ
     (by forward and back substitution, not an explicit inverse); ``root`` 2, W = P^(−1/2) from P's
-    eigendecomposition with the eigenvalues floored at the ridge (:func:`dpivreg.estimation.engine.preconditioner_root`).
-    Then β_r −= α·step where ``active[c, 1]`` and Θ_r −= η((S_r Θ_r − g_x,r) − ξ) where ``active[c, 0]``. A path
-    whose P is not finite (a diverged world) takes a NaN step, as the numpy steps do. Returns False, leaving the
-    arrays part-updated, when a Cholesky pivot of a finite P is not positive (rounding of a very wide
-    spectrum): the caller redoes the steps with numpy from its copies.
+    eigendecomposition with the eigenvalues floored at the ridge
+    (:func:`dpivreg.estimation.engine.preconditioner_root`). Then β_r −= α·step where ``active[c, 1]`` and Θ_r −=
+    η((S_r Θ_r − g_x,r) − ξ) where ``active[c, 0]``. A path whose P is not finite (a diverged world) takes a NaN step,
+    as the numpy steps do. Returns False, leaving the arrays part-updated, when a Cholesky pivot of a finite P is not
+    positive (rounding of a very wide spectrum): the caller redoes the steps with numpy from its copies.
     """
     R, q, p_endog = theta.shape
     p = beta.shape[1]

@@ -273,9 +273,9 @@ def unit_columns(names: Sequence[Hashable], categorical: Sequence[str], data: An
 def design_leaks(design: Any, units: Any = None) -> list[str]:
     """The boundary's leaks that a design carries into a fit (messages for :class:`PrivacyLeakWarning`).
 
-    With a privacy unit (``units``, :class:`dpivreg.privacy.units.UnitFacts` of a unit-level fit) dropping rows with a missing
-    value is no leak: the public count is the number of units in the whole data, and a dropped row changes only its
-    own unit's contribution (:func:`dpivreg.data.unit_ids.resolve_units`)."""
+    With a privacy unit (``units``, :class:`dpivreg.privacy.units.UnitFacts` of a unit-level fit) dropping rows with a
+    missing value is no leak: the public count is the number of units in the whole data, and a dropped row changes only
+    its own unit's contribution (:func:`dpivreg.data.unit_ids.resolve_units`)."""
     leaks = []
     how = design.missing
     # rows dropped although none of their values was missing: the formula made one missing (e.g. log of 0);

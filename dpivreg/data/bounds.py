@@ -39,7 +39,8 @@ def _square(lo: float, hi: float) -> Pair | None:
     return 0.0, max(lo * lo, hi * hi)
 
 
-def _increasing(func: Callable[[float], float], defined: Callable[[float], bool]) -> Callable[[float, float], Pair | None]:
+def _increasing(func: Callable[[float], float],
+                defined: Callable[[float], bool]) -> Callable[[float, float], Pair | None]:
     def carry(lo: float, hi: float) -> Pair | None:
         return (func(lo), func(hi)) if defined(lo) else None
     return carry

@@ -205,9 +205,9 @@ def plain_column_block(text: str, data: pd.DataFrame) -> pd.DataFrame | None:
     tracks the shared memory; tested). Writes into a NumPy array that the caller's frame itself views
     (``DataFrame(array, copy=False)``) bypass pandas and reach the design too: a fit compares the rows it reads
     with the design's :attr:`IVDesign.column_checksum` and refuses changed data, and its streamed working rows
-    refuse values that are no longer finite (:meth:`dpivreg.estimation.working_scale.WorkingRows.block`). Integer columns are
-    converted (:func:`_converted_column`: a uint8 copy of a 0/1 column, a float64 copy of any other). Without
-    copy-on-write (pandas 2 without the option), the block is copied into new memory.
+    refuse values that are no longer finite (:meth:`dpivreg.estimation.working_scale.WorkingRows.block`). Integer
+    columns are converted (:func:`_converted_column`: a uint8 copy of a 0/1 column, a float64 copy of any other).
+    Without copy-on-write (pandas 2 without the option), the block is copied into new memory.
     """
     intercept, names = False, []
     for term in (token.strip() for token in text.split("+")):

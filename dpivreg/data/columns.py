@@ -64,8 +64,9 @@ def column_checksum(block: np.ndarray) -> np.ndarray:
 
 def stack_rows(columns: tuple[np.ndarray, ...], rows: slice | np.ndarray) -> np.ndarray:
     """Rows ``rows`` (a slice or positions) of 1-D columns as one (rows × columns) float64 array in column-major
-    order: each column a contiguous copy, and LAPACK's QR of the block (:func:`dpivreg.data.cross_products.block_factor`)
-    reads it in place (on a row-major block it took three times as long, measured)."""
+    order: each column a contiguous copy, and LAPACK's QR of the block
+    (:func:`dpivreg.data.cross_products.block_factor`) reads it in place (on a row-major block it took three times as
+    long, measured)."""
     first = columns[0][rows]
     out = np.empty((first.shape[0], len(columns)), order="F")
     out[:, 0] = first

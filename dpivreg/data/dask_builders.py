@@ -196,10 +196,10 @@ def _ship(names: set[str], context: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_spec(spec: Any, block: str, text: str, meta: pd.DataFrame, context: Mapping[str, Any]) -> None:
-    """Raise for what would make a partition's rows differ from the pandas design's (:mod:`dpivreg.data.formula_replay`):
-    stateful transforms, categories whose levels would be read from the sample, expressions that read other rows.
-    Functions of the caller's own are trusted to act row by row (documented); arrays of the namespace read as row
-    data raise (:func:`_check_namespace_array`)."""
+    """Raise for what would make a partition's rows differ from the pandas design's
+    (:mod:`dpivreg.data.formula_replay`): stateful transforms, categories whose levels would be read from the sample,
+    expressions that read other rows. Functions of the caller's own are trusted to act row by row (documented); arrays
+    of the namespace read as row data raise (:func:`_check_namespace_array`)."""
     for problem in replay_problems(spec, meta, context):
         _check_namespace_array(problem, block)
         if problem.kind == "stateful":
@@ -302,9 +302,9 @@ def _category_levels(specs: tuple[Any, ...], texts: Mapping[str, str | None],
                 column = _category_column(str(factor.expr), sample.columns)
                 if column is None:
                     raise ValueError(
-                        f"{str(factor.expr)!r} in the {block} block: with a Dask DataFrame a category must be a column, "
-                        "as itself or C(column, ...), so that each partition's values can be checked against its "
-                        "levels. Compute the expression with Dask first as a category with known categories, e.g. "
+                        f"{str(factor.expr)!r} in the {block} block: with a Dask DataFrame a category must be a "
+                        "column, as itself or C(column, ...), so that each partition's values can be checked against "
+                        "its levels. Compute the expression with Dask first as a category with known categories, e.g. "
                         "ddf['flag'] = (ddf['g'] == 'a').astype('category').cat.set_categories([False, True]).")
                 out.append((block, texts[block], column, tuple(state.get("categories", ()))))
     return tuple(out)

@@ -32,9 +32,9 @@ def _id_hashes(ids: Any) -> tuple[np.ndarray, int]:
 
 def _unit_buckets(raw: np.ndarray, unit_ids: Any, cluster_ids: Any, offset: int, seed: int, buckets: int) -> list:
     """One source partition's kept design rows, with their unit's and cluster's hashes and truncation keys (the keys
-    of :func:`dpivreg.privacy.units.row_keys` at the rows' positions in the design, as in memory), split into ``buckets`` by
-    the hash of the cluster (which contains the unit): (values, units, clusters, keys) per bucket; then the
-    partition's census over ALL its rows (the dropped ones too: the public counts N and G are over the whole data):
+    of :func:`dpivreg.privacy.units.row_keys` at the rows' positions in the design, as in memory), split into
+    ``buckets`` by the hash of the cluster (which contains the unit): (values, units, clusters, keys) per bucket; then
+    the partition's census over ALL its rows (the dropped ones too: the public counts N and G are over the whole data):
     its distinct unit and cluster hashes, (unit, cluster) pairs and missing ids. ``unit_ids`` None: each row is its
     own unit (its design position its id)."""
 
@@ -76,7 +76,8 @@ def _group_bucket(pieces: list, max_rows: int, d: int) -> dict:
     sizes = np.diff(np.append(starts, units.size))
     kept = np.arange(units.size) - np.repeat(starts, sizes) < max_rows
     return {"values": values[kept], "units": units[kept], "clusters": clusters[kept], "rows": int(kept.sum()),
-            "truncated": int(np.count_nonzero(sizes > max_rows)), "dropped": int(np.sum(np.maximum(sizes - max_rows, 0)))}
+            "truncated": int(np.count_nonzero(sizes > max_rows)),
+            "dropped": int(np.sum(np.maximum(sizes - max_rows, 0)))}
 
 
 def _field(result: dict, name: str):
@@ -91,7 +92,8 @@ def _bucket_stats(result: dict) -> dict:
 class DaskGroupedRows:
     """A Dask design's kept rows grouped by privacy unit and cluster (units truncated), for the passes of a fit: the
     counterpart of :class:`dpivreg.data.design.ReorderedDesign`. ``values`` (lazy, or persisted with the design) holds
-    whole units and clusters in each block; ``groups`` the per-row hashes (:class:`dpivreg.privacy.units.DaskGroups`)."""
+    whole units and clusters in each block; ``groups`` the per-row hashes
+    (:class:`dpivreg.privacy.units.DaskGroups`)."""
 
     def __init__(self, design: DaskIVDesign, values: Any, groups: Any, nobs: int) -> None:
         self._design, self.values, self.groups, self._nobs = design, values, groups, nobs

@@ -26,9 +26,10 @@ rows). The caller's data are never modified.
 
 Memory: plain float64 columns are shared with the caller's frame (:func:`plain_column_block`); a formula whose
 terms act row by row is built a block of rows at a time (:func:`_formulaic_block`), and its transformed terms
-(``np.log(s)``, ``C(g)``) are computed for the rows each pass reads instead of held (:mod:`dpivreg.data.derived_columns`);
-other columns the design computes are held compactly where that is exact (0/1 columns as uint8, a column of ones
-as one broadcast value, :class:`_CompactColumns`). Every pass reads float64 blocks of rows (:func:`stack_rows`).
+(``np.log(s)``, ``C(g)``) are computed for the rows each pass reads instead of held
+(:mod:`dpivreg.data.derived_columns`); other columns the design computes are held compactly where that is exact (0/1
+columns as uint8, a column of ones as one broadcast value, :class:`_CompactColumns`). Every pass reads float64 blocks of
+rows (:func:`stack_rows`).
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ class _DesignNames:
 
     @property
     def column_names(self) -> list[Hashable]:
-        """Names of the design's rows' columns [dependent, exog, endog, instruments] (the order of :attr:`positions`)."""
+        """Names of the design's rows' columns [dependent, exog, endog, instruments] (the order of
+        :attr:`positions`)."""
         return [self.dependent_name, *self.exog_names, *self.endog_names, *self.instrument_names]
 
     @property
@@ -406,7 +408,8 @@ class ReorderedDesign:
         return int(self.order.shape[0])
 
     def row_block(self, rows: slice) -> np.ndarray:
-        """Rows ``rows`` of the reordered [dependent, exog, endog, instruments] as one float64 array (:func:`stack_rows`)."""
+        """Rows ``rows`` of the reordered [dependent, exog, endog, instruments] as one float64 array
+        (:func:`stack_rows`)."""
         return stack_rows(self._design._columns, self.order[rows])
 
     def blockwise_sum(self, func: Any, *args: Any) -> Any:

@@ -1,5 +1,5 @@
-"""Which unit and which cluster each row of a design belongs to: the ids read from the data (or given), coded, checked and
-truncated to at most m rows per unit (:func:`resolve_units`; on Dask :func:`dpivreg.data.dask_units.dask_units`).
+"""Which unit and which cluster each row of a design belongs to: the ids read from the data (or given), coded, checked
+and truncated to at most m rows per unit (:func:`resolve_units`; on Dask :func:`dpivreg.data.dask_units.dask_units`).
 
 These functions read the rows' ids: the grouping stays inside the privacy boundary and only shapes the sums of the
 releases (:mod:`dpivreg.privacy.units` holds what the grouping means for privacy).

@@ -13,8 +13,8 @@ The private adaptive rule (``"adaptive"``, the default with a warm start)
     moves one count in each of the G histograms: sensitivity √(2G) (:func:`dpivreg.privacy.mechanisms.histograms`).
     Each group's threshold is then the smallest bin edge above which the noisy counts (bins below 3 noise
     standard deviations treated as empty) add up to at most K = min(½√n, 50)·min(1, √(d/ρ)) rows, ρ the
-    budget of the stage the threshold is for and d the group's number of coordinates (:func:`target_clipped_rows`, :func:`dpivreg.privacy.mechanisms.clip_from_histogram`):
-    post-processing.
+    budget of the stage the threshold is for and d the group's number of coordinates (:func:`target_clipped_rows`,
+    :func:`dpivreg.privacy.mechanisms.clip_from_histogram`): post-processing.
 
     Why K = min(½√n, 50). Clipping k of n rows moves the clipped mean gradient by at most k·(excess)/n in
     one direction; in units of the 2SLS standard error (∝ 1/√n) that is at most about (k/√n)·(excess/rms):

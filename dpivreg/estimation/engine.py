@@ -22,7 +22,8 @@ from dpivreg.errors import DivergenceError, PrivacyLeakWarning
 from dpivreg.privacy.accounting import CALIBRATIONS, PrivacyBudget, Release, noise_std
 from dpivreg.progress import RunTimeForecast, check_progress
 
-__all__ = ["dp_2s_gd", "run_on_rows", "row_source", "DP2SGDPath", "METHODS", "preconditioner_root", "check_schedule", "IterationPlan", "iteration_plan"]
+__all__ = ["dp_2s_gd", "run_on_rows", "row_source", "DP2SGDPath", "METHODS", "preconditioner_root", "check_schedule",
+           "IterationPlan", "iteration_plan"]
 
 METHODS = ("gd", "preconditioned")
 
@@ -501,9 +502,9 @@ def dp_2s_gd(
         i.e. a Newton-like step P_t⁻¹·gradient in which each per-sample gradient is mapped
         by the public matrix P_t^(−1/2) *before* clipping, and the noise is added before the
         second P_t^(−1/2). With group clipping the square root is the Cholesky one, W = L⁻¹
-        with P_t = LLᵀ (exogenous coordinates first): β ← β − α Wᵀ[(1/n)Σ CLIP(W x̂ᵢeᵢ) − ν]. P_t is a function of the released Θ⁽ᵗ⁾ and public inputs only, so the
-        clipped mean still has sensitivity 2γ2/n and the privacy proof is unchanged. The
-        first stage is unchanged: whiten Z beforehand (E[zzᵀ] ≈ I) to precondition it.
+        with P_t = LLᵀ (exogenous coordinates first): β ← β − α Wᵀ[(1/n)Σ CLIP(W x̂ᵢeᵢ) − ν]. P_t is a function of the
+        released Θ⁽ᵗ⁾ and public inputs only, so the clipped mean still has sensitivity 2γ2/n and the privacy proof is
+        unchanged. The first stage is unchanged: whiten Z beforehand (E[zzᵀ] ≈ I) to precondition it.
     second_moment : array_like, shape (q, q), optional
         Public (or privately released) estimate of ZᵀZ/n used in P_t; identity when None
         (right for whitened instruments). Only with ``method="preconditioned"``.

@@ -35,9 +35,10 @@ of the documentation ("Solving with released moments"). The floor is post-proces
 public σ: it costs no privacy. Exact moments (σ = 0) are not changed.
 
 The same rule is applied wherever a release is solved — the whitening of the working scale
-(:mod:`dpivreg.estimation.working_scale`), the warm start, noisy moments, the default's choices (:mod:`dpivreg.estimation.selection`),
-the first-stage diagnostics, the Anderson–Rubin set and the privacy-noise simulations, whose plug-in worlds
-re-release their moments and floor them as the fit did — so that the projection and every solve agree.
+(:mod:`dpivreg.estimation.working_scale`), the warm start, noisy moments, the default's choices
+(:mod:`dpivreg.estimation.selection`), the first-stage diagnostics, the Anderson–Rubin set and the privacy-noise
+simulations, whose plug-in worlds re-release their moments and floor them as the fit did — so that the projection and
+every solve agree.
 
 The noisy-moment estimator ("sufficient-statistics perturbation", Dwork, Talwar, Thakurta & Zhang 2014;
 Sheffet 2017) spends its whole budget on one release and solves 2SLS on it; its private inference is a

@@ -11,12 +11,13 @@ bounds or many columns DP-2S-GD is far more accurate (2–10 times lower error o
 columns (binary instrument, an outcome filling its range) noisy moments can be as accurate or a little more
 (labour-supply subsamples of 1,000–3,000 rows). The default therefore predicts both from what it has already
 released — the pilot moment release (ρ0) and the clipping release — and continues with the better one. Both are
-simulated in the same plug-in worlds (:func:`dpivreg.estimation.simulation.plug_in_worlds`: instruments' moments plausible given
-the pilot release, the warm start as their 2SLS solution), so that a world whose instruments the release cannot
-resolve counts against both:
+simulated in the same plug-in worlds (:func:`dpivreg.estimation.simulation.plug_in_worlds`: instruments' moments
+plausible given the pilot release, the warm start as their 2SLS solution), so that a world whose instruments the release
+cannot resolve counts against both:
 
 * DP-2S-GD: the planned iteration (its schedule, step sizes, clipping groups and per-step noise,
-  :class:`dpivreg.estimation.engine.IterationPlan`) from each world's warm start (:func:`dpivreg.estimation.simulation.simulate_fit`);
+  :class:`dpivreg.estimation.engine.IterationPlan`) from each world's warm start
+  (:func:`dpivreg.estimation.simulation.simulate_fit`);
 * noisy moments: 2SLS on each world's release of its moments with the budget left for it (ρ0 plus the two stages'
   and the inference budget; the clipping release is spent either way), floored at that release's noise
   (:func:`dpivreg.estimation.simulation.world_releases`).
@@ -136,8 +137,8 @@ def choose_iterations(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray],
     within about 2% of the best candidate's.
 
     Each candidate's plan (``make_plan(T)``: its schedule, per-step noise and clipping groups) is simulated in
-    moment form from the warm start (:func:`dpivreg.estimation.simulation.simulate_fit`), every candidate in the same plug-in
-    worlds and with the same random numbers, so that their comparison is paired. A candidate's error for a
+    moment form from the warm start (:func:`dpivreg.estimation.simulation.simulate_fit`), every candidate in the same
+    plug-in worlds and with the same random numbers, so that their comparison is paired. A candidate's error for a
     coefficient is the geometric mean of the median and the 90th percentile of its absolute simulated error (the
     tail counts: a run too short to leave a warm start that a near-singular release threw far keeps it there);
     the criterion is the mean over the endogenous coefficients of that error relative to the best candidate's,
@@ -145,9 +146,9 @@ def choose_iterations(scale: WorkingScale, start: tuple[np.ndarray, np.ndarray],
     (:func:`shortest_near_best`; a longer run costs time and clips more often, for no gain).
 
     Why simulate instead of a rule: what T should be depends on how far the warm start is from the
-    solution relative to the noise each step adds. The whitening error κ̂ alone (:func:`dpivreg.estimation.tuning.iterations`)
-    sets the contraction per step, but with a weak first stage the warm start's error in β is large although κ̂
-    is small, and three steps left it there (the weak-instrument design of
+    solution relative to the noise each step adds. The whitening error κ̂ alone
+    (:func:`dpivreg.estimation.tuning.iterations`) sets the contraction per step, but with a weak first stage the warm
+    start's error in β is large although κ̂ is small, and three steps left it there (the weak-instrument design of
     ``benchmarks/estimator_comparison.py``, n = 10⁵, ρ = 0.5: median error 0.36 2SLS s.e. with T = 3, 0.15 with
     T = 12); with a large κ̂ (instruments the release resolves poorly) the contraction is slow where the truth
     has less variance than released, and a longer run is needed. Post-processing of the pilot releases: no

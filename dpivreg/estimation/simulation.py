@@ -33,8 +33,8 @@ MAX_WHITENING_ERROR = 0.5
 
 
 def _stacked_root(theta: np.ndarray, q: int, k: int, ridge: float, kind: str) -> np.ndarray:
-    """:func:`dpivreg.estimation.engine.preconditioner_root` for a stack of first stages (S = I), faster for the Cholesky
-    root: one batched Cholesky factorisation and inverse of P = Θ̄ᵀΘ̄ + ridge·I instead of an eigendecomposition,
+    """:func:`dpivreg.estimation.engine.preconditioner_root` for a stack of first stages (S = I), faster for the
+    Cholesky root: one batched Cholesky factorisation and inverse of P = Θ̄ᵀΘ̄ + ridge·I instead of an eigendecomposition,
     a QR and a solve (equal up to rounding: P's eigenvalues are ≥ ridge). Falls back to the engine's root
     when a factorisation fails (a spectrum too wide for Cholesky in floating point) or for the symmetric root.
     """
@@ -83,11 +83,12 @@ def plug_in_worlds(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *, 
     """The plug-in worlds of the privacy-noise simulation: their true working moments and their releases.
 
     World r's instruments are plausible given the release: their box-scale moments (with the constant's) are
-    F − E_r, the release's block floored at its noise (:attr:`~dpivreg.estimation.working_scale.ReleasedMoments.floored`, what
-    every solve uses) less a draw E_r of the noise, kept positive semi-definite
-    (:meth:`~dpivreg.estimation.working_scale.ReleasedMoments.plausible_instruments`); on the working scale, S_r. Its reduced form
-    is the plug-in solution, Z̃ᵀ[X̃_endog, Ỹ]/n = S_r Π with Π = [Θ, Θ̄β], so that the world's 2SLS solution is
-    (Θ, β) (the released estimate, or the warm start when predicting before a run). The world's release adds the same
+    F − E_r, the release's block floored at its noise
+    (:attr:`~dpivreg.estimation.working_scale.ReleasedMoments.floored`, what every solve uses) less a draw E_r of the
+    noise, kept positive semi-definite
+    (:meth:`~dpivreg.estimation.working_scale.ReleasedMoments.plausible_instruments`); on the working scale, S_r. Its
+    reduced form is the plug-in solution, Z̃ᵀ[X̃_endog, Ỹ]/n = S_r Π with Π = [Θ, Θ̄β], so that the world's 2SLS solution
+    is (Θ, β) (the released estimate, or the warm start when predicting before a run). The world's release adds the same
     E_r to its moments (so that its instruments' block is, where the projection is idle, the floored one the working
     scale was built from, as the fit's) and is floored as the fit's was (:func:`world_releases`). Without a release
     (route "bounds") every world is the plug-in one, S = I, with no release.
@@ -136,8 +137,8 @@ def simulate_fit(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, s
 
     Replication r is run in plug-in world r (:func:`plug_in_worlds` at (Θ_T, β_T), unless ``worlds`` are given):
     from its warm start (2SLS on its floored release, ``warm_start``; else from zero), the plan's iteration
-    (:class:`dpivreg.estimation.engine.IterationPlan`) on the world's true moments: same T, step sizes, schedule, method,
-    preconditioner root and ridge, clipping groups and per-step noise scales, fresh noise.
+    (:class:`dpivreg.estimation.engine.IterationPlan`) on the world's true moments: same T, step sizes, schedule,
+    method, preconditioner root and ridge, clipping groups and per-step noise scales, fresh noise.
 
     Returns the simulated Θ⁽ᵀ⁾ (R, q, p_endog) and β̃⁽ᵀ⁾ (R, p), and the worlds' Z̃ᵀZ̃/n (R, q, q).
 

@@ -247,8 +247,8 @@ class WorkingScale:
 
         In-memory working arrays are built finite, contiguous and with X̃'s exogenous columns equal to Z̃'s
         (:func:`working_scale`), so they are not checked again on every pass; other arrays go through
-        :func:`dpivreg.estimation.engine.row_source`'s checks. With privacy units or clusters the source carries the rows'
-        grouping and the public normaliser :attr:`n`.
+        :func:`dpivreg.estimation.engine.row_source`'s checks. With privacy units or clusters the source carries the
+        rows' grouping and the public normaliser :attr:`n`.
         """
         grouping = dict(groups=self.groups, n=self.n, n_units=self.n_units,
                         max_rows=self.units.max_rows if self.unit_level else 1)
@@ -435,13 +435,14 @@ EXACT_MOMENTS_RELEASE = "second moments of the columns, exact (preprocess='data'
 
 
 def moments_from_sum(outer_sum: np.ndarray, n: float, *, with_constant: bool, route: str, rho: float,
-                     rng: np.random.Generator, max_rows: int | None = None) -> tuple[np.ndarray, Release | None, float, float]:
+                     rng: np.random.Generator, max_rows: int | None = None
+                     ) -> tuple[np.ndarray, Release | None, float, float]:
     """The moment matrix of [1, u] from Σ uuᵀ of the rows [1, u] (or u), released with noise on route
     "private" (box mechanism) or exact on route "data".
 
-    ``max_rows`` (privacy units, :mod:`dpivreg.privacy.units`): ``n`` is the number of units N, replacing a unit replaces
-    at most ``max_rows`` = m rows, so the sensitivity is m·D/N; the release (which must hold the constant) is then
-    divided by its constant's own entry k̂ (the released mean rows per unit, clipped to [1, m]), which puts it per
+    ``max_rows`` (privacy units, :mod:`dpivreg.privacy.units`): ``n`` is the number of units N, replacing a unit
+    replaces at most ``max_rows`` = m rows, so the sensitivity is m·D/N; the release (which must hold the constant) is
+    then divided by its constant's own entry k̂ (the released mean rows per unit, clipped to [1, m]), which puts it per
     row. Returns (M, release or None, σ, k̂) with M of size (d + 1, d + 1) whatever ``with_constant`` (see
     :class:`ReleasedMoments`), M[0, 0] = 1, σ the noise of M's entries, k̂ = 1 at row level.
     """
@@ -462,7 +463,8 @@ def moments_from_sum(outer_sum: np.ndarray, n: float, *, with_constant: bool, ro
     rows_per_unit = 1.0
     if max_rows is not None:
         if not with_constant:
-            raise ValueError("internal error: a per-unit moment release must hold the constant. Please report this bug.")
+            raise ValueError("internal error: a per-unit moment release must hold the constant. "
+                             "Please report this bug.")
         rows_per_unit = _rows_per_unit(M[0, 0], max_rows)
         M, sigma = M / rows_per_unit, sigma / rows_per_unit
     full = np.zeros((d + 1, d + 1))
@@ -498,8 +500,8 @@ def _moment_summary(M: np.ndarray, *, has_constant: bool, offsets: np.ndarray, n
     M is the moment matrix of [1, v] with the block of the constant and the instruments floored at its noise
     (:attr:`ReleasedMoments.floored`), so the instruments' covariance below has eigenvalues at or above the floor
     (a Schur complement of the floored block) and the whitening agrees with every solve on the working scale; the
-    other columns' variances are floored at the same level, :data:`dpivreg.estimation.moments.NOISE_FLOOR`·σ. With a constant
-    the covariance is M_vv − m mᵀ/M₀₀ and the means m/M₀₀ (M₀₀ = 1 up to the floor); without one the uncentred
+    other columns' variances are floored at the same level, :data:`dpivreg.estimation.moments.NOISE_FLOOR`·σ. With a
+    constant the covariance is M_vv − m mᵀ/M₀₀ and the means m/M₀₀ (M₀₀ = 1 up to the floor); without one the uncentred
     second moments of v + ``offsets`` (= w/scale, the column over its bound scale). A relative floor of 10⁻¹⁰
     guards against rounding only.
     """
@@ -653,7 +655,8 @@ def _check_bounds_meet_data(names: list, minimum: np.ndarray, maximum: np.ndarra
         raise ValueError(
             f"every value of column {name!r} lies {side} its bounds ({lower:g}, {upper:g}): clipping would make it "
             f"the constant {lower if side == 'below' else upper:g}, and the fit would be meaningless. Check the "
-            f"bounds (their units, or a typo){' and those of ' + str([o[0] for o in outside[1:]]) if outside[1:] else ''}. "
+            f"bounds (their units, or a typo)"
+            f"{' and those of ' + str([o[0] for o in outside[1:]]) if outside[1:] else ''}. "
             f"{DATA_CHECK_NOTE}")
 
 
@@ -687,12 +690,13 @@ def _working_arrays(design, lo: np.ndarray, hi: np.ndarray, maps: dict):
 
 @dataclass(frozen=True)
 class WorkingRows:
-    """The working arrays of an in-memory design, built a block of rows at a time (:func:`dpivreg.compute.kernels.working_rows`:
-    the design's columns clipped to their bounds and mapped). Streamed (:meth:`of`), they are never held whole: each
-    pass builds its blocks, so a fit holds no copy of the data (the design itself shares the caller's columns,
-    :func:`dpivreg.data.builders.plain_column_block`); :meth:`arrays` fills the arrays of fits that hold them.
-    Building costs about 1.8 ms per 65,536 rows at q = 3 on one thread (numba; 28 ms per 10⁶ rows), more than the
-    generated kernel's pass over the built rows (4.4 ms per 10⁶ rows, :func:`dpivreg.compute.codegen.unrolled_source`).
+    """The working arrays of an in-memory design, built a block of rows at a time
+    (:func:`dpivreg.compute.kernels.working_rows`: the design's columns clipped to their bounds and mapped). Streamed
+    (:meth:`of`), they are never held whole: each pass builds its blocks, so a fit holds no copy of the data (the design
+    itself shares the caller's columns, :func:`dpivreg.data.builders.plain_column_block`); :meth:`arrays` fills the
+    arrays of fits that hold them. Building costs about 1.8 ms per 65,536 rows at q = 3 on one thread (numba;
+    28 ms per 10⁶ rows), more than the generated kernel's pass over the built rows (4.4 ms per 10⁶ rows,
+    :func:`dpivreg.compute.codegen.unrolled_source`).
 
     Every value is finite: the design held no NaN or infinity when it was built (its checks), :meth:`block`
     refuses rows that have become so since, and :meth:`of` declines (the arrays are then built whole and
@@ -726,8 +730,9 @@ class WorkingRows:
         pos, k = design.positions, len(design.exog_names)
         return cls(design, lo, hi, np.asarray(pos["z"], dtype=np.int64), np.asarray(maps["z_center"], dtype=float),
                    np.ascontiguousarray(maps["A_z"], dtype=float), np.asarray(pos["endog"], dtype=np.int64),
-                   np.asarray(maps["x_center"][k:], dtype=float), np.ascontiguousarray(maps["A_x"][k:, k:], dtype=float),
-                   float(maps["y_center"]), float(maps["y_scale"]))
+                   np.asarray(maps["x_center"][k:], dtype=float),
+                   np.ascontiguousarray(maps["A_x"][k:, k:], dtype=float), float(maps["y_center"]),
+                   float(maps["y_scale"]))
 
     @property
     def mapping(self) -> tuple:
@@ -742,7 +747,8 @@ class WorkingRows:
 
     def bounded(self) -> bool:
         """Whether every working value is finite: abs(z̃ⱼ) ≤ Σᵢ abs(A_z[i, j])·max abs(clip(zᵢ) − cᵢ) over the clipped
-        column ranges (NON-PRIVATE, :attr:`dpivreg.data.design.IVDesign.column_range`), and likewise for X̃_endog and Ỹ."""
+        column ranges (NON-PRIVATE, :attr:`dpivreg.data.design.IVDesign.column_range`), and likewise for X̃_endog and
+        Ỹ."""
         low, high = self.design.column_range
         low, high = np.clip(low, self.lo, self.hi), np.clip(high, self.lo, self.hi)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -757,9 +763,10 @@ class WorkingRows:
 
         The design was checked when it was built, and a fit compares the rows it reads with the design's
         :attr:`~dpivreg.data.design.IVDesign.column_checksum` in its first pass; but the design may share the caller's
-        columns (:func:`dpivreg.data.builders.plain_column_block`), and a frame made with ``DataFrame(array, copy=False)``
-        passes on writes into ``array``, which pandas cannot see, at any time. A NaN or infinity written so would
-        reach the sums (clipping would turn an infinity into a bound), hence this check before the clip."""
+        columns (:func:`dpivreg.data.builders.plain_column_block`), and a frame made with
+        ``DataFrame(array, copy=False)`` passes on writes into ``array``, which pandas cannot see, at any time. A NaN or
+        infinity written so would reach the sums (clipping would turn an infinity into a bound), hence this check before
+        the clip."""
         raw = self.design.row_block(rows)
         if not np.isfinite(raw).all():
             raise ValueError("the design's rows are no longer finite, although they were checked when it was built: "

@@ -48,16 +48,18 @@ The score release (:func:`score_meat_release`, budget ``rho_inf``)
     ratio of the released sampling s.e. to the exact-meat one was 0.87–0.96 with a fifth of the budget
     on the histogram and no margin, 0.91–1.09 with half and one bin, 0.88–1.31 with half and two bins;
     the heaviest tails (t₃ errors times abs(z)) stay 5–10% low at n = 2·10⁴–10⁵, where the few rows
-    holding much of Σ‖sᵢ‖² are exactly the ones a private statistic must bound. The released matrix is projected onto the positive semi-definite cone with its eigenvalues
-    floored at the noise's standard deviation (post-processing; a variance cannot be negative).
-    ``rho = inf`` computes Ω exactly, without clipping (non-private routes and the reference checks).
+    holding much of Σ‖sᵢ‖² are exactly the ones a private statistic must bound. The released matrix is projected onto
+    the positive semi-definite cone with its eigenvalues floored at the noise's standard deviation (post-processing; a
+    variance cannot be negative). ``rho = inf`` computes Ω exactly, without clipping (non-private routes and the
+    reference checks).
 
 The first stage's meat (:func:`first_stage_meat_release`, budget ``rho_diag``)
-    For the robust first-stage Wald statistic of :mod:`dpivreg.inference.diagnostics`: the same two mechanisms on the first-stage scores sᵢ = v̂ᵢ ⊗ z̃ᵢ (q·p_endog coordinates; v̂ᵢ = x̃ᵢ,endog −
-    Θ̃ᵀz̃ᵢ the first-stage residuals at the released Θ̃, public), whose norm is ‖v̂ᵢ‖·‖z̃ᵢ‖: a histogram of the
-    norms on the grid around √(q·p_endog) (sensitivity √2), then (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with noise
-    calibrated to √2·C²/n. Its block j is (1/n)Σᵢ z̃ᵢz̃ᵢᵀv̂ᵢⱼ², the White meat of endogenous regressor j's
-    first stage; the off-diagonal blocks are what a Kleibergen–Paap statistic would need.
+    For the robust first-stage Wald statistic of :mod:`dpivreg.inference.diagnostics`: the same two mechanisms on the
+    first-stage scores sᵢ = v̂ᵢ ⊗ z̃ᵢ (q·p_endog coordinates; v̂ᵢ = x̃ᵢ,endog − Θ̃ᵀz̃ᵢ the first-stage residuals at the
+    released Θ̃, public), whose norm is ‖v̂ᵢ‖·‖z̃ᵢ‖: a histogram of the norms on the grid around √(q·p_endog)
+    (sensitivity √2), then (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with noise calibrated to √2·C²/n. Its block j is
+    (1/n)Σᵢ z̃ᵢz̃ᵢᵀv̂ᵢⱼ², the White meat of endogenous regressor j's first stage; the off-diagonal blocks are what a
+    Kleibergen–Paap statistic would need.
 """
 
 from __future__ import annotations
@@ -159,9 +161,10 @@ def structural_scores(Z, X_endog, Y, beta, n_exog: int) -> np.ndarray:
 def score_norm_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, beta: np.ndarray, n_exog: int,
                       edges: np.ndarray, kernel: str = "auto") -> tuple[np.ndarray]:
     """Histogram counts of one block's score norms ‖z̃ᵢ‖·abs(ũᵢ) (a block function). ``kernel`` (as
-    :func:`dpivreg.compute.kernels.resolve_kernel`; the meat release passes its row source's) "numba" bins them in the clipping
-    release's compiled loop (:func:`dpivreg.compute.kernels.fused_product_norm_counts`, ũᵢ = (ỹᵢ − x̃ᵢ,endogᵀβ̃_endog) −
-    z̃ᵢ[:k]ᵀβ̃_exog): the same counts up to a norm that rounding moves across a bin edge."""
+    :func:`dpivreg.compute.kernels.resolve_kernel`; the meat release passes its row source's) "numba" bins them in the
+    clipping release's compiled loop (:func:`dpivreg.compute.kernels.fused_product_norm_counts`,
+    ũᵢ = (ỹᵢ − x̃ᵢ,endogᵀβ̃_endog) − z̃ᵢ[:k]ᵀβ̃_exog): the same counts up to a norm that rounding moves across a bin
+    edge."""
     if resolve_kernel(kernel, Z.shape[1], Z.shape[1] + 2) == "numba":
         A = np.zeros((Z.shape[1], 1))
         A[:n_exog, 0] = beta[:n_exog]

@@ -22,9 +22,9 @@ Privacy noise (parametric bootstrap, Ferrando, Wang & Sheldon 2022)
     Without clipping, every gradient of DP-2S-GD depends on the data only through
     S = Z̃ᵀZ̃/n, Z̃ᵀX̃/n and Z̃ᵀỹ/n, and so does the warm start (2SLS on the released moments). We re-run
     the whole private computation in this moment form, in plug-in worlds whose 2SLS solution is the
-    released (Θ⁽ᵀ⁾, β̃⁽ᵀ⁾) (:func:`dpivreg.estimation.simulation.plug_in_worlds`): each world draws the moment release's noise E from its
-    known distribution (the world's true moments are the release floored at its noise minus E, kept positive
-    semi-definite, and its release — hence its whitening error and its warm start — carries E and is floored
+    released (Θ⁽ᵀ⁾, β̃⁽ᵀ⁾) (:func:`dpivreg.estimation.simulation.plug_in_worlds`): each world draws the moment release's
+    noise E from its known distribution (the world's true moments are the release floored at its noise minus E, kept
+    positive semi-definite, and its release — hence its whitening error and its warm start — carries E and is floored
     as the fit's was), then runs the iteration from that warm start (or from zero) with the run's T, step
     sizes, schedule, preconditioner, clipping groups and per-step noise scales, and fresh noise. The spread of
     the simulated β̃⁽ᵀ⁾ is the privacy-noise variance; it propagates both stages' noise (the first stage's
@@ -281,15 +281,16 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
                      replications: int, rng: np.random.Generator, warm_start: bool,
                      progress: bool | None = False,
                      sampling_cov: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float, float, int]:
-    """Covariance and median shift of β̃⁽ᵀ⁾ due to the privacy noise (:func:`dpivreg.estimation.simulation.simulate_fit`).
+    """Covariance and median shift of β̃⁽ᵀ⁾ due to the privacy noise
+    (:func:`dpivreg.estimation.simulation.simulate_fit`).
 
     With ``sampling_cov`` (the sampling covariance on the working scale) the paths are drawn in batches until
     the total standard errors in original units (the reported ones) are known to :data:`MC_TOLERANCE` (at
     most ``replications``); without it, ``replications`` paths at once.
 
-    Returns the covariance of the simulated β̃⁽ᵀ⁾ (:func:`dpivreg.estimation.moments.central_covariance`: scales from their
-    central 95% ranges, measured in the original units, :func:`dpivreg.estimation.moments.central_in_units`), their median minus
-    β_T (the simulated bias), the median spectral norm of the simulated
+    Returns the covariance of the simulated β̃⁽ᵀ⁾ (:func:`dpivreg.estimation.moments.central_covariance`: scales from
+    their central 95% ranges, measured in the original units, :func:`dpivreg.estimation.moments.central_in_units`),
+    their median minus β_T (the simulated bias), the median spectral norm of the simulated
     first stage's deviation from its median (the privacy noise left in Θ⁽ᵀ⁾), the median whitening error
     ‖S_r − I‖₂ and the number of paths drawn.
     """
@@ -412,8 +413,8 @@ def _simulation_guard(sampling: SamplingPart):
 
 def _check_resolved(scale: WorkingScale) -> None:
     """Refuse the private inference when the moment release resolves nothing: its noise floor
-    (:data:`dpivreg.estimation.moments.NOISE_FLOOR`·σ) is at or above 1, the largest second moment a column mapped into [−1, 1]
-    can have, so every column's variance is below what the release can tell from noise and the plug-in worlds
+    (:data:`dpivreg.estimation.moments.NOISE_FLOOR`·σ) is at or above 1, the largest second moment a column mapped into
+    [−1, 1] can have, so every column's variance is below what the release can tell from noise and the plug-in worlds
     would be the floor itself. Public (σ is): decided before anything is released for the inference, which then
     spends nothing."""
     moments = scale.moments

@@ -381,7 +381,8 @@ def synthetic_population(
     dep, exog, intercept, endog, instruments = _parse_formula(formula)
     variables = [dep, *exog, *endog, *instruments]
     if not isinstance(bounds, Mapping):
-        raise TypeError(f"bounds must be a mapping {{column: (lower, upper)}} (public bounds), got {type(bounds).__name__}.")
+        raise TypeError(f"bounds must be a mapping {{column: (lower, upper)}} (public bounds), "
+                        f"got {type(bounds).__name__}.")
     missing = [v for v in variables if v not in bounds]
     if missing:
         raise ValueError(f"bounds gives no public bounds for {missing}; every variable of the formula needs them "

@@ -371,7 +371,8 @@ def plan(
     if T_max is None:
         T_max = _default_T_max(T_rec, bounds.t_limit)
     else:
-        T_max = check_T(check_count(T_max, "T_max", what="an integer number of iterations", integral_floats=True), "T_max")
+        T_max = check_T(check_count(T_max, "T_max", what="an integer number of iterations", integral_floats=True),
+                        "T_max")
     T_grid = np.arange(1, T_max + 1, dtype=float)
     opt, priv, stat, total = _terms(T_grid, kappa, a, s)
     opt = opt * start_error

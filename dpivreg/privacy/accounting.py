@@ -3,8 +3,8 @@
 The privacy model
 -----------------
 Neighbouring datasets differ by *replacing* one row; the number of rows ``n`` is public. With a privacy unit
-(``fit(privacy_unit=...)``, :mod:`dpivreg.privacy.units`) they differ by replacing all rows of one unit and the number of
-units is public: every release then sums per-unit contributions (:attr:`PrivacyBudget.unit` says which unit).
+(``fit(privacy_unit=...)``, :mod:`dpivreg.privacy.units`) they differ by replacing all rows of one unit and the number
+of units is public: every release then sums per-unit contributions (:attr:`PrivacyBudget.unit` says which unit).
 Every release of dpivreg is a Gaussian mechanism applied to a mean of per-sample clipped
 vectors. With clipping threshold γ the mean has L2 sensitivity ``2γ/n`` (the replaced
 row's clipped vector can flip from ``+γ`` to ``−γ``), and a Gaussian mechanism with

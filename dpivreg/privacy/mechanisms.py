@@ -184,8 +184,8 @@ def histogram_counts(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
 def release_histogram_counts(counts: np.ndarray, *, rho: float, rng: np.random.Generator,
                              name: str, stage: str, max_rows: int = 1) -> tuple[np.ndarray, Release, float]:
     """Gaussian noise on G histograms (rows of ``counts``) of the same rows: sensitivity √(2G); with ``max_rows``
-    = m (a neighbour replaces up to m counted rows: a privacy unit's, :mod:`dpivreg.privacy.units`) m·√(2G), since moving
-    at most m counts out of and m into each histogram changes it by at most √(m² + m²)."""
+    = m (a neighbour replaces up to m counted rows: a privacy unit's, :mod:`dpivreg.privacy.units`) m·√(2G), since
+    moving at most m counts out of and m into each histogram changes it by at most √(m² + m²)."""
     groups = counts.shape[0]
     sensitivity = max_rows * math.sqrt(2.0 * groups)
     sigma = 0.0 if math.isinf(rho) else sensitivity / math.sqrt(2.0 * rho)

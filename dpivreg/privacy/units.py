@@ -63,7 +63,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["DEFAULT_MAX_ROWS", "UnitFacts", "RowGroups", "DaskGroups", "PrivacyUnits", "group_sums", "row_keys", "check_max_rows", "starts_of"]
+__all__ = ["DEFAULT_MAX_ROWS", "UnitFacts", "RowGroups", "DaskGroups", "PrivacyUnits", "group_sums", "row_keys",
+           "check_max_rows", "starts_of"]
 
 #: Default ``max_rows_per_unit``: the rows a unit may keep (see the docs' "Who is protected?" for the evidence).
 DEFAULT_MAX_ROWS = 10

@@ -317,7 +317,8 @@ class FitRelease(PrivateTable):
 
 
 def _unit_facts(unit):
-    """The record's privacy unit (a dict of :meth:`dpivreg.privacy.units.UnitFacts.as_dict`) as UnitFacts; None when absent."""
+    """The record's privacy unit (a dict of :meth:`dpivreg.privacy.units.UnitFacts.as_dict`) as UnitFacts; None when
+    absent."""
     if unit is None:
         return None
 

@@ -278,8 +278,8 @@ class DPIVResults(PrivateTable):
         (``rsquared``, ``partial.rsquared``, ``shea.rsquared``, ``f.stat`` with ``f.pval``, ``f.dist``), from the
         moment release, with 95% intervals for the privacy noise (``f.lower``, ``f.upper``,
         ``partial.rsquared.lower``, ``partial.rsquared.upper``). Post-processing: no privacy cost
-        (:mod:`dpivreg.inference.diagnostics`). The F is the homoskedastic one (``f.dist`` F(m, n − q)), or, when the fit
-        released the first stage's meat (``fit(rho_diag=...)``), the robust Wald statistic (``f.dist``
+        (:mod:`dpivreg.inference.diagnostics`). The F is the homoskedastic one (``f.dist`` F(m, n − q)), or, when the
+        fit released the first stage's meat (``fit(rho_diag=...)``), the robust Wald statistic (``f.dist``
         chi2(m)), as linearmodels reports them for ``cov_type="unadjusted"`` and ``"robust"``."""
 
         d = self.design

@@ -106,7 +106,8 @@ class SummaryWriter:
             ("Estimator:", self.results.estimator),
             ("Privacy unit:", "row" if not self.results.scale.unit_level else
              f"{units.unit} ({units.n_units:,} units, <= {units.max_rows} rows)"),
-            ("No. Observations:", f"~{self.results.nobs} (private)" if self.results.scale.unit_level else str(self.results.nobs)),
+            ("No. Observations:", f"~{self.results.nobs} (private)" if self.results.scale.unit_level else
+             str(self.results.nobs)),
             ("Cov. Estimator:", s.cov_type if s.cov_type != "clustered" or units is None else
              f"clustered ({units.clusters}, {units.n_clusters:,})"),
         ]
@@ -169,7 +170,8 @@ class SummaryWriter:
         rows = max(len(left), len(right))
         left, right = left + [("", "")] * (rows - len(left)), right + [("", "")] * (rows - len(right))
         fmt = copy.deepcopy(fmt_2cols)
-        title = ("Noisy-Moment 2SLS" if self.results.settings.method == "moments" else "DP-2S-GD") + " Estimation Summary"
+        title = (("Noisy-Moment 2SLS" if self.results.settings.method == "moments" else "DP-2S-GD")
+                 + " Estimation Summary")
         table = SimpleTable([[v] for _, v in left], txt_fmt=fmt, title=title, stubs=[k for k, _ in left])
         table.extend_right(SimpleTable([[v] for _, v in right], stubs=["  " + k for k, _ in right]))
         return table
@@ -186,7 +188,8 @@ class SummaryWriter:
             private_headers = [self._column_label]
         if not benchmark:
             return SimpleTable([private[c] for c in names], headers=private_headers, stubs=names,
-                               txt_fmt=copy.deepcopy(fmt_params), title=f"Parameter Estimates (private: {self.results.estimator})")
+                               txt_fmt=copy.deepcopy(fmt_params),
+                               title=f"Parameter Estimates (private: {self.results.estimator})")
         bench = self.results.benchmark
         ref, se = bench.params[names], bench.std_errors[names]
         diff = self.results.params - ref
@@ -203,7 +206,8 @@ class SummaryWriter:
 
     def _first_stage_table(self) -> SimpleTable:
         table = self.results.first_stage_diagnostics
-        rows = [[_fmt(r["partial.rsquared"]), f"[{_fmt(r['partial.rsquared.lower'])}, {_fmt(r['partial.rsquared.upper'])}]",
+        rows = [[_fmt(r["partial.rsquared"]),
+                 f"[{_fmt(r['partial.rsquared.lower'])}, {_fmt(r['partial.rsquared.upper'])}]",
                  _fmt(r["shea.rsquared"]), _fmt(r["f.stat"]), f"[{_fmt(r['f.lower'])}, {_fmt(r['f.upper'])}]",
                  f"{r['f.pval']:.4f}", r["f.dist"]] for _, r in table.iterrows()]
         return SimpleTable(
@@ -311,9 +315,10 @@ class SummaryWriter:
                 f"Anderson-Rubin 95% set for {ar.variable} (robust to weak instruments; homoskedastic errors; "
                 f"{source}): {ar} ({ar.kind}).")
         if self.results.cov_type == "clustered":
-            notes.append("The first-stage F and the Anderson-Rubin set assume independent rows: with the within-cluster "
-                         "correlation that the clustered standard errors allow they overstate the evidence "
-                         "(fit(rho_diag=...) releases a clustered first-stage Wald statistic instead of the F).")
+            notes.append(
+                "The first-stage F and the Anderson-Rubin set assume independent rows: with the within-cluster "
+                "correlation that the clustered standard errors allow they overstate the evidence "
+                "(fit(rho_diag=...) releases a clustered first-stage Wald statistic instead of the F).")
         return notes
 
     def _notes(self, benchmark: bool = True) -> list[str]:
@@ -330,9 +335,9 @@ class SummaryWriter:
                 "  never publish them.",
             ]
             if self.results._units is not None and self.results._units.dropped_rows:  # NON-PRIVATE counts
-                notes.append(f"  IV2SLS* is on the rows the fit keeps: {self.results._units.truncated_units} unit(s) had more "
-                             f"than {self.results._units.facts.max_rows} rows, {self.results._units.dropped_rows} row(s) left out "
-                             "(non-private counts).")
+                notes.append(f"  IV2SLS* is on the rows the fit keeps: {self.results._units.truncated_units} "
+                             f"unit(s) had more than {self.results._units.facts.max_rows} rows, "
+                             f"{self.results._units.dropped_rows} row(s) left out (non-private counts).")
         notes.append(self._inference_text(benchmark))
         if self.results.scale.moments is not None:
             notes += self._first_stage_notes()
@@ -341,8 +346,8 @@ class SummaryWriter:
         units = self.results.scale.units
         if units is not None and units.clusters is not None and units.clusters != units.unit:
             notes.append(f"Clusters: {units.clusters} ({units.n_clusters:,}), declared a public grouping of the "
-                         f"{'units' if self.results.privacy_unit is not None else 'rows'}: which cluster each belongs to and "
-                         "the number of clusters are public; each cluster's summed scores are clipped.")
+                         f"{'units' if self.results.privacy_unit is not None else 'rows'}: which cluster each "
+                         "belongs to and the number of clusters are public; each cluster's summed scores are clipped.")
         if self.results.settings.method != "moments" and self.results.scale.unit_level:
             notes.append("Error bound: not shown; the Theorem is stated for row-level privacy and independent rows.")
         elif self.results.settings.method != "moments":

@@ -1,9 +1,10 @@
 """The private parameter table: z statistics, p-values, intervals and the publishable exports.
 
-One definition, shared by :class:`~dpivreg.reporting.results.DPIVResults` and :class:`~dpivreg.reporting.release.FitRelease`:
-post-processing of the private estimate and its private standard errors (normal approximation), no privacy
-cost. The exports (:meth:`~PrivateTable.to_frame`, ``to_markdown``, ``to_csv``) hold only the private table by
-default; NON-PRIVATE columns, and any fit with a privacy leak, raise a :class:`~dpivreg.PrivacyLeakWarning`.
+One definition, shared by :class:`~dpivreg.reporting.results.DPIVResults` and
+:class:`~dpivreg.reporting.release.FitRelease`: post-processing of the private estimate and its private standard errors
+(normal approximation), no privacy cost. The exports (:meth:`~PrivateTable.to_frame`, ``to_markdown``, ``to_csv``) hold
+only the private table by default; NON-PRIVATE columns, and any fit with a privacy leak, raise a
+:class:`~dpivreg.PrivacyLeakWarning`.
 """
 
 from __future__ import annotations
