@@ -61,3 +61,9 @@ __all__ = [
     "smallest_n",
     "smallest_rho",
 ]
+
+
+def __getattr__(name: str):
+    """0.1's module paths as attributes (``dpivreg.theory`` after ``import dpivreg``), deprecated: see
+    :mod:`dpivreg._aliases`."""
+    return _aliases.moved_attribute(name)

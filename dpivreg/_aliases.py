@@ -29,7 +29,7 @@ MOVED = {
     "formula_replay": "dpivreg.data.formula_replay",
     "derived_columns": "dpivreg.data.derived_columns",
     "design": ("dpivreg.data.design", "dpivreg.data.arrays", "dpivreg.data.builders", "dpivreg.data.checks",
-               "dpivreg.data.columns", "dpivreg.data.formula"),
+               "dpivreg.data.columns", "dpivreg.data.formula", "dpivreg.errors"),
     "_dask": ("dpivreg.data.dask_design", "dpivreg.data.dask_builders"),
     "preprocess": "dpivreg.estimation.working_scale",
     "moments": "dpivreg.estimation.moments",
@@ -61,6 +61,16 @@ class _SplitModule(types.ModuleType):
             if hasattr(part, attr):
                 return getattr(part, attr)
         raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}")
+
+    def __setattr__(self, attr: str, value) -> None:
+        """A name one of the parts holds is set there (``dpivreg.engine.PROGRESS_SECONDS = 0`` reaches
+        :mod:`dpivreg.progress`, as in 0.1); anything else on the alias itself."""
+        if not attr.startswith("__") and attr != "_parts":
+            for part in self._parts:
+                if hasattr(part, attr):
+                    setattr(part, attr, value)
+                    return
+        super().__setattr__(attr, value)
 
     def __dir__(self) -> list[str]:
         return sorted({name for part in self._parts for name in dir(part)})
@@ -98,3 +108,11 @@ def install() -> None:
     """Put the finder on ``sys.meta_path`` (once)."""
     if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
         sys.meta_path.append(MovedModuleFinder())
+
+
+def moved_attribute(name: str):
+    """``dpivreg.<former module>`` as an attribute of the package (0.1 reached ``dpivreg.theory`` after ``import
+    dpivreg``): imported through the finder, so it warns as ``import dpivreg.theory`` does."""
+    if name not in MOVED:
+        raise AttributeError(f"module 'dpivreg' has no attribute {name!r}")
+    return importlib.import_module(f"dpivreg.{name}")

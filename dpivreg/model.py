@@ -21,7 +21,6 @@ from dpivreg.data.dask_design import (
     dask_r_factor,
     is_dask_collection,
 )
-from dpivreg.data.dask_units import dask_units
 from dpivreg.data.design import IVDesign, design_from_formula
 from dpivreg.data.unit_ids import resolve_units
 from dpivreg.errors import (
@@ -51,7 +50,7 @@ from dpivreg.fit_options import (
 from dpivreg.inference.covariance import ReleasedMeat, first_stage_meat_release
 from dpivreg.inference.private import moment_inference, private_inference
 from dpivreg.privacy.accounting import PrivacyBudget, Release
-from dpivreg.privacy.units import PrivacyUnits, check_max_rows
+from dpivreg.privacy.units import PrivacyUnits
 from dpivreg.progress import ProgressBar
 from dpivreg.reporting.results import DPIVResults, FitSettings
 
@@ -302,7 +301,7 @@ class DPIV2SLS:
         if privacy_unit is None and options.clusters is None:
             return None
         seed = int(_child(rng).integers(2**63)) if privacy_unit is not None else 0
-        return _resolve_units(self._design, privacy_unit=privacy_unit, clusters=options.clusters,
+        return resolve_units(self._design, privacy_unit=privacy_unit, clusters=options.clusters,
                               max_rows_per_unit=options.max_rows_per_unit, data=self._checked_data(), seed=seed)
 
     def _fit_dp2sgd(self, budget: dict, *, T, preprocess, method, init, schedule, eta, alpha, clip, exog_share,
@@ -494,17 +493,6 @@ class DPIV2SLS:
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
                            inference_note=inference_note, first_stage_meat=first_stage_meat, units=units)
-
-
-def _resolve_units(design, *, privacy_unit, clusters, max_rows_per_unit, data, seed: int) -> PrivacyUnits | None:
-    """The fit's privacy units and clusters: :func:`dpivreg.data.unit_ids.resolve_units` in memory,
-    :func:`dpivreg.data.dask_units.dask_units` on Dask."""
-    if not getattr(design, "is_dask", False):
-        return resolve_units(design, privacy_unit=privacy_unit, clusters=clusters, max_rows_per_unit=max_rows_per_unit,
-                             data=data, seed=seed)
-
-    max_rows = 1 if privacy_unit is None else check_max_rows(max_rows_per_unit)
-    return dask_units(design, data=data, privacy_unit=privacy_unit, clusters=clusters, max_rows=max_rows, seed=seed)
 
 
 @contextlib.contextmanager

@@ -30,21 +30,24 @@ PACKAGE = Path(dpivreg.__file__).parent
 MAX_MODULE_LINES = 1000
 MAX_FIT_LINES = 80
 
-#: Layers from the bottom up (docs/architecture.rst, "Layers"): a module may import its own layer and those below.
-LAYERS = {
-    "dpivreg.errors": 0, "dpivreg._validation": 0, "dpivreg._version": 0, "dpivreg._aliases": 0,
-    "dpivreg.progress": 0,
-    "dpivreg.privacy": 1,
-    "dpivreg.compute": 2,
-    "dpivreg.data": 3,
-    "dpivreg.estimation": 4,
-    "dpivreg.inference": 5,
-    "dpivreg.reporting": 6,
-    "dpivreg.datasets": 7, "dpivreg.fit_options": 7,
-    "dpivreg.model": 8,
-    "dpivreg.planning": 9,
-    "dpivreg.__main__": 10, "dpivreg": 10,
-}
+ARCHITECTURE = Path(__file__).parents[1] / "docs" / "architecture.rst"
+
+
+def documented_layers() -> dict[str, int]:
+    """module -> layer, read from the "Layers" table of docs/architecture.rst (the page is the truth; this test
+    holds the code to it). A cell's ``sub/`` names the subpackage of the ``.py`` files after it."""
+    table = ARCHITECTURE.read_text(encoding="utf-8").split("\nLayers\n", 1)[1].split("\nThe privacy boundary\n", 1)[0]
+    layers = {}
+    for number, cell in re.findall(r"\* - (\d+)\n\s+- (.+?)\n\s+- ", table, re.DOTALL):
+        package = "dpivreg"
+        for token in re.findall(r"``([^`]+)``", cell):
+            if token.endswith("/"):
+                package = "dpivreg." + token.rstrip("/")
+                layers[package] = int(number)
+            elif token.endswith(".py"):
+                stem = token[:-3]
+                layers[package if stem == "__init__" else f"{package}.{stem}"] = int(number)
+    return layers
 
 
 def module_files(root: Path) -> dict[str, Path]:
@@ -122,12 +125,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def layer(module: str) -> int:
-    parts = module.split(".")
-    for k in range(len(parts), 0, -1):
-        if ".".join(parts[:k]) in LAYERS:
-            return LAYERS[".".join(parts[:k])]
-    raise KeyError(f"{module} has no layer in LAYERS: add it (and to docs/architecture.rst)")
+def test_the_layers_table_names_every_module():
+    """Every module of the package has its row in docs/architecture.rst's layers table, and the table names no
+    module that does not exist."""
+    assert set(documented_layers()) == set(module_files(PACKAGE))
 
 
 def test_the_cycle_finder_sees_an_import_hidden_in_a_function(tmp_path):
@@ -156,8 +157,9 @@ def test_no_import_cycle():
 def test_imports_point_down_the_pipeline():
     """Each import goes to the module's own layer or one below (errors < privacy < compute < data < estimation <
     inference < reporting < the model < planning): the stages never reach up."""
+    layers = documented_layers()
     upward = [f"{a} -> {b}" for a, targets in import_graph(PACKAGE).items() for b in sorted(targets)
-              if layer(b) > layer(a)]
+              if layers[b] > layers[a]]
     assert upward == []
 
 
@@ -169,6 +171,18 @@ def test_stages_are_subpackages():
 def test_no_module_over_a_thousand_lines():
     sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in module_files(PACKAGE).items()}
     assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_no_exception_class_is_defined_outside_errors():
+    """From the source: no class anywhere (nested ones included) derives from a Warning, Error or Exception."""
+    found = []
+    for name, path in module_files(PACKAGE).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and name != "dpivreg.errors":
+                bases = [ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases]
+                if any(base.endswith(("Warning", "Error", "Exception")) for base in bases):
+                    found.append(f"{name}.{node.name}")
+    assert found == []
 
 
 def test_every_warning_and_error_class_is_defined_in_errors_and_exported():
@@ -231,12 +245,57 @@ def test_moved_modules_warn_and_are_the_new_modules():
                 sys.modules[name] = saved
         if isinstance(new, str):
             assert alias is importlib.import_module(new)
-        else:
+        else:  # each name from the first part that has it
             parts = [importlib.import_module(part) for part in new]
             for part in parts:
                 for attr in getattr(part, "__all__", ()):
-                    assert getattr(alias, attr) is getattr(part, attr) or any(
-                        getattr(earlier, attr, None) is getattr(alias, attr) for earlier in parts)
+                    owner = next(p for p in parts if hasattr(p, attr))
+                    assert getattr(alias, attr) is getattr(owner, attr)
+
+
+def test_old_module_paths_as_package_attributes_and_assignments_through_them():
+    """0.1 reached ``dpivreg.theory`` after ``import dpivreg`` and let users set e.g.
+    ``dpivreg.engine.PROGRESS_SECONDS`` (the fit's docstring said so): both still work, with the deprecation warning;
+    a split alias sets the name in the part that holds it."""
+    from dpivreg import progress
+
+    saved_module, saved_attribute = sys.modules.pop("dpivreg.theory", None), vars(dpivreg).pop("theory", None)
+    try:  # as in a fresh interpreter: not imported yet, so the package's __getattr__ is asked
+        with pytest.warns(DeprecationWarning, match="dpivreg.theory moved to"):
+            assert dpivreg.theory.plan is dpivreg.plan
+    finally:
+        if saved_module is not None:
+            sys.modules["dpivreg.theory"] = saved_module
+            dpivreg.theory = saved_attribute
+    with pytest.raises(AttributeError):
+        dpivreg.no_such_module  # noqa: B018
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import dpivreg.engine as old_engine
+    saved = progress.PROGRESS_SECONDS
+    try:
+        old_engine.PROGRESS_SECONDS = 0.0
+        assert progress.PROGRESS_SECONDS == 0.0
+    finally:
+        progress.PROGRESS_SECONDS = saved
+
+
+def test_the_0_1_resolve_units_still_takes_a_dask_design():
+    dd = pytest.importorskip("dask.dataframe")
+    import numpy as np
+    import pandas as pd
+
+    from dpivreg.data.unit_ids import resolve_units
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"y": rng.normal(size=40), "x": rng.normal(size=40), "z": rng.normal(size=40),
+                          "hh": np.repeat(np.arange(10), 4)})
+    ddf = dd.from_pandas(frame, npartitions=2)
+    model = DPIV2SLS.from_formula("y ~ 1 + [x ~ z]", ddf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        units = resolve_units(model.design, privacy_unit="hh", clusters=None, max_rows_per_unit=4, data=ddf, seed=1)
+    assert units.facts.n_units == 10
 
 
 def test_the_simulation_names_of_0_1_inference_warn():
@@ -249,7 +308,7 @@ def test_the_simulation_names_of_0_1_inference_warn():
 
 def _newcomer_table() -> list[tuple[str, str, str]]:
     """(question, file, name) rows of docs/architecture.rst's "A newcomer's questions" table."""
-    text = (Path(__file__).parents[1] / "docs" / "architecture.rst").read_text(encoding="utf-8")
+    text = ARCHITECTURE.read_text(encoding="utf-8")
     table = text.split("A newcomer's questions", 1)[1].split("\nMoved in 0.2", 1)[0]
     rows = re.findall(r"\* - (.+?)\n\s+- ``(.+?)``\n\s+- ``(.+?)``", table)
     return [row for row in rows if row[0] != "question"]

@@ -24,7 +24,7 @@ the rows carries a leak that :meth:`dpivreg.DPIV2SLS.fit` announces with a
 
 Checks that read the rows (constant, duplicate or collinear columns, infinite values, too few complete
 rows) must run before anything is fitted; their verdicts are seen only by the data holder and are not
-releases (their messages say so, :data:`DATA_CHECK_NOTE`). A declared level (or a requested indicator)
+releases (their messages say so, :data:`dpivreg.errors.DATA_CHECK_NOTE`). A declared level (or a requested indicator)
 that does not occur gives an all-zero column; it is exempt from those checks, so its absence does not fail
 the fit and shows only through the private releases; but the noise of its (empty) moments, amplified by the
 private whitening, costs every coefficient its precision (docs: the privacy boundary).
@@ -48,8 +48,6 @@ __all__ = ["MISSING_POLICIES", "BoundaryFacts", "MissingPolicy", "missing_policy
 #: Values of ``missing=``: drop rows with a missing value (a leak when any is dropped), drop them with the
 #: missingness declared public, or fill them with public values (every row kept).
 MISSING_POLICIES: tuple[str, ...] = ("drop", "drop-public", "fill")
-
-#: Sentence that every check reading the rows appends to its error (or warning).
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 

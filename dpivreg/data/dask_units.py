@@ -16,9 +16,8 @@ import pandas as pd
 from dpivreg.compute.backends import add_parts, one_pass
 from dpivreg.data.cross_products import ColumnFactor
 from dpivreg.data.dask_design import DaskIVDesign, blockwise_sum, dask_r_factor
-from dpivreg.data.unit_ids import _label
 from dpivreg.errors import DATA_CHECK_NOTE
-from dpivreg.privacy.units import DaskGroups, PrivacyUnits, UnitFacts, row_keys, starts_of
+from dpivreg.privacy.units import DaskGroups, PrivacyUnits, UnitFacts, row_keys, starts_of, unit_label
 
 
 # ---------------------------------------------------------------------------
@@ -211,8 +210,8 @@ def dask_units(design: DaskIVDesign, *, data: Any, privacy_unit: Any, clusters: 
         return pieces[0] if len(pieces) == 1 else da.concatenate(pieces, axis=0)
 
     values = column("values", (d,), np.float64)
-    facts = UnitFacts(None if row_level else _label(unit_name), int(n_units),
-                      1 if row_level else int(max_rows), None if cluster_name is None else _label(cluster_name),
+    facts = UnitFacts(None if row_level else unit_label(unit_name), int(n_units),
+                      1 if row_level else int(max_rows), None if cluster_name is None else unit_label(cluster_name),
                       n_clusters)
     groups = DaskGroups(column("units", (), np.uint64),
                         column("clusters", (), np.uint64) if cluster_name is not None else None,

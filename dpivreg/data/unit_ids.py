@@ -13,8 +13,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpivreg.data.dask_units import dask_units
 from dpivreg.errors import DATA_CHECK_NOTE
-from dpivreg.privacy.units import PrivacyUnits, RowGroups, UnitFacts, check_max_rows, row_keys, starts_of
+from dpivreg.privacy.units import (
+    PrivacyUnits,
+    RowGroups,
+    UnitFacts,
+    check_max_rows,
+    row_keys,
+    starts_of,
+    unit_label,
+)
 
 __all__ = ["resolve_units"]
 
@@ -47,14 +56,16 @@ def resolve_units(design, *, privacy_unit: Any, clusters: Any, max_rows_per_unit
     if privacy_unit is None and clusters is None:
         return None
     m = 1 if privacy_unit is None else check_max_rows(max_rows_per_unit)
+    if getattr(design, "is_dask", False):
+        return dask_units(design, data=data, privacy_unit=privacy_unit, clusters=clusters, max_rows=m, seed=seed)
     n = design.nobs
     positions = getattr(design, "source_rows", None)  # the design's rows in the source (None: all, in order)
-    unit_name = None if privacy_unit is None else _label(privacy_unit)
+    unit_name = None if privacy_unit is None else unit_label(privacy_unit)
     n_units, unit_codes = n, np.arange(n, dtype=np.int64)  # at row level a row is the unit
     if privacy_unit is not None:
         n_units, unit_codes = _codes(_ids(privacy_unit, "privacy_unit", design, data), "privacy_unit", unit_name,
                                      positions)
-    cluster_name = None if clusters is None else _label(clusters)
+    cluster_name = None if clusters is None else unit_label(clusters)
     same = clusters is not None and privacy_unit is not None and _same_column(clusters, privacy_unit)
     n_clusters, cluster_codes = (n_units, unit_codes) if same else (None, None)  # by the unit: nothing more to do
     if clusters is not None and not same:
@@ -84,14 +95,6 @@ def resolve_units(design, *, privacy_unit: Any, clusters: Any, max_rows_per_unit
     facts = UnitFacts(unit_name, int(n_units), m, cluster_name, n_clusters)
     groups = RowGroups(unit_starts, cluster_starts, int(order.size), int(n_units), n_clusters)
     return PrivacyUnits(facts, order.astype(np.int64), groups, truncated, dropped)
-
-
-def _label(value: Any) -> str:
-    """A name for the unit or clusters: the column's name, or the Series' name, or "array"."""
-    if isinstance(value, Hashable) and not isinstance(value, (np.ndarray, pd.Series, pd.Index)):
-        return str(value)
-    name = getattr(value, "name", None)
-    return "array" if name is None else str(name)
 
 
 def _same_column(a: Any, b: Any) -> bool:

@@ -24,7 +24,9 @@ from dpivreg.inference.private import (
 )
 
 __all__ = ["MAX_BIAS_SE", "MC_TOLERANCE", "MIN_REPLICATIONS", "PrivateInference", "moment_inference",
-           "noise_covariance", "private_inference", "residual_variance_release", "sampling_release"]
+           "noise_covariance", "private_inference", "residual_variance_release", "sampling_release",
+           # deprecated here (module __getattr__ below): 0.1's names of the simulation
+           *_simulation.__all__]
 
 
 def __getattr__(name: str):

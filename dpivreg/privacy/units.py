@@ -58,13 +58,25 @@ Python loop over the groups (:func:`group_sums`).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 
-__all__ = ["DEFAULT_MAX_ROWS", "UnitFacts", "RowGroups", "DaskGroups", "PrivacyUnits", "group_sums", "row_keys",
-           "check_max_rows", "starts_of"]
+__all__ = [
+    "DEFAULT_MAX_ROWS",
+    "UnitFacts",
+    "RowGroups",
+    "DaskGroups",
+    "PrivacyUnits",
+    "group_sums",
+    "row_keys",
+    "unit_label",
+    "check_max_rows",
+    "starts_of",
+]
 
 #: Default ``max_rows_per_unit``: the rows a unit may keep (see the docs' "Who is protected?" for the evidence).
 DEFAULT_MAX_ROWS = 10
@@ -315,3 +327,12 @@ def group_sums(row_terms: Callable[[slice], np.ndarray], starts: np.ndarray, n_r
             consume(sums[:-1])
     if carry is not None:
         consume(carry[None, :])
+
+
+def unit_label(value: Any) -> str:
+    """A name for the privacy unit or the clusters (public: what the caller passed): the column's name, or the
+    Series' name, or "array"."""
+    if isinstance(value, Hashable) and not isinstance(value, (np.ndarray, pd.Series, pd.Index)):
+        return str(value)
+    name = getattr(value, "name", None)
+    return "array" if name is None else str(name)
