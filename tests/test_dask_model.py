@@ -560,3 +560,63 @@ def test_unit_columns_with_falsy_names_work_on_dask():
     eager = _quiet(DPIV2SLS.from_formula(panel.formula, renamed).fit, **kwargs)
     _assert_close(lazy.params, eager.params)
     assert lazy.scale.units == eager.scale.units
+
+
+# ----------------------------------------------------------------------------------------
+# ids by value and any partition layout (issue 40, item 5)
+# ----------------------------------------------------------------------------------------
+def test_ids_hash_by_value_whatever_the_partition_dtype():
+    """int 3, float 3.0, an object-held 3 and numpy's 3 are one id (as pd.factorize codes a pandas column); the
+    string "3", 3.5 and the float whose bits equal an integer id are other ids; missing ids are counted."""
+    from dpivreg.data.dask_units import _id_hashes
+
+    def one(values):
+        return _id_hashes(pd.Series(values))[0]
+
+    three = one(np.array([3], dtype=np.int64))[0]
+    assert one(np.array([3.0]))[0] == three
+    assert one(np.array([3], dtype=np.uint8))[0] == three
+    assert one(pd.Series([3, "a"], dtype=object))[0] == three
+    assert one(pd.Series([np.float32(3.0), "a"], dtype=object))[0] == three
+    assert one(np.array([True]))[0] == one(np.array([1]))[0]
+    assert one(pd.Series(["3"], dtype=object))[0] != three
+    bits = int(np.array([3.5]).view(np.int64)[0])
+    assert len({one(np.array([3.5]))[0], one(np.array([bits]))[0], three}) == 3
+    hashes, missing = _id_hashes(pd.Series([1.0, np.nan, 2.0, None], dtype=object))
+    assert missing == 2 and hashes[0] == one(np.array([1]))[0]
+
+
+def _ids_across_partitions():
+    """600 units whose rows lie in every partition (ids 0 … 599 repeated), and coarser clusters."""
+    panel, df, _ = _panel_frames(600)
+    return panel, df.sample(frac=1.0, random_state=0).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("layout", ["float-in-some-partitions", "from_delayed", "parquet"])
+@pytest.mark.parametrize("options", [{"privacy_unit": "unit"}, {"privacy_unit": "unit", "clusters": "region"},
+                                     {"clusters": "unit"}], ids=["unit", "unit+clusters", "clusters"])
+def test_units_and_clusters_equal_pandas_for_any_partition_layout(layout, options, tmp_path):
+    """Ids held as int64 in some partitions and float64 in others are the same units (before: 2N units and other
+    clustered standard errors); a ``dd.from_delayed(verify_meta=False)`` frame, the way to hold such partitions,
+    fits at all; a parquet frame whose column projection merges partitions groups its rows correctly (before: an
+    IndexError). With every budget infinite the fit equals pandas: units, clusters, estimates and SEs."""
+    panel, df = _ids_across_partitions()
+    floats = df.assign(unit=df["unit"].astype("float64"), region=df["region"].astype("float64"))
+    quarters = np.array_split(np.arange(len(df)), 4)
+    if layout == "float-in-some-partitions":
+        data = dd.from_pandas(df, npartitions=4).map_partitions(
+            lambda part: part.astype({"unit": "float64", "region": "float64"}) if part.index[0] % 2 else part,
+            meta=df.iloc[:0])
+    elif layout == "from_delayed":
+        parts = [(floats if i % 2 else df).iloc[rows] for i, rows in enumerate(quarters)]
+        data = dd.from_delayed([dask.delayed(p) for p in parts], meta=df.iloc[:0], verify_meta=False)
+    else:
+        df.to_parquet(tmp_path / "panel.parquet", row_group_size=len(df) // 8)
+        data = dd.read_parquet(tmp_path / "panel.parquet", split_row_groups=True)
+    kwargs = {"rho1": np.inf, "rho2": np.inf, "rho0": np.inf, "rho_clip": np.inf, "rho_inf": np.inf,
+              "bounds": panel.bounds, "seed": 3, **options}
+    eager = _quiet(DPIV2SLS.from_formula(panel.formula, df).fit, **kwargs)
+    lazy = _quiet(DPIV2SLS.from_formula(panel.formula, data).persist().fit, **kwargs)
+    assert lazy.scale.units == eager.scale.units
+    _assert_close(lazy.params, eager.params, rtol=1e-8)
+    _assert_close(lazy.bse, eager.bse, rtol=1e-8)

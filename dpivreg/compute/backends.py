@@ -122,11 +122,27 @@ _PASS_LISTENERS: list = []
 @contextlib.contextmanager
 def one_pass():
     """One pass over the rows: counted (:func:`count_passes`) when it starts, reported to the listeners of
-    :func:`on_passes` when it has ended (not when it fails)."""
+    :func:`on_passes` when it has ended (not when it fails); Dask's graphs computed in it unfused
+    (:func:`unfused_dask`)."""
     _count_pass()
-    yield
+    with unfused_dask():
+        yield
     for listener in tuple(_PASS_LISTENERS):
         listener()
+
+
+@contextlib.contextmanager
+def unfused_dask():
+    """Dask computations without the low-level fusion of linear task chains (``optimization.fuse.active``), when
+    Dask is in use. That fusion breaks graphs built on ``dd.from_delayed(..., verify_meta=False)`` frames, the way to
+    hold partitions whose dtypes differ (``KeyError: 'pop from an empty set'`` or "Missing dependency", dask 2026.8.0),
+    and a pass gains little from it: a few tasks per partition, each holding a block of rows."""
+    dask = sys.modules.get("dask")
+    if dask is None:  # nothing of Dask to compute (and Dask is optional)
+        yield
+        return
+    with dask.config.set({"optimization.fuse.active": False}):
+        yield
 
 
 @contextlib.contextmanager

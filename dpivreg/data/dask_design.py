@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from dpivreg.compute.backends import add_parts, one_pass
+from dpivreg.compute.backends import add_parts, one_pass, unfused_dask
 from dpivreg.compute.backends import is_dask_collection as _is_dask_collection
 from dpivreg.data.arrays import _numpy_columns
 from dpivreg.data.boundary import BoundaryFacts, missing_policy
@@ -245,7 +245,8 @@ class DaskIVDesign(BoundaryFacts, _DesignNames):
         (and reads the source) once instead of once per pass. Needs nobs × d × 8 bytes of
         (distributed) memory.
         """
-        return dataclasses.replace(self, values=self.values.persist(), persisted=True)
+        with unfused_dask():
+            return dataclasses.replace(self, values=self.values.persist(), persisted=True)
 
 
 # ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ data): only counts and sums leave the workers.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Hashable
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpivreg.compute.backends import add_parts, one_pass
+from dpivreg.compute.backends import add_parts, one_pass, unfused_dask
 from dpivreg.data.cross_products import ColumnFactor
 from dpivreg.data.dask_design import DaskIVDesign, blockwise_sum, dask_r_factor
 from dpivreg.errors import DATA_CHECK_NOTE
@@ -24,18 +25,55 @@ from dpivreg.privacy.units import DaskGroups, PrivacyUnits, UnitFacts, row_keys,
 # Privacy units (dpivreg.privacy.units): hash the ids, shuffle once, group per partition
 # ---------------------------------------------------------------------------
 def _id_hashes(ids: Any) -> tuple[np.ndarray, int]:
-    """64-bit hashes of ids (pandas' ``hash_array``: the same in every process) and the number of missing ids."""
+    """64-bit hashes of ids by value (pandas' ``hash_array``: the same in every process) and the number of missing
+    ids. Equal values hash alike whatever a partition's dtype, as ``pd.factorize`` codes a pandas column: an id
+    read as int64 in one partition and as float64 in another (a CSV column with a missing value in that partition
+    only), or held as a Python int in an object column, is one unit (3, 3.0 and True == 1 are one id; the string
+    "3" is another)."""
     values = np.asarray(ids.to_numpy() if hasattr(ids, "to_numpy") else ids)
-    return pd.util.hash_array(values), int(pd.isna(values).sum())
+    missing = np.asarray(pd.isna(values), dtype=bool)
+    hashes = np.zeros(values.shape[0], dtype=np.uint64)
+    if values.dtype.kind in "biuf":
+        hashes[~missing] = _number_hashes(values[~missing])
+        return hashes, int(missing.sum())
+    values = values.astype(object)
+    number = np.array([not m and isinstance(v, numbers.Real) for v, m in zip(values, missing)], dtype=bool)
+    if number.any():
+        hashes[number] = _number_hashes(np.array([float(v) if isinstance(v, float) else v for v in values[number]]))
+    other = ~number & ~missing
+    if other.any():
+        hashes[other] = pd.util.hash_array(values[other])
+    return hashes, int(missing.sum())
 
 
-def _unit_buckets(raw: np.ndarray, unit_ids: Any, cluster_ids: Any, offset: int, seed: int, buckets: int) -> list:
+#: Added to the hash of a non-integral float id so that it cannot meet the hash of an integer id with the same bits.
+_FLOAT_DOMAIN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _number_hashes(values: np.ndarray) -> np.ndarray:
+    """Hashes of real numbers by value: integral ones as int64 (booleans and integral floats included), others
+    (fractions, infinities, and integers beyond int64) by their float64 bits in a separate domain."""
+    values = np.asarray(values)
+    if values.dtype.kind in "biu" and (values.dtype.kind != "u" or values.max(initial=0) <= np.iinfo(np.int64).max):
+        return pd.util.hash_array(values.astype(np.int64))
+    floats = values.astype(np.float64)
+    integral = np.isfinite(floats) & (floats == np.round(floats)) & (np.abs(floats) < 2.0**63)
+    out = np.empty(floats.shape[0], dtype=np.uint64)
+    out[integral] = pd.util.hash_array(floats[integral].astype(np.int64))
+    out[~integral] = pd.util.hash_array(floats[~integral]) + _FLOAT_DOMAIN
+    return out
+
+
+def _unit_buckets(raw: np.ndarray, part: pd.DataFrame, unit_name: Hashable | None, cluster_name: Hashable | None,
+                  offset: int, seed: int, buckets: int) -> list:
     """One source partition's kept design rows, with their unit's and cluster's hashes and truncation keys (the keys
     of :func:`dpivreg.privacy.units.row_keys` at the rows' positions in the design, as in memory), split into
     ``buckets`` by the hash of the cluster (which contains the unit): (values, units, clusters, keys) per bucket; then
     the partition's census over ALL its rows (the dropped ones too: the public counts N and G are over the whole data):
-    its distinct unit and cluster hashes, (unit, cluster) pairs and missing ids. ``unit_ids`` None: each row is its
-    own unit (its design position its id)."""
+    its distinct unit and cluster hashes, (unit, cluster) pairs and missing ids. The ids are the partition's columns
+    ``unit_name`` and ``cluster_name``; ``unit_name`` None: each row is its own unit (its design position its id)."""
+    unit_ids = None if unit_name is None else part[unit_name]
+    cluster_ids = None if cluster_name is None else part[cluster_name]
 
     kept = ~np.isnan(raw).any(axis=1)
     values = raw[kept]
@@ -162,21 +200,23 @@ def dask_units(design: DaskIVDesign, *, data: Any, privacy_unit: Any, clusters: 
                              f"{list(data.columns)[:20]}).")
         names.append(value)
     unit_name, cluster_name = names
-    if len(design.partitions) != data.npartitions:
+    # the frame's own partitions, those the design was built from (a column's to_delayed() may merge partitions: a
+    # projected parquet read does)
+    frames = list(data.to_delayed())
+    if len(design.partitions) != len(frames):
         raise ValueError("the Dask DataFrame's partitions changed since the model was built: build the model again.")
     parts = len(design.partitions)
-    none = [None] * parts
-    units_of = none if unit_name is None else data[unit_name].to_delayed()
-    clusters_of = none if cluster_name is None or cluster_name == unit_name else data[cluster_name].to_delayed()
+    other_clusters = None if cluster_name is None or cluster_name == unit_name else cluster_name
     offsets = np.concatenate([[0], np.cumsum([m for _, m in design.partitions])[:-1]])
     d = len(design.column_names)
-    split = [dask.delayed(_unit_buckets, nout=parts + 1)(raw, units_of[i], clusters_of[i], int(offsets[i]), seed,
-                                                          parts)
+    split = [dask.delayed(_unit_buckets, nout=parts + 1)(raw, frames[i], unit_name, other_clusters, int(offsets[i]),
+                                                          seed, parts)
              for i, (raw, _) in enumerate(design.partitions)]
     row_level = unit_name is None
     grouped = [dask.delayed(_group_bucket)([split[i][b] for i in range(parts)], max_rows, d) for b in range(parts)]
     if design.persisted:
-        grouped = list(dask.persist(*grouped))
+        with unfused_dask():
+            grouped = list(dask.persist(*grouped))
     else:
         warnings.warn("grouping the rows by privacy unit on Dask shuffles them, and every pass of the fit repeats the "
                       "shuffle unless the model is persisted first: model.persist().fit(...) groups them once (it "

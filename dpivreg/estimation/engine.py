@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpivreg._validation import check_positive, check_raw_clip, check_rho, check_T
-from dpivreg.compute.backends import DaskRows, InMemoryRows, RowSource, is_dask_collection, one_pass
+from dpivreg.compute.backends import DaskRows, InMemoryRows, RowSource, is_dask_collection, one_pass, unfused_dask
 from dpivreg.compute.kernels import KERNELS, pass_matrix
 from dpivreg.errors import DivergenceError, PrivacyLeakWarning
 from dpivreg.privacy.accounting import CALIBRATIONS, PrivacyBudget, Release, noise_std
@@ -301,7 +301,8 @@ def _validate_dask_data(Z, X, Y, n_exog, *, kernel: str, grouping: dict | None =
         _check_number_dtype(a.dtype, name)
         a = _fix_ndim(a, name, ndim)
         if any(math.isnan(c) for c in a.chunks[0]):
-            a = a.compute_chunk_sizes()
+            with unfused_dask():
+                a = a.compute_chunk_sizes()
         arrays[name] = a.astype(np.float64)
     Z, X, Y = arrays["Z"], arrays["X"], arrays["Y"]
     n_exog = _check_shapes(Z.shape, X.shape, Y.shape, n_exog)
