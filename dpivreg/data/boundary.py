@@ -19,7 +19,9 @@ the rows carries a leak that :meth:`dpivreg.DPIV2SLS.fit` announces with a
 * levels of a category read from the data (a text column, ``C(x)`` of a column that is not a pandas
   ``Categorical``, levels computed in the formula): which levels occur decides the parameters' names
   and number;
-* stateful transforms (``center``, ``scale``, ``bs``, ...), whose parameters are learned from the rows;
+* stateful transforms (``center``, ``scale``, ``bs``, ...), whose parameters are learned from the rows, and any
+  other term whose value in a row depends on other rows (``I(w - w.mean())``, ``I(w.rank())``,
+  ``np.where(w > np.median(w), 1, 0)``): refused on Dask, a leak on pandas;
 * rows that the formula itself makes missing (``np.log`` of 0), under every policy.
 
 Checks that read the rows (constant, duplicate or collinear columns, infinite values, too few complete
@@ -76,6 +78,10 @@ class BoundaryFacts:
     stateful : tuple of str
         The formula's stateful transforms (``center(x)``, ``bs(x)``, ...), whose parameters come from the
         rows (a leak).
+    row_reading : tuple of str
+        The formula's other expressions whose value in a row depends on other rows (``I(w - w.mean())``,
+        ``I(w.rank())``, ``np.where(w > np.median(w), 1, 0)``), each with why
+        (:func:`dpivreg.data.formula_replay.row_reading_terms`; a leak).
     """
 
     missing: str = "drop"
@@ -85,6 +91,7 @@ class BoundaryFacts:
     data_columns: tuple[Hashable, ...] = ()
     unit_columns: tuple[Hashable, ...] = ()
     stateful: tuple[str, ...] = ()
+    row_reading: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -300,6 +307,13 @@ def design_leaks(design: Any, units: Any = None) -> list[str]:
             f"the transform(s) {', '.join(stateful)} learned their parameters (means, scales, knots) from the rows. "
             "Compute the transformed column from public values first (e.g. df['x_c'] = df['x'] - public_mean) "
             "and use it in the formula.")
+    row_reading = getattr(design, "row_reading", ())
+    if row_reading:
+        leaks.append(
+            f"the formula term(s) {'; '.join(row_reading)}: each row's value depends on the other rows, so the "
+            "row-level guarantee does not hold for any release made from them. Use the raw column with public bounds "
+            "(centring and scaling are done privately by the fit), or compute the term from public values first "
+            "(e.g. df['w_c'] = df['w'] - public_mean).")
     levels = design.data_levels
     if levels:
         leaks.append(

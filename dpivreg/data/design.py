@@ -79,9 +79,11 @@ from dpivreg.data.cross_products import ColumnFactor, block_factor, combine_fact
 from dpivreg.data.derived_columns import DerivedColumn
 from dpivreg.data.formula import (
     _BLOCKS,
+    _block_formulas,
     _FormulaParts,
     _split_formula,
 )
+from dpivreg.data.formula_replay import row_reading_terms
 from dpivreg.errors import DATA_CHECK_NOTE, DroppedRowsWarning, EncodedMissingWarning
 
 __all__ = ["IVDesign", "design_from_formula"]
@@ -816,7 +818,10 @@ def formula_boundary(data: Any, parts: _FormulaParts, policy: MissingPolicy, add
     categorical, stateful = _factor_kinds(parts, sample, context, engine)
     data_levels = data_derived_levels(data, categorical)
     declared = [factor for factor in categorical if factor not in data_levels]
-    return {"missing": policy.how, "data_levels": data_levels, "stateful": stateful,
+    rows = sample if len(data) else None  # real rows (a Dask design passes its meta, and a synthetic sample)
+    row_reading = row_reading_terms(_block_formulas(parts).values(), data, context, sample=rows,
+                                    known=stateful)
+    return {"missing": policy.how, "data_levels": data_levels, "stateful": stateful, "row_reading": row_reading,
             "zero_allowed": declared_zero_columns(names, declared, added),
             "data_columns": tuple(data.columns), "unit_columns": unit_columns(names, categorical, data, added)}
 

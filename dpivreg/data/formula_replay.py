@@ -36,7 +36,7 @@ import ast
 import builtins
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Number
 from types import ModuleType
@@ -45,7 +45,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-__all__ = ["ReplayProblem", "expression_names", "expression_problem", "formula_problems", "replay_problems"]
+__all__ = ["ReplayProblem", "expression_names", "expression_problem", "formula_problems", "replay_problems",
+           "row_reading_terms"]
 
 #: formulaic's transforms that act on each row alone: ``I`` is the identity, ``Q`` reads a column by its quoted name,
 #: ``C`` codes a category (its levels are checked separately, from the spec's encoders).
@@ -128,6 +129,59 @@ def formula_problems(text: str, data: pd.DataFrame, context: Mapping[str, Any]) 
         return []
     return list(dict.fromkeys(_factor_problems((factor for term in terms for factor in term.factors), data,
                                                context)))
+
+
+def row_reading_terms(texts: Iterable[str | None], data: pd.DataFrame, context: Mapping[str, Any], *,
+                      sample: pd.DataFrame | None = None, known: Iterable[str] = ()) -> tuple[str, ...]:
+    """The expressions of a formula's blocks whose value in a row depends on other rows, each with why: a privacy
+    leak, since the row-level guarantee assumes each row's design values are a function of that row alone.
+
+    From the text (:func:`formula_problems`): methods of a column (``w.mean()``, ``w.rank()``, ``w.shift(1)``),
+    functions that are not element-wise (``np.median(w)``, ``sum``), and the other kinds of :func:`expression_problem`.
+    With ``sample`` (real rows of the data), a call of the caller's own function is also tried on it: if its values
+    change when the sample is cut in half or reversed (:func:`_depends_on_other_rows`), it reads other rows. Not
+    listed: expressions in ``known`` (the stateful transforms, announced on their own), categories whose levels come
+    from the data (announced as ``data_levels``) and arrays of the caller's namespace.
+    """
+    known = set(known)
+    found: dict[str, str] = {}
+    for text in texts:
+        if text is None:
+            continue
+        for problem in formula_problems(text, data, context):
+            expression = problem.expression
+            if expression in known or expression in found:
+                continue
+            if problem.kind == "other rows":
+                found[expression] = problem.why
+            elif problem.kind == "unknown function" and sample is not None and _depends_on_other_rows(
+                    expression, sample, context):
+                found[expression] = (f"{problem.why.removesuffix(', which may read other rows')}, whose values on the "
+                                     "data's first rows change when other rows are left out or reordered")
+    return tuple(f"{expression}: {why}" for expression, why in found.items())
+
+
+def _depends_on_other_rows(expression: str, sample: pd.DataFrame, context: Mapping[str, Any]) -> bool:
+    """Whether ``expression``'s values on ``sample`` change when it is evaluated on the sample's first half or on
+    the sample reversed (a row-wise expression gives each row the same value either way). An expression that fails
+    on a part of the sample (an array of the data's length, say) reads other rows too. Too few rows to cut: False."""
+    from formulaic import model_matrix  # noqa: PLC0415 - formulaic is imported with the formula
+
+    rows = sample.shape[0]
+    if rows < 4:
+        return False
+
+    def values(frame: pd.DataFrame) -> np.ndarray:
+        matrix = model_matrix(f"0 + {expression}", frame, context=dict(context), na_action="ignore")
+        return np.asarray(matrix, dtype=np.float64)
+
+    try:
+        whole, half, reverse = values(sample), values(sample.iloc[: rows // 2]), values(sample.iloc[::-1])[::-1]
+    except Exception:  # noqa: BLE001 - failing on part of the rows is reading the others
+        return True
+    return not (whole.shape == reverse.shape and whole[: rows // 2].shape == half.shape
+                and np.allclose(whole[: rows // 2], half, rtol=1e-12, atol=0.0, equal_nan=True)
+                and np.allclose(whole, reverse, rtol=1e-12, atol=0.0, equal_nan=True))
 
 
 def _factor_problems(factors: Any, data: pd.DataFrame, context: Mapping[str, Any]) -> list[ReplayProblem]:
