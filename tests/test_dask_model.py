@@ -584,6 +584,13 @@ def test_ids_hash_by_value_whatever_the_partition_dtype():
     assert len({one(np.array([3.5]))[0], one(np.array([bits]))[0], three}) == 3
     hashes, missing = _id_hashes(pd.Series([1.0, np.nan, 2.0, None], dtype=object))
     assert missing == 2 and hashes[0] == one(np.array([1]))[0]
+    # exact beyond float64's integers (review: uint64 ids above 2^63 and big Python ints were merged)
+    for values, dtype in [([2**63 + 5, 2**63 + 6, 5, 6], "uint64"), ([2**53, 2**53 + 1, 2**63 + 5], "uint64"),
+                          ([2**53, 2**53 + 1, 0.5], object), ([2**63 + 1, 2**63 + 2, 3, 2**70], object)]:
+        column = pd.Series(values, dtype=dtype)
+        assert len(set(_id_hashes(column)[0])) == pd.factorize(column)[1].size == len(values)
+    assert one(np.array([2**63 + 5], dtype=np.uint64))[0] == one(pd.Series([2**63 + 5], dtype=object))[0]
+    assert one(np.array([2.0**63]))[0] == one(np.array([2**63], dtype=np.uint64))[0]
 
 
 def _ids_across_partitions():

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import uuid
+import warnings
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -502,7 +503,15 @@ def dask_design_from_formula(formula: str, data: Any, *, context: Mapping[str, A
     return _finish(raws, stats, names, formula=formula, formula_engine=formula_engine,
                    source="design_from_formula", stacklevel=3, encoded_columns=used,
                    boundary=formula_boundary(meta, parts, policy, added, sample_blocks, sample, context,
-                                            formula_engine))
+                                            formula_engine, rows=lambda: _first_rows(data)))
+
+
+def _first_rows(data: Any, rows: int = 256) -> pd.DataFrame:
+    """The first rows of the first partition (read only to try the caller's own functions of a formula:
+    :func:`dpivreg.data.formula_replay.row_reading_terms`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "insufficient elements for head": a short first partition
+        return data.head(rows, npartitions=1, compute=True)
 
 
 # ---------------------------------------------------------------------------

@@ -28,39 +28,89 @@ def _id_hashes(ids: Any) -> tuple[np.ndarray, int]:
     """64-bit hashes of ids by value (pandas' ``hash_array``: the same in every process) and the number of missing
     ids. Equal values hash alike whatever a partition's dtype, as ``pd.factorize`` codes a pandas column: an id
     read as int64 in one partition and as float64 in another (a CSV column with a missing value in that partition
-    only), or held as a Python int in an object column, is one unit (3, 3.0 and True == 1 are one id; the string
-    "3" is another)."""
+    only), or held as a Python int in an object column, is one unit (3, 3.0 and True are one id; the string "3",
+    3.5 and 2⁶³ + 1 as an exact integer are others)."""
     values = np.asarray(ids.to_numpy() if hasattr(ids, "to_numpy") else ids)
     missing = np.asarray(pd.isna(values), dtype=bool)
     hashes = np.zeros(values.shape[0], dtype=np.uint64)
-    if values.dtype.kind in "biuf":
-        hashes[~missing] = _number_hashes(values[~missing])
-        return hashes, int(missing.sum())
-    values = values.astype(object)
-    number = np.array([not m and isinstance(v, numbers.Real) for v, m in zip(values, missing)], dtype=bool)
-    if number.any():
-        hashes[number] = _number_hashes(np.array([float(v) if isinstance(v, float) else v for v in values[number]]))
-    other = ~number & ~missing
-    if other.any():
-        hashes[other] = pd.util.hash_array(values[other])
+    present = values[~missing]
+    if values.dtype.kind in "biu":
+        hashes[~missing] = _integer_hashes(present)
+    elif values.dtype.kind == "f":
+        hashes[~missing] = _float_hashes(present)
+    else:
+        hashes[~missing] = _object_hashes(present.astype(object))
     return hashes, int(missing.sum())
 
 
-#: Added to the hash of a non-integral float id so that it cannot meet the hash of an integer id with the same bits.
-_FLOAT_DOMAIN = np.uint64(0x9E3779B97F4A7C15)
+#: Added to the hashes of ids in the other domains, so that an integer, a non-integral number and an integer
+#: beyond int64 cannot share a hash by sharing their 64 bits (different constants, arbitrary odd numbers).
+_UINT_DOMAIN, _FLOAT_DOMAIN, _BIG_DOMAIN = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F),
+                                            np.uint64(0x165667B19E3779F9))
 
 
-def _number_hashes(values: np.ndarray) -> np.ndarray:
-    """Hashes of real numbers by value: integral ones as int64 (booleans and integral floats included), others
-    (fractions, infinities, and integers beyond int64) by their float64 bits in a separate domain."""
+def _integer_hashes(values: np.ndarray) -> np.ndarray:
+    """Hashes of integers (booleans included) by value: int64's range as int64, the rest of uint64's apart."""
     values = np.asarray(values)
-    if values.dtype.kind in "biu" and (values.dtype.kind != "u" or values.max(initial=0) <= np.iinfo(np.int64).max):
+    if values.dtype.kind != "u":
         return pd.util.hash_array(values.astype(np.int64))
-    floats = values.astype(np.float64)
-    integral = np.isfinite(floats) & (floats == np.round(floats)) & (np.abs(floats) < 2.0**63)
-    out = np.empty(floats.shape[0], dtype=np.uint64)
-    out[integral] = pd.util.hash_array(floats[integral].astype(np.int64))
-    out[~integral] = pd.util.hash_array(floats[~integral]) + _FLOAT_DOMAIN
+    small = values <= np.iinfo(np.int64).max
+    out = np.empty(values.shape[0], dtype=np.uint64)
+    out[small] = pd.util.hash_array(values[small].astype(np.int64))
+    out[~small] = pd.util.hash_array(values[~small].astype(np.uint64)) + _UINT_DOMAIN
+    return out
+
+
+def _float_hashes(values: np.ndarray) -> np.ndarray:
+    """Hashes of floats by value: an integral one as that integer (:func:`_python_int_hashes`), the others (fractions,
+    infinities) by their float64 bits in a domain of their own."""
+    values = np.asarray(values, dtype=np.float64)
+    integral = np.isfinite(values) & (values == np.round(values))
+    small = integral & (np.abs(values) < 2.0**63)
+    out = np.empty(values.shape[0], dtype=np.uint64)
+    out[small] = pd.util.hash_array(values[small].astype(np.int64))
+    out[integral & ~small] = _python_int_hashes([int(v) for v in values[integral & ~small]])
+    out[~integral] = pd.util.hash_array(values[~integral]) + _FLOAT_DOMAIN
+    return out
+
+
+def _python_int_hashes(values: list[int]) -> np.ndarray:
+    """Hashes of Python ints of any size, equal to :func:`_integer_hashes` of the same values."""
+    out = np.empty(len(values), dtype=np.uint64)
+    if not values:
+        return out
+    low, high = -(2**63), 2**64 - 1
+    fits = np.array([low <= v <= high for v in values], dtype=bool)
+    if fits.any():
+        kept = [v for v, f in zip(values, fits) if f]
+        signed = np.array([v if v < 2**63 else 0 for v in kept], dtype=np.int64)
+        unsigned = np.array([v if v >= 2**63 else 0 for v in kept], dtype=np.uint64)
+        big = unsigned > 0
+        hashed = pd.util.hash_array(signed)
+        hashed[big] = pd.util.hash_array(unsigned[big]) + _UINT_DOMAIN
+        out[fits] = hashed
+    if (~fits).any():
+        out[~fits] = pd.util.hash_array(np.array([str(v) for v, f in zip(values, fits) if not f], dtype=object)) \
+            + _BIG_DOMAIN
+    return out
+
+
+def _object_hashes(values: np.ndarray) -> np.ndarray:
+    """Hashes of an object column's ids: integers (bool, numpy and Python ints) and integral floats by their
+    integer value, other floats by their bits, anything else (strings, dates, …) by pandas' hash of the value."""
+    if pd.api.types.infer_dtype(values, skipna=True) not in ("integer", "floating", "mixed-integer-float",
+                                                             "mixed-integer", "mixed", "boolean", "decimal"):
+        return pd.util.hash_array(values)  # no number among them (strings, dates, …)
+    out = np.empty(values.shape[0], dtype=np.uint64)
+    integer = np.array([isinstance(v, (bool, np.bool_, numbers.Integral)) for v in values], dtype=bool)
+    floating = np.array([isinstance(v, (float, np.floating)) for v in values], dtype=bool) & ~integer
+    other = ~integer & ~floating
+    if integer.any():
+        out[integer] = _python_int_hashes([int(v) for v in values[integer]])
+    if floating.any():
+        out[floating] = _float_hashes(np.array([float(v) for v in values[floating]]))
+    if other.any():
+        out[other] = pd.util.hash_array(values[other])
     return out
 
 

@@ -811,14 +811,15 @@ def apply_missing_policy(formula: str, data: Any, parts: _FormulaParts, policy: 
 
 def formula_boundary(data: Any, parts: _FormulaParts, policy: MissingPolicy, added: list[str],
                      blocks: Mapping[str, Any], sample: pd.DataFrame, context: Mapping[str, Any],
-                     engine: str = "formulaic") -> dict:
+                     engine: str = "formulaic", rows: Any = None) -> dict:
     """The design's boundary fields (:mod:`dpivreg.data.boundary`) from names, dtypes, the factors' kinds (read by
     the formula engine on ``sample``, a few rows or a synthetic frame with the data's types) and the policy."""
     names = [name for block in _BLOCKS for name in blocks[block].columns]
     categorical, stateful = _factor_kinds(parts, sample, context, engine)
     data_levels = data_derived_levels(data, categorical)
     declared = [factor for factor in categorical if factor not in data_levels]
-    rows = sample if len(data) else None  # real rows (a Dask design passes its meta, and a synthetic sample)
+    # the caller's own functions are tried on real rows: the sample (pandas) or ``rows()``, read only if needed (Dask)
+    rows = sample if len(data) else rows
     row_reading = row_reading_terms(_block_formulas(parts).values(), data, context, sample=rows,
                                     known=stateful)
     return {"missing": policy.how, "data_levels": data_levels, "stateful": stateful, "row_reading": row_reading,

@@ -36,7 +36,7 @@ import ast
 import builtins
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Number
 from types import ModuleType
@@ -52,8 +52,32 @@ __all__ = ["ReplayProblem", "expression_names", "expression_problem", "formula_p
 #: ``C`` codes a category (its levels are checked separately, from the spec's encoders).
 _ROWWISE_TRANSFORMS = ("I", "Q", "C")
 
-#: NumPy functions that are not ufuncs but act element by element on arrays of one shape.
-_ROWWISE_NUMPY = (np.where, np.clip, np.round, np.around)
+#: NumPy (and pandas) functions that are not ufuncs but act element by element on arrays of one shape.
+_ROWWISE_NUMPY = (np.where, np.clip, np.round, np.around, np.nan_to_num, np.asarray, np.asanyarray, pd.to_numeric)
+
+#: Methods of a pandas Series that compute each row from that row alone (given arguments that do too; the
+#: arguments are checked as any other part of the expression): ``w.clip(0, 9)``, ``w.fillna(0)``, ``w.astype(float)``.
+_ROWWISE_METHODS = frozenset((
+    "abs", "add", "astype", "between", "clip", "copy", "div", "eq", "fillna", "floordiv", "ge", "gt", "isin",
+    "isna", "isnull", "le", "lt", "mask", "mod", "mul", "ne", "notna", "notnull", "pow", "radd", "rdiv",
+    "replace", "rfloordiv", "rmod", "rmul", "round", "rpow", "rsub", "rtruediv", "sub", "to_numpy", "truediv",
+    "where",
+))
+
+#: Keywords that make a row-wise method read other rows (``w.fillna(method="ffill")``, ``limit=``).
+_OTHER_ROW_KEYWORDS = frozenset(("method", "limit", "axis"))
+
+#: Accessors of a Series whose listed methods and properties act row by row (``w.str.len()``, ``d.dt.year``).
+_ROWWISE_ACCESSORS = {
+    "str": frozenset(("capitalize", "casefold", "contains", "count", "endswith", "find", "fullmatch", "get",
+                      "isalnum", "isalpha", "isdecimal", "isdigit", "islower", "isnumeric", "isspace", "istitle",
+                      "isupper", "len", "lower", "lstrip", "match", "pad", "removeprefix", "removesuffix",
+                      "replace", "rstrip", "slice", "startswith", "strip", "swapcase", "title", "upper", "zfill")),
+    "dt": frozenset(("date", "day", "day_of_week", "day_of_year", "dayofweek", "dayofyear", "days",
+                     "days_in_month", "hour", "is_leap_year", "is_month_end", "is_month_start", "microsecond",
+                     "minute", "month", "nanosecond", "quarter", "second", "seconds", "total_seconds", "weekday",
+                     "year")),
+}
 
 #: Python's built-in functions that act element by element on a column (``abs(x)``, ``round(x, 2)``).
 _ROWWISE_BUILTINS = (builtins.abs, builtins.round)
@@ -132,13 +156,15 @@ def formula_problems(text: str, data: pd.DataFrame, context: Mapping[str, Any]) 
 
 
 def row_reading_terms(texts: Iterable[str | None], data: pd.DataFrame, context: Mapping[str, Any], *,
-                      sample: pd.DataFrame | None = None, known: Iterable[str] = ()) -> tuple[str, ...]:
+                      sample: pd.DataFrame | Callable[[], pd.DataFrame] | None = None,
+                      known: Iterable[str] = ()) -> tuple[str, ...]:
     """The expressions of a formula's blocks whose value in a row depends on other rows, each with why: a privacy
     leak, since the row-level guarantee assumes each row's design values are a function of that row alone.
 
     From the text (:func:`formula_problems`): methods of a column (``w.mean()``, ``w.rank()``, ``w.shift(1)``),
     functions that are not element-wise (``np.median(w)``, ``sum``), and the other kinds of :func:`expression_problem`.
-    With ``sample`` (real rows of the data), a call of the caller's own function is also tried on it: if its values
+    With ``sample`` (real rows of the data, or a function that reads them, called only when a caller's function
+    needs it: a Dask frame's first rows), a call of the caller's own function is also tried on it: if its values
     change when the sample is cut in half or reversed (:func:`_depends_on_other_rows`), it reads other rows. Not
     listed: expressions in ``known`` (the stateful transforms, announced on their own), categories whose levels come
     from the data (announced as ``data_levels``) and arrays of the caller's namespace.
@@ -154,8 +180,10 @@ def row_reading_terms(texts: Iterable[str | None], data: pd.DataFrame, context: 
                 continue
             if problem.kind == "other rows":
                 found[expression] = problem.why
-            elif problem.kind == "unknown function" and sample is not None and _depends_on_other_rows(
-                    expression, sample, context):
+            elif problem.kind == "unknown function" and sample is not None:
+                sample = sample() if callable(sample) else sample
+                if not _depends_on_other_rows(expression, sample, context):
+                    continue
                 found[expression] = (f"{problem.why.removesuffix(', which may read other rows')}, whose values on the "
                                      "data's first rows change when other rows are left out or reordered")
     return tuple(f"{expression}: {why}" for expression, why in found.items())
@@ -309,6 +337,8 @@ def expression_problem(expression: str, data: pd.DataFrame, context: Mapping[str
             problem = _namespace_array_problem(scope.name(node), _lookup(scope.name(node), context), expression)
             if problem is not None:
                 return problem
+        if isinstance(node, ast.Attribute) and _rowwise_attribute(node, scope):
+            continue  # w.clip, w.str, w.str.len: its call's arguments are checked as nodes of their own
         if isinstance(node, ast.Attribute) and not _resolves_in_namespace(node, scope, context):
             return ReplayProblem("other rows", expression,
                                  f"it reads the attribute {node.attr!r} of a column or value (a method such as "
@@ -317,6 +347,11 @@ def expression_problem(expression: str, data: pd.DataFrame, context: Mapping[str
             problem = _namespace_array_problem(_unparse(node, scope), _resolve(node, scope, context), expression)
             if problem is not None:
                 return problem
+        if isinstance(node, ast.Call) and _rowwise_attribute(node.func, scope):
+            if any(keyword.arg in _OTHER_ROW_KEYWORDS for keyword in node.keywords):
+                return ReplayProblem("other rows", expression,
+                                     f"it calls {_unparse(node.func, scope)} with a keyword that reads other rows")
+            continue
         if isinstance(node, ast.Call):
             verdict = _call_verdict(node.func, scope, context)
             if verdict == "other rows":
@@ -327,6 +362,24 @@ def expression_problem(expression: str, data: pd.DataFrame, context: Mapping[str
                                         f"it calls your function {_unparse(node.func, scope)}, which may read other "
                                         "rows")
     return unknown
+
+
+def _rowwise_attribute(node: ast.AST, scope: _Scope) -> bool:
+    """Whether ``node`` is a row-wise method or accessor of a row-wise value (:data:`_ROWWISE_METHODS`,
+    :data:`_ROWWISE_ACCESSORS`): of a column, or of such a method's result (``w.fillna(0).round(1)``)."""
+    if not isinstance(node, ast.Attribute):
+        return False
+    owner = node.value
+    if isinstance(owner, ast.Attribute) and owner.attr in _ROWWISE_ACCESSORS:
+        return node.attr in _ROWWISE_ACCESSORS[owner.attr] and _rowwise_value(owner.value, scope)
+    return (node.attr in _ROWWISE_METHODS or node.attr in _ROWWISE_ACCESSORS) and _rowwise_value(owner, scope)
+
+
+def _rowwise_value(node: ast.AST, scope: _Scope) -> bool:
+    """A column, or the result of a row-wise method called on one."""
+    if scope.column(node) is not None:
+        return True
+    return isinstance(node, ast.Call) and _rowwise_attribute(node.func, scope)
 
 
 def _row_nodes(node: ast.AST, scope: _Scope, context: Mapping[str, Any], declared: bool = False):
