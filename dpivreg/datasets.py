@@ -27,7 +27,7 @@ LABSUP_DESCRIPTION = (
     "children are of the same sex: the instrument for kids), morekids, multi2nd (twins at second birth), "
     "boys2, girls2, age, agefstm, black, hispan, educ, worked, hours, labinc, faminc, nonmomi."
 )
-from dpivreg.estimation.engine import make_rng
+from dpivreg.privacy.sampler import make_rng
 
 #: Public bounds for the labsup columns used in the demo and the examples, from the survey's
 #: definitions (weeks in a year, the census' top code for children, indicators), not from the data.
@@ -110,7 +110,7 @@ def simulate_iv(n: int, p: int, q: int, r: int | None = None, *, seed) -> Simula
         Confounder dimension (default p, as in the paper's p = q = r).
     seed : None, int >= 0, SeedSequence or Generator
         Randomness for the parameters and the data (validated by
-        :func:`dpivreg.estimation.engine.make_rng`: TypeError for other types, ValueError for a
+        :func:`dpivreg.privacy.sampler.make_rng`: TypeError for other types, ValueError for a
         negative int).
 
     Raises

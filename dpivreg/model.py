@@ -32,7 +32,7 @@ from dpivreg.errors import (
 )
 from dpivreg.estimation import tuning
 from dpivreg.estimation.clipping import adaptive_clip, resolve_public_clip, standardized_clip, theorem_clip
-from dpivreg.estimation.engine import DP2SGDPath, iteration_plan, make_rng, preconditioner_root, run_on_rows
+from dpivreg.estimation.engine import DP2SGDPath, iteration_plan, preconditioner_root, run_on_rows
 from dpivreg.estimation.moments import solve_2sls
 from dpivreg.estimation.selection import MAX_KAPPA, choose_estimator, choose_iterations
 from dpivreg.estimation.theory import delta_tau, t_condition
@@ -50,6 +50,7 @@ from dpivreg.fit_options import (
 from dpivreg.inference.covariance import ReleasedMeat, first_stage_meat_release
 from dpivreg.inference.private import moment_inference, private_inference
 from dpivreg.privacy.accounting import PrivacyBudget, Release
+from dpivreg.privacy.sampler import make_rng
 from dpivreg.privacy.units import PrivacyUnits
 from dpivreg.progress import ProgressBar
 from dpivreg.reporting.results import DPIVResults, FitSettings

@@ -146,8 +146,8 @@ def test_the_release_is_standard_json_with_named_fields(res):
     assert set(data) == {
         "format", "dependent", "formula", "endog_names", "instrument_names", "exog_names", "regressor_names", "nobs",
         "estimator", "params", "std_errors", "conf_int_95", "cov", "cov_type", "path", "first_stage_path", "releases",
-        "budget_asked", "rho", "delta", "epsilon", "settings", "scaling", "leaks", "inference_note", "version",
-        "created", "unit"}
+        "budget_asked", "rho", "sampler", "delta", "epsilon", "settings", "scaling", "leaks", "inference_note",
+        "version", "created", "unit"}  # "sampler": where the noise came from (issue 40), also in each release's grid
     assert data["scaling"]["x"] == {"centre": 0.0, "scale": 6.0, "source": "bounds"}
 
 

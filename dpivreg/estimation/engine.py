@@ -19,7 +19,8 @@ from dpivreg._validation import check_positive, check_raw_clip, check_rho, check
 from dpivreg.compute.backends import DaskRows, InMemoryRows, RowSource, is_dask_collection, one_pass, unfused_dask
 from dpivreg.compute.kernels import KERNELS, pass_matrix
 from dpivreg.errors import DivergenceError, PrivacyLeakWarning
-from dpivreg.privacy.accounting import CALIBRATIONS, PrivacyBudget, Release, noise_std
+from dpivreg.privacy.accounting import CALIBRATIONS, PrivacyBudget, Release, clipped_mean_sensitivity, noise_std
+from dpivreg.privacy.sampler import add_noise, calibrate, draw_noise, make_rng, sampler_of
 from dpivreg.progress import RunTimeForecast, check_progress
 
 __all__ = ["dp_2s_gd", "run_on_rows", "row_source", "DP2SGDPath", "METHODS", "preconditioner_root", "check_schedule",
@@ -210,22 +211,6 @@ def _fix_ndim(arr, name: str, ndim: int):
 def _all_finite(arr: np.ndarray, rows: int = 1 << 16) -> bool:
     """np.isfinite(arr).all() in row blocks, without an array-sized temporary."""
     return all(np.isfinite(arr[start:start + rows]).all() for start in range(0, arr.shape[0], rows))
-
-
-def make_rng(seed) -> np.random.Generator:
-    """A numpy Generator from ``seed``: None (fresh OS entropy), an int >= 0, a SeedSequence or a Generator."""
-    if seed is None or isinstance(seed, (np.random.SeedSequence,)):
-        return np.random.default_rng(seed)
-    if isinstance(seed, np.random.Generator):
-        return seed
-    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
-        if seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed}.")
-        return np.random.default_rng(int(seed))
-    raise TypeError(
-        f"seed must be None, a non-negative int, a numpy.random.SeedSequence or a numpy.random.Generator, "
-        f"got {type(seed).__name__}."
-    )
 
 
 def row_source(Z, X, Y, n_exog: int = 0, *, kernel: str = "auto", n_threads: int | None = None,
@@ -666,19 +651,24 @@ def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: flo
     plan = iteration_plan(n, q, p, n_exog, T=T, rho1=rho1, rho2=rho2, eta=eta, alpha=alpha, clip1=clip1,
                           clip2=clip2, calibration=calibration, method=method, schedule=schedule,
                           group_share=group_share, ridge=ridge)
-    noise1, noise2, ridge, root_kind = plan.noise1, plan.noise2, plan.ridge, plan.root
+    ridge, root_kind = plan.ridge, plan.root
+    p_endog = p - n_exog
+    # On the secure sampler each step's release of a group is made on that group's grid, its noise and
+    # sensitivity both times the grid's factor (the same ρ; dpivreg.privacy.sampler.calibrate); seeded: unchanged.
+    grids1, factors1 = _group_grids(rng, clip1, n, split, q, p_endog)
+    grids2, factors2 = _group_grids(rng, clip2, n, split, p, 1)
+    noise1, noise2 = plan.noise1 * factors1, plan.noise2 * factors2
     per_unit = " of per-unit gradients" if getattr(rows, "unit_level", False) else ""  # dpivreg.privacy.units
     privacy = PrivacyBudget(
         [*_stage_releases(f"first stage: Θ path{per_unit}", "rho1", clip1, noise1, schedule[0], n, split,
-                          ("exogenous rows", "instrument rows")),
+                          ("exogenous rows", "instrument rows"), grids1, factors1),
          *_stage_releases(f"second stage: β path{per_unit}", "rho2", clip2, noise2, schedule[1], n, split,
-                          ("exogenous coordinates", "endogenous coordinates"))],
+                          ("exogenous coordinates", "endogenous coordinates"), grids2, factors2)],
         target={"rho1": rho1, "rho2": rho2},
     )
     _check_spent(privacy, rho1, rho2, calibration)
     _warn_if_not_private(privacy)
 
-    p_endog = p - n_exog
     theta = np.zeros((T + 1, q, p_endog))
     beta = np.zeros((T + 1, p))
     theta[0], beta[0] = start
@@ -696,16 +686,19 @@ def _run(rows: RowSource, p: int, n_exog: int, *, T: int, rho1: float, rho2: flo
         for t in range(T):
             forecast.step(t)
             # Draw both stages' noise up front so the random stream does not depend on the data.
-            xi = rng.standard_normal((q, p_endog)) * _per_row(noise1[t], split, q)[:, None]
-            nu = rng.standard_normal(p) * _per_row(noise2[t], split, p)
+            sigma1, grid1 = _entries(noise1[t], grids1, split, (q, p_endog))
+            sigma2, grid2 = _entries(noise2[t], grids2, split, (p,))
+            xi = draw_noise(rng, sigma1, grid1)
+            nu = draw_noise(rng, sigma2, grid2)
 
             # One pass over the rows gives both stages' clipped sums; the root comes from the released Θ⁽ᵗ⁾ only.
             W = None if preconditioner is None else preconditioner(theta[t])
             grad1, grad2, clipped_rows[t] = _clipped_gradients(rows, theta[t], beta[t], W, n_exog, clip1, clip2,
                                                                split)
-            theta[t + 1] = theta[t] - eta * (grad1 - xi) if schedule[0, t] > 0 else theta[t]
+            released1, released2 = add_noise(grad1, -xi, grid1), add_noise(grad2, -nu, grid2)
+            theta[t + 1] = theta[t] - eta * released1 if schedule[0, t] > 0 else theta[t]
             _check_finite(theta[t + 1], "first-stage (Θ) iterate", t + 1, "eta", eta)
-            step = grad2 - nu
+            step = released2
             beta[t + 1] = (beta[t] - alpha * (step if W is None else W.T @ step)) if schedule[1, t] > 0 else beta[t]
             if not np.all(np.isfinite(beta[t + 1])) and _first_stage_exploding(theta[: t + 2]):
                 _check_finite(beta[t + 1], "second-stage (β) iterate, driven by an exploding first stage (Θ),",
@@ -756,6 +749,36 @@ def _per_row(noise_t: np.ndarray, split: int | None, size: int) -> np.ndarray:
     return stds
 
 
+def _group_grids(rng: np.random.Generator, clip, n: int, split: int | None, rows: int,
+                 width: int) -> tuple[tuple[float, float] | None, np.ndarray]:
+    """Each clipping group's grid and noise factor on the secure sampler (:func:`dpivreg.privacy.sampler.calibrate`
+    for the group's per-step sensitivity Δ = 2γ/n and its d = rows × width entries); (None, ones) on a seeded
+    generator. A group without clipping (a non-private run) gets grid 0 (no rounding) and factor 1."""
+    if sampler_of(rng) == "seeded":
+        return None, np.ones(2)
+    thresholds = (clip, clip) if split is None else clip
+    counts = (rows, rows) if split is None else (split, rows - split)
+    grids, factors = [0.0, 0.0], np.ones(2)
+    for g, (threshold, count) in enumerate(zip(thresholds, counts)):
+        if threshold is not None and count > 0:
+            sensitivity = clipped_mean_sensitivity(threshold, n)
+            cal = calibrate(rng, sensitivity=sensitivity, sigma=1.0, dim=count * width)
+            grids[g], factors[g] = cal.grid, cal.sensitivity / sensitivity
+    return (grids[0], grids[1]), factors
+
+
+def _entries(noise_t: np.ndarray, grids: tuple[float, float] | None, split: int | None,
+             shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-entry noise std and grid of one step's release (rows of Θ, or coordinates of β): the exogenous group's
+    for the first ``split`` rows, the rest's after; no grid where the step adds no noise."""
+    sigma = np.broadcast_to(_per_row(noise_t, split, shape[0]).reshape(-1, *([1] * (len(shape) - 1))), shape)
+    if grids is None:
+        return sigma, None
+    grid = np.broadcast_to(_per_row(np.asarray(grids), split, shape[0]).reshape(-1, *([1] * (len(shape) - 1))),
+                           shape)
+    return sigma, np.where(sigma > 0, grid, 0.0)
+
+
 def _stage_noise(clip, n: int, rho: float, shares: np.ndarray, split: int | None, group_share: float,
                  calibration: str, stage: str) -> np.ndarray:
     """(T, 2) noise stds [exogenous group, rest] of one stage: step t spends ρ·shares[t], split between the
@@ -771,8 +794,10 @@ def _stage_noise(clip, n: int, rho: float, shares: np.ndarray, split: int | None
 
 
 def _stage_releases(name: str, stage: str, clip, noise: np.ndarray, shares: np.ndarray, n: int,
-                    split: int | None, group_names: tuple[str, str]) -> list[Release]:
-    """One record per run of consecutive active steps with equal noise, per clipping group."""
+                    split: int | None, group_names: tuple[str, str], grids: tuple[float, float] | None = None,
+                    factors: np.ndarray | None = None) -> list[Release]:
+    """One record per run of consecutive active steps with equal noise, per clipping group (``noise`` as drawn;
+    on the secure sampler each group's ``grids`` and the sensitivity's ``factor``)."""
     groups = [(None, clip, 1)] if split is None else [(group_names[0], clip[0], 0), (group_names[1], clip[1], 1)]
     uniform = np.allclose(shares, shares[0])
     records = []
@@ -788,8 +813,10 @@ def _stage_releases(name: str, stage: str, clip, noise: np.ndarray, shares: np.n
             label = name + (f" ({group})" if group else "")
             if not uniform:
                 label += f", step {run[0] + 1}" if len(run) == 1 else f", steps {run[0] + 1}-{run[-1] + 1}"
+            grid = None if grids is None or noise[run[0], g] == 0 else grids[g]
             records.append(Release.gaussian(label, stage, steps=len(run), clip=threshold, n=n,
-                                            noise_std=noise[run[0], g]))
+                                            noise_std=noise[run[0], g], grid=grid or None,
+                                            factor=float(factors[g]) if grid else 1.0))
     return records
 
 

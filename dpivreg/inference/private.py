@@ -84,6 +84,7 @@ from dpivreg.inference.covariance import (
     unadjusted_covariance,
 )
 from dpivreg.privacy.accounting import Release, gaussian_zcdp
+from dpivreg.privacy.sampler import add_noise, calibrate, draw_noise
 
 __all__ = [
     "PrivateInference",
@@ -202,10 +203,11 @@ def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, 
         return mean, None
     terms = scale.units.max_rows if scale.unit_level else 1
     sensitivity = terms * clip / n
-    sigma = sensitivity / math.sqrt(2.0 * rho)
-    released = mean + float(rng.standard_normal()) * sigma
+    cal = calibrate(rng, sensitivity=sensitivity, sigma=sensitivity / math.sqrt(2.0 * rho), dim=1)
+    released = float(add_noise(np.array(mean), draw_noise(rng, cal.sigma, cal.grid, ()), cal.grid))
     name = "residual variance for inference" + (f", per unit of at most {terms} rows" if terms > 1 else "")
-    release = Release(name, "rho_inf", 1, clip, sensitivity, sigma, gaussian_zcdp(sensitivity, sigma, 1))
+    release = Release(name, "rho_inf", 1, clip, cal.sensitivity, cal.sigma,
+                      gaussian_zcdp(cal.sensitivity, cal.sigma, 1), cal.grid)
     # A variance is positive: floor the noisy value at the release's own resolution.
     return max(released, sensitivity), release
 

@@ -17,7 +17,7 @@ from scipy import optimize, stats
 
 from dpivreg._validation import as_real, check_count
 from dpivreg.data.formula import _split_formula
-from dpivreg.estimation.engine import make_rng
+from dpivreg.privacy.sampler import make_rng
 
 __all__ = ["SyntheticPopulation", "iv_formula", "synthetic_population"]
 

@@ -425,6 +425,10 @@ class Release:
         Standard deviation σ of each noise coordinate (0: no noise).
     rho : float
         zCDP spent: ``steps·Δ²/(2σ²)``; ``inf`` when not private.
+    grid : float or None
+        The public grid γ the release was made on by the secure sampler (the query rounded to it, exact discrete
+        Gaussian noise on it; Δ and σ include the rounding, :func:`dpivreg.privacy.sampler.calibrate`); None for
+        numpy's seeded sampler or no noise.
     """
 
     name: str
@@ -434,14 +438,18 @@ class Release:
     sensitivity: float
     noise_std: float
     rho: float
+    grid: float | None = None
 
     @classmethod
     def gaussian(
-        cls, name: str, stage: str, *, steps: int, clip: float | None, n: int, noise_std: float
+        cls, name: str, stage: str, *, steps: int, clip: float | None, n: int, noise_std: float,
+        grid: float | None = None, factor: float = 1.0
     ) -> "Release":
-        """Record ``steps`` Gaussian releases of a mean of per-sample vectors clipped to ``clip``."""
-        sensitivity = math.inf if clip is None else clipped_mean_sensitivity(clip, n)
-        return cls(name, stage, steps, clip, sensitivity, noise_std, gaussian_zcdp(sensitivity, noise_std, steps))
+        """Record ``steps`` Gaussian releases of a mean of per-sample vectors clipped to ``clip`` (``noise_std`` as
+        drawn; on the secure sampler's ``grid`` the sensitivity is times its ``factor``, 1 + c)."""
+        sensitivity = math.inf if clip is None else factor * clipped_mean_sensitivity(clip, n)
+        return cls(name, stage, steps, clip, sensitivity, noise_std, gaussian_zcdp(sensitivity, noise_std, steps),
+                   grid)
 
     @classmethod
     def unnoised(cls, name: str, stage: str) -> "Release":
@@ -482,6 +490,17 @@ class PrivacyBudget:
         """Whom the guarantee protects: :class:`dpivreg.privacy.units.UnitFacts` (the privacy unit, the public number of
         units N and the rows each may contribute), or None for a row (neighbours replace one row)."""
         return None if self._unit is None or self._unit.row_level else self._unit
+
+    @property
+    def sampler(self) -> str:
+        """Where the noise came from: ``"secure"`` (every noisy release made on its grid by the exact discrete
+        Gaussian sampler, :mod:`dpivreg.privacy.sampler`), ``"seeded"`` (numpy's generator from a given seed),
+        ``"mixed"``, or ``"none"`` (no noise)."""
+        noisy = [r for r in self._releases if r.noise_std > 0]
+        if not noisy:
+            return "none"
+        secure = [r.grid is not None for r in noisy]
+        return "secure" if all(secure) else "seeded" if not any(secure) else "mixed"
 
     @property
     def protects(self) -> str:

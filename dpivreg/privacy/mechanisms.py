@@ -41,6 +41,7 @@ import numpy as np
 
 from dpivreg._validation import check_raw_clip
 from dpivreg.privacy.accounting import Release, gaussian_zcdp
+from dpivreg.privacy.sampler import Calibration, add_noise, calibrate, draw_noise
 
 __all__ = [
     "box_moment_sum",
@@ -114,9 +115,23 @@ def release_moment_sum(outer_sum: np.ndarray, n: int, *, rho: float, rng: np.ran
     mirrored). ``bound`` is recorded as the release's clipping bound."""
     d = outer_sum.shape[0]
     sigma = 0.0 if math.isinf(rho) else sensitivity / math.sqrt(2.0 * rho)
-    upper = np.triu(rng.standard_normal((d, d)) * sigma)
-    M = outer_sum / n + upper + np.triu(upper, 1).T
-    return M, Release(name, stage, 1, bound, sensitivity, sigma, gaussian_zcdp(sensitivity, sigma, 1)), sigma
+    cal = calibrate(rng, sensitivity=sensitivity, sigma=sigma, dim=d * (d + 1) // 2)
+    if cal.grid is None:
+        upper = np.triu(rng.standard_normal((d, d)) * sigma)
+        M = outer_sum / n + upper + np.triu(upper, 1).T
+    else:  # the released entries only (the upper triangle), on the grid; the lower triangle mirrors them
+        rows, cols = np.triu_indices(d)
+        M = np.zeros((d, d))
+        M[rows, cols] = add_noise((outer_sum / n)[rows, cols], draw_noise(rng, cal.sigma, cal.grid, rows.shape),
+                                  cal.grid)
+        M = M + np.triu(M, 1).T
+    return M, _record(name, stage, bound, cal), cal.sigma
+
+
+def _record(name: str, stage: str, bound: float | None, cal: Calibration) -> Release:
+    """The record of one Gaussian release as drawn (:func:`dpivreg.privacy.sampler.calibrate`)."""
+    return Release(name, stage, 1, bound, cal.sensitivity, cal.sigma, gaussian_zcdp(cal.sensitivity, cal.sigma, 1),
+                   cal.grid)
 
 
 def ball_moment_sum(W: np.ndarray, row_bound: float) -> np.ndarray:
@@ -189,8 +204,9 @@ def release_histogram_counts(counts: np.ndarray, *, rho: float, rng: np.random.G
     groups = counts.shape[0]
     sensitivity = max_rows * math.sqrt(2.0 * groups)
     sigma = 0.0 if math.isinf(rho) else sensitivity / math.sqrt(2.0 * rho)
-    noisy = counts + rng.standard_normal(counts.shape) * sigma
-    return noisy, Release(name, stage, 1, None, sensitivity, sigma, gaussian_zcdp(sensitivity, sigma, 1)), sigma
+    cal = calibrate(rng, sensitivity=sensitivity, sigma=sigma, dim=counts.size)
+    noisy = add_noise(counts, draw_noise(rng, cal.sigma, cal.grid, counts.shape), cal.grid)
+    return noisy, _record(name, stage, None, cal), cal.sigma
 
 
 def histograms(values: list[np.ndarray], edges: list[np.ndarray], *, rho: float, rng: np.random.Generator,

@@ -195,6 +195,7 @@ class DPIVComparison:
             ("rho (zCDP)", [_fmt(res.privacy.rho) for res in fits]),
             ("epsilon", [f"{_fmt(res.epsilon)} (delta {res.delta:g})" for res in fits]),
             ("Private", ["yes" if res.is_private else "NO" for res in fits]),
+            ("Noise sampler", [res.privacy.sampler for res in fits]),
         ]
         for res in self._benchmarks.values():
             d, bench = res.design, res.benchmark

@@ -204,6 +204,7 @@ class FitRelease(PrivateTable):
             "releases": [{f.name: getattr(r, f.name) for f in fields(Release)} for r in self.privacy.releases],
             "budget_asked": self.privacy.target,
             "rho": self.privacy.rho,
+            "sampler": self.privacy.sampler,
             "delta": self.delta,
             "epsilon": self.epsilon,
             "settings": self.settings,
@@ -279,7 +280,8 @@ class FitRelease(PrivateTable):
         cov = None if data["cov"] is None else pd.DataFrame(_floats(data["cov"]), index=names, columns=names)
         path = _floats(data["path"]).reshape(-1, len(names))
         releases = [Release(r["name"], r["stage"], int(r["steps"]), None if r["clip"] is None else float(r["clip"]),
-                            float(r["sensitivity"]), float(r["noise_std"]), float(r["rho"]))
+                            float(r["sensitivity"]), float(r["noise_std"]), float(r["rho"]),
+                            None if r.get("grid") is None else float(r["grid"]))
                     for r in data["releases"]]
         n_z = len(data["exog_names"]) + len(data["instrument_names"])
         theta = _floats(data["first_stage_path"]).reshape(-1, n_z, len(data["endog_names"]))

@@ -28,6 +28,10 @@ WEAK_F = 10.0
 
 _fmt = format_number
 
+#: The budget block's line for :attr:`dpivreg.PrivacyBudget.sampler`.
+_SAMPLER_LABELS = {"secure": "secure", "seeded": "seeded", "mixed": "mixed",
+                   "none": "none (no noise)"}
+
 _LATEX_ESCAPES = str.maketrans({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                                 "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
                                 "^": r"\textasciicircum{}"})
@@ -148,6 +152,7 @@ class SummaryWriter:
             ("epsilon (exact Gauss.):", _fmt(priv.epsilon(self.results.delta))),
             ("epsilon (CKS 2020):", _fmt(priv.epsilon(self.results.delta, "cks"))),
             ("epsilon (paper formula):", _fmt(priv.epsilon(self.results.delta, "bun-steinke"))),
+            ("Noise sampler:", _SAMPLER_LABELS[priv.sampler]),
         ]
         return left, right
 
@@ -391,6 +396,9 @@ class SummaryWriter:
             notes.extend(f"  - {leak}" for leak in self.results.leaks)
         else:
             notes.append("No privacy leak: every data-dependent input was public or paid for in the budget.")
+        if self.results.privacy.sampler == "seeded":
+            notes.append("Seeded noise (numpy's generator): reproducible, and removable by whoever knows the seed. "
+                         "Publish a fit run with seed=None (the secure sampler).")
         return notes
 
     def _unit_note(self) -> str:
