@@ -9,6 +9,7 @@ stated (below 1e-6 each); everything else is exact.
 from __future__ import annotations
 
 import math
+import os
 import re
 import warnings
 
@@ -219,3 +220,19 @@ def test_dp_2s_gd_on_arrays_uses_the_secure_sampler_by_default():
     assert path.privacy.sampler == "secure" and path.privacy.rho == pytest.approx(2.0, rel=1e-12)
     seeded = dp_2s_gd(Z, X, Y, T=3, rho1=1.0, rho2=1.0, eta=0.5, alpha=0.5, clip1=3.0, clip2=3.0, seed=1)
     assert seeded.privacy.sampler == "seeded"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_process_does_not_repeat_its_parents_noise():
+    """The sampler reads system randomness in blocks; a child forked after a draw (multiprocessing's fork, a
+    process scheduler) must not reuse the parent's unread bytes: it would draw the parent's noise again."""
+    discrete_gaussian(1e9)  # this thread's block is filled
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, repr([discrete_gaussian(1e9) for _ in range(5)]).encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 1 << 16).decode()
+    os.waitpid(pid, 0)
+    assert repr([discrete_gaussian(1e9) for _ in range(5)]) != child

@@ -174,6 +174,15 @@ class _SecureBits:
 _THREAD = threading.local()  # one block of randomness per thread: threads never share a position
 
 
+def _forget_after_fork() -> None:
+    """A forked child must not reuse its parent's unread random bytes (they would repeat the parent's noise)."""
+    _THREAD.__dict__.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _below(n: int) -> int:
     """A secure uniform integer in {0, …, n − 1}, from this thread's block of system randomness."""
     try:
