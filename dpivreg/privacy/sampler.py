@@ -158,9 +158,11 @@ class _SecureBits:
         self._buffer, self._position = b"", 0
 
     def below(self, n: int) -> int:
-        """Uniform on {0, …, n − 1} (n ≥ 1), exactly: the fewest whole bytes that cover n, masked to n's bit
+        """Uniform on {0, …, n − 1} (n ≥ 1), exactly: the fewest whole bytes that cover n − 1, masked to its bit
         length, redrawn while ≥ n."""
-        bits = n.bit_length()
+        if n == 1:
+            return 0
+        bits = (n - 1).bit_length()  # the fewest bits that cover 0 … n − 1
         size, mask = (bits + 7) >> 3, (1 << bits) - 1
         while True:
             if self._position + size > len(self._buffer):
@@ -196,7 +198,7 @@ def _bernoulli_exp_at_most_one(num: int, den: int) -> bool:
     """A draw of Bernoulli(exp(−num/den)) for 0 ≤ num ≤ den (Algorithm 1: K ← the first k whose Bernoulli(γ/k)
     fails; exp(−γ) is the probability that K is odd)."""
     k = 1
-    while _below(den * k) < num:
+    while num >= den * k or _below(den * k) < num:  # a Bernoulli of probability 1 needs no draw
         k += 1
     return k % 2 == 1
 
