@@ -71,9 +71,12 @@ def test_calibration_exact_values():
     cal = calibrate(secure, sensitivity=delta, sigma=sigma, dim=d)
     assert cal.grid == 2.0 ** math.floor(math.log2(GRID_FRACTION * delta / math.sqrt(d)))
     assert GRID_FRACTION * delta / math.sqrt(d) / 2 < cal.grid <= GRID_FRACTION * delta / math.sqrt(d)
-    factor = 1 + cal.grid * math.sqrt(d) / delta
-    assert cal.sensitivity == delta * factor and cal.sigma == sigma * factor
+    exact = delta + cal.grid * math.sqrt(d)  # the rounded query's sensitivity; recorded at most 4 ulps above it
+    assert exact <= cal.sensitivity <= exact * (1 + 2.0**-50)
+    assert cal.sigma == sigma * (cal.sensitivity / delta)
     assert gaussian_zcdp(cal.sensitivity, cal.sigma, 1) == pytest.approx(gaussian_zcdp(delta, sigma, 1), rel=1e-15)
+    edge = calibrate(secure, sensitivity=math.nextafter(1.0, 0.0), sigma=1.0, dim=1)  # log2 would round up here
+    assert edge.grid <= GRID_FRACTION * math.nextafter(1.0, 0.0)
     assert calibrate(np.random.default_rng(0), sensitivity=delta, sigma=sigma, dim=d) == sampler.Calibration(
         delta, sigma, None)
     assert calibrate(secure, sensitivity=delta, sigma=0.0, dim=d).grid is None

@@ -328,8 +328,10 @@ def epsilon_from_rho(rho: float, delta: float, method: EpsilonMethod = "gaussian
     delta : float
         Target δ in (0, 1).
     method : {"gaussian", "cks", "bun-steinke"}
-        ``"gaussian"`` is exact for compositions of Gaussian mechanisms (every dpivreg
-        release is one); ``"cks"`` holds for any ρ-zCDP mechanism; ``"bun-steinke"`` is the
+        ``"gaussian"`` is exact for compositions of Gaussian mechanisms (every seeded dpivreg
+        release is one); ``"cks"`` holds for any ρ-zCDP mechanism, so also for the secure sampler's
+        discrete Gaussians (:mod:`dpivreg.privacy.sampler`), which ``"gaussian"`` treats as the continuous
+        Gaussians they approximate (their noise spans at least 2³⁰ grid steps); ``"bun-steinke"`` is the
         paper's simple bound ε = ρ + 2·sqrt(ρ·log(1/δ)).
 
     Returns

@@ -82,9 +82,15 @@ def calibrate(rng: np.random.Generator, *, sensitivity: float, sigma: float, dim
     finite sensitivity gets no grid."""
     if sampler_of(rng) == "seeded" or not sigma > 0 or not math.isfinite(sensitivity) or not math.isfinite(sigma):
         return Calibration(sensitivity, sigma, None)
-    grid = 2.0 ** math.floor(math.log2(GRID_FRACTION * sensitivity / math.sqrt(dim)))
-    factor = 1.0 + grid * math.sqrt(dim) / sensitivity
-    return Calibration(sensitivity * factor, sigma * factor, grid)
+    target = GRID_FRACTION * sensitivity / math.sqrt(dim)
+    if not target > 0:
+        raise ValueError(f"a release's sensitivity ({sensitivity!r}) is too small for the secure sampler's grid; "
+                         "rescale the data (bounds, thresholds) or pass a seed (numpy's sampler).")
+    grid = math.ldexp(0.5, math.frexp(target)[1])  # the power of two at or below the target, exactly
+    # Δ′ ≥ Δ + γ√d however the three roundings go (4 ulps up), and σ′ = σ·Δ′/Δ: the recorded ρ is never below
+    # the true one
+    accounted = (sensitivity + grid * math.sqrt(dim)) * (1.0 + 2.0**-51)
+    return Calibration(accounted, sigma * (accounted / sensitivity), grid)
 
 
 def draw_noise(rng: np.random.Generator, sigma: np.ndarray | float, grid: np.ndarray | float | None = None,
@@ -122,7 +128,11 @@ def add_noise(query: np.ndarray, noise: np.ndarray, grid: np.ndarray | float | N
     for index in np.ndindex(query.shape):
         q, g = float(query[index]), float(grid[index])
         if g > 0 and math.isfinite(q):
-            out[index] = float(int(np.rint(q / g)) + int(noise[index])) * g
+            units = q / g
+            if math.isfinite(units) and abs(units) < 2.0**1000:
+                out[index] = float(int(np.rint(units)) + int(noise[index])) * g
+            else:  # q/γ beyond floats: the same rounding and sum in exact rationals
+                out[index] = float((round(Fraction(q) / Fraction(g)) + int(noise[index])) * Fraction(g))
     return out
 
 
