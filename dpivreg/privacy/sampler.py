@@ -106,13 +106,12 @@ def draw_noise(rng: np.random.Generator, sigma: np.ndarray | float, grid: np.nda
         if sampler_of(rng) == "secure" and np.any(sigma > 0):
             raise ValueError("the secure sampler needs each release's grid (dpivreg.privacy.sampler.calibrate)")
         return rng.standard_normal(shape) * sigma
-    sigma = np.broadcast_to(sigma, shape)
-    grid = np.broadcast_to(np.asarray(grid, dtype=np.float64), shape)
-    out = np.zeros(shape, dtype=object)
-    for index in np.ndindex(shape):
-        if sigma[index] > 0 and grid[index] > 0:
-            out[index] = discrete_gaussian(float(sigma[index]) / float(grid[index]))
-    return out
+    sigmas = np.broadcast_to(sigma, shape).ravel().tolist()
+    grids = np.broadcast_to(np.asarray(grid, dtype=np.float64), shape).ravel().tolist()
+    draws = [discrete_gaussian(s / g) if s > 0 and g > 0 else 0 for s, g in zip(sigmas, grids)]
+    out = np.empty(len(draws), dtype=object)
+    out[:] = draws
+    return out.reshape(shape)
 
 
 def add_noise(query: np.ndarray, noise: np.ndarray, grid: np.ndarray | float | None = None) -> np.ndarray:
@@ -122,18 +121,17 @@ def add_noise(query: np.ndarray, noise: np.ndarray, grid: np.ndarray | float | N
     if grid is None:
         return query + noise
     query = np.asarray(query, dtype=np.float64)
-    grid = np.broadcast_to(np.asarray(grid, dtype=np.float64), query.shape)
-    noise = np.broadcast_to(np.asarray(noise, dtype=object), query.shape)
-    out = np.array(query, dtype=np.float64)
-    for index in np.ndindex(query.shape):
-        q, g = float(query[index]), float(grid[index])
+    grids = np.broadcast_to(np.asarray(grid, dtype=np.float64), query.shape).ravel().tolist()
+    noises = np.broadcast_to(np.asarray(noise, dtype=object), query.shape).ravel().tolist()
+    out = query.ravel().tolist()
+    for i, (q, g, z) in enumerate(zip(out, grids, noises)):
         if g > 0 and math.isfinite(q):
             units = q / g
-            if math.isfinite(units) and abs(units) < 2.0**1000:
-                out[index] = float(int(np.rint(units)) + int(noise[index])) * g
+            if abs(units) < 2.0**1000:  # round(q/γ) + Z as integers (Python's round: to nearest, ties to even)
+                out[i] = float(round(units) + int(z)) * g
             else:  # q/γ beyond floats: the same rounding and sum in exact rationals
-                out[index] = float((round(Fraction(q) / Fraction(g)) + int(noise[index])) * Fraction(g))
-    return out
+                out[i] = float((round(Fraction(q) / Fraction(g)) + int(z)) * Fraction(g))
+    return np.array(out, dtype=np.float64).reshape(query.shape)
 
 
 def make_rng(seed) -> np.random.Generator:
