@@ -20,7 +20,7 @@ from dpivreg.compute.backends import DaskRows, InMemoryRows, RowSource, is_dask_
 from dpivreg.compute.kernels import KERNELS, pass_matrix
 from dpivreg.errors import DivergenceError, PrivacyLeakWarning
 from dpivreg.privacy.accounting import CALIBRATIONS, PrivacyBudget, Release, clipped_mean_sensitivity, noise_std
-from dpivreg.privacy.sampler import add_noise, calibrate, draw_noise, make_rng, sampler_of
+from dpivreg.privacy.sampler import add_noise, draw_noise, grid_for, make_rng, sampler_of
 from dpivreg.progress import RunTimeForecast, check_progress
 
 __all__ = ["dp_2s_gd", "run_on_rows", "row_source", "DP2SGDPath", "METHODS", "preconditioner_root", "check_schedule",
@@ -751,7 +751,7 @@ def _per_row(noise_t: np.ndarray, split: int | None, size: int) -> np.ndarray:
 
 def _group_grids(rng: np.random.Generator, clip, n: int, split: int | None, rows: int,
                  width: int) -> tuple[tuple[float, float] | None, np.ndarray]:
-    """Each clipping group's grid and noise factor on the secure sampler (:func:`dpivreg.privacy.sampler.calibrate`
+    """Each clipping group's grid and noise factor Δ′/Δ on the secure sampler (:func:`dpivreg.privacy.sampler.grid_for`
     for the group's per-step sensitivity Δ = 2γ/n and its d = rows × width entries); (None, ones) on a seeded
     generator. A group without clipping (a non-private run) gets grid 0 (no rounding) and factor 1."""
     if sampler_of(rng) == "seeded":
@@ -762,8 +762,8 @@ def _group_grids(rng: np.random.Generator, clip, n: int, split: int | None, rows
     for g, (threshold, count) in enumerate(zip(thresholds, counts)):
         if threshold is not None and count > 0:
             sensitivity = clipped_mean_sensitivity(threshold, n)
-            cal = calibrate(rng, sensitivity=sensitivity, sigma=1.0, dim=count * width)
-            grids[g], factors[g] = cal.grid, cal.sensitivity / sensitivity
+            grids[g], accounted = grid_for(sensitivity, count * width)
+            factors[g] = accounted / sensitivity
     return (grids[0], grids[1]), factors
 
 
@@ -771,12 +771,12 @@ def _entries(noise_t: np.ndarray, grids: tuple[float, float] | None, split: int 
              shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
     """Per-entry noise std and grid of one step's release (rows of Θ, or coordinates of β): the exogenous group's
     for the first ``split`` rows, the rest's after; no grid where the step adds no noise."""
-    sigma = np.broadcast_to(_per_row(noise_t, split, shape[0]).reshape(-1, *([1] * (len(shape) - 1))), shape)
-    if grids is None:
-        return sigma, None
-    grid = np.broadcast_to(_per_row(np.asarray(grids), split, shape[0]).reshape(-1, *([1] * (len(shape) - 1))),
-                           shape)
-    return sigma, np.where(sigma > 0, grid, 0.0)
+    def per_entry(groups) -> np.ndarray:
+        rows = _per_row(np.asarray(groups), split, shape[0])
+        return np.broadcast_to(rows.reshape(-1, *([1] * (len(shape) - 1))), shape)
+
+    sigma = per_entry(noise_t)
+    return (sigma, None) if grids is None else (sigma, np.where(sigma > 0, per_entry(grids), 0.0))
 
 
 def _stage_noise(clip, n: int, rho: float, shares: np.ndarray, split: int | None, group_share: float,

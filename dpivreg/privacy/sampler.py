@@ -39,7 +39,7 @@ from fractions import Fraction
 import numpy as np
 
 __all__ = ["GRID_FRACTION", "SAMPLERS", "SecureGenerator", "Calibration", "make_rng", "sampler_of", "calibrate",
-           "draw_noise", "add_noise", "discrete_gaussian"]
+           "grid_for", "draw_noise", "add_noise", "discrete_gaussian"]
 
 #: c: a release's grid is c·Δ/√d (Δ its L2 sensitivity, d its dimension), so rounding to it adds c·Δ to Δ.
 GRID_FRACTION = 2.0**-30
@@ -82,15 +82,20 @@ def calibrate(rng: np.random.Generator, *, sensitivity: float, sigma: float, dim
     finite sensitivity gets no grid."""
     if sampler_of(rng) == "seeded" or not sigma > 0 or not math.isfinite(sensitivity) or not math.isfinite(sigma):
         return Calibration(sensitivity, sigma, None)
+    grid, accounted = grid_for(sensitivity, dim)
+    return Calibration(accounted, sigma * (accounted / sensitivity), grid)
+
+
+def grid_for(sensitivity: float, dim: int) -> tuple[float, float]:
+    """The secure sampler's grid γ for a release of L2 sensitivity Δ (finite, > 0) and dimension d, the power of two
+    at or below c·Δ/√d, and the rounded query's sensitivity Δ′ ≥ Δ + γ√d (4 ulps up, however the three roundings
+    go, so that the recorded ρ is never below the true one)."""
     target = GRID_FRACTION * sensitivity / math.sqrt(dim)
     if not target > 0:
         raise ValueError(f"a release's sensitivity ({sensitivity!r}) is too small for the secure sampler's grid; "
                          "rescale the data (bounds, thresholds) or pass a seed (numpy's sampler).")
     grid = math.ldexp(0.5, math.frexp(target)[1])  # the power of two at or below the target, exactly
-    # Δ′ ≥ Δ + γ√d however the three roundings go (4 ulps up), and σ′ = σ·Δ′/Δ: the recorded ρ is never below
-    # the true one
-    accounted = (sensitivity + grid * math.sqrt(dim)) * (1.0 + 2.0**-51)
-    return Calibration(accounted, sigma * (accounted / sensitivity), grid)
+    return grid, (sensitivity + grid * math.sqrt(dim)) * (1.0 + 2.0**-51)
 
 
 def draw_noise(rng: np.random.Generator, sigma: np.ndarray | float, grid: np.ndarray | float | None = None,
