@@ -12,6 +12,7 @@ from dpivreg._version import __version__
 from dpivreg.errors import (
     DATA_CHECK_NOTE,
     ConvergenceWarning,
+    DataCheckWarning,
     DivergenceError,
     DroppedRowsWarning,
     EncodedMissingWarning,
@@ -39,6 +40,7 @@ __all__ = [
     "DP2SGDPath",
     "DPIVResults",
     "DivergenceError",
+    "DataCheckWarning",
     "DroppedRowsWarning",
     "EncodedMissingWarning",
     "FitRelease",

@@ -7,8 +7,8 @@ anything: the module sits at the bottom of the package and imports nothing of it
 from __future__ import annotations
 
 __all__ = ["PrivacyLeakWarning", "DivergenceError", "ConvergenceWarning", "LongRunWarning", "TConditionWarning",
-           "DroppedRowsWarning", "EncodedMissingWarning", "InferenceUnavailableError", "InferenceOverflowError",
-           "DATA_CHECK_NOTE"]
+           "DroppedRowsWarning", "EncodedMissingWarning", "DataCheckWarning", "InferenceUnavailableError",
+           "InferenceOverflowError", "DATA_CHECK_NOTE"]
 
 #: Appended to the messages of checks that read the data (constant columns, values outside bounds, missing rows):
 #: their verdicts are not releases.
@@ -43,6 +43,18 @@ class TConditionWarning(UserWarning):
     Theorem's Algorithm (``init="zero"`` or ``method="gd"``): the Theorem's error bound does not cover the fit.
 
     The condition reads only public inputs (n, p, q, ρ1, τ, T), so the warning costs no privacy.
+    """
+
+
+class DataCheckWarning(UserWarning):
+    """A check that reads the data found a problem (a constant or duplicate instrument, collinear columns, every
+    value of a column outside its bounds) and the fit runs anyway.
+
+    A refusal would make whether a fit runs depend on one row (a 0/1 instrument that is 1 in a single row fits, its
+    neighbour with that row replaced would not), so on the private route these checks only warn the data holder; the
+    summary then says what the releases themselves can resolve. The warning is NON-PRIVATE: it is seen only by
+    the data holder and must not be published. ``fit(check_data=True)`` refuses instead, announced as a
+    :class:`PrivacyLeakWarning`.
     """
 
 

@@ -185,11 +185,12 @@ class FitOptions:
     max_rows_per_unit: int | None
     progress: bool | None
     budget: dict
+    check_data: bool = False
 
 
 def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T, delta, preprocess: str, method: str,
                         init, schedule, eta, alpha, clip, calibration: str, tau, inference, cov_type, progress,
-                        privacy_unit, max_rows_per_unit, clusters) -> FitOptions:
+                        privacy_unit, max_rows_per_unit, clusters, check_data=False) -> FitOptions:
     """:meth:`dpivreg.DPIV2SLS.fit`'s keyword arguments checked and resolved (public inputs only: no data is read).
 
     Raises ``ValueError`` or ``TypeError`` naming the argument for a value or a combination the fit cannot run."""
@@ -198,7 +199,7 @@ def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T
         raise ValueError(f"method must be one of {FIT_METHODS}, got {method!r}.")
     if preprocess not in PREPROCESS_ROUTES:
         raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {preprocess!r}.")
-    inference = check_flag(inference, "inference")
+    inference, check_data = check_flag(inference, "inference"), check_flag(check_data, "check_data")
     delta, tau = check_delta(delta), check_tau(tau)
     cov_type, clusters, max_rows_per_unit = _resolve_grouping(cov_type, privacy_unit, clusters, max_rows_per_unit)
     if calibration not in CALIBRATIONS:
@@ -221,7 +222,7 @@ def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T
                       adaptive=isinstance(clip, str) and clip == "adaptive", inference=inference)
     return FitOptions(method=method, select=select, preprocess=preprocess, init=init, clip=clip, inference=inference,
                       delta=delta, tau=tau, cov_type=cov_type, clusters=clusters, max_rows_per_unit=max_rows_per_unit,
-                      progress=progress, budget=budget)
+                      progress=progress, budget=budget, check_data=check_data)
 
 
 def fit_docstring(fit):

@@ -15,6 +15,7 @@ from dpivreg._validation import check_positive, check_T
 from dpivreg.compute.backends import on_passes
 from dpivreg.data.arrays import design_from_arrays
 from dpivreg.data.boundary import design_leaks
+from dpivreg.data.checks import CHECK_DATA_LEAK
 from dpivreg.data.dask_design import (
     dask_design_from_arrays,
     dask_design_from_formula,
@@ -276,24 +277,26 @@ class DPIV2SLS:
         privacy_unit=None,
         max_rows_per_unit: int | None = None,
         clusters=None,
+        check_data: bool = False,
     ) -> DPIVResults:
         options = resolve_fit_options(
             rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip, rho_inf=rho_inf, rho_diag=rho_diag, T=T,
             delta=delta, preprocess=preprocess, method=method, init=init, schedule=schedule, eta=eta, alpha=alpha,
             clip=clip, calibration=calibration, tau=tau, inference=inference, cov_type=cov_type, progress=progress,
-            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, clusters=clusters)
+            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, clusters=clusters, check_data=check_data)
         rng = make_rng(seed)
         units = self._privacy_units(options, privacy_unit, rng)
         with _pass_progress(self._design, options.progress) as passes:
             if options.method == "moments":
                 return self._fit_moments(options.budget, bounds=bounds, preprocess=options.preprocess,
                                          inference=options.inference, delta=options.delta, tau=options.tau, rng=rng,
-                                         cov_type=options.cov_type, units=units)
+                                         cov_type=options.cov_type, units=units, check_data=options.check_data)
             return self._fit_dp2sgd(options.budget, T=T, preprocess=options.preprocess, method=options.method,
                                     init=options.init, schedule=schedule, eta=eta, alpha=alpha, clip=options.clip,
                                     exog_share=exog_share, calibration=calibration, bounds=bounds, tau=options.tau,
                                     inference=options.inference, delta=options.delta, rng=rng, select=options.select,
-                                    cov_type=options.cov_type, progress=options.progress, passes=passes, units=units)
+                                    cov_type=options.cov_type, progress=options.progress, passes=passes, units=units,
+                                    check_data=options.check_data)
 
     def _privacy_units(self, options: FitOptions, privacy_unit, rng: np.random.Generator) -> PrivacyUnits | None:
         """The privacy units and clusters of the fit, or None at row level without clusters. The truncation's keys
@@ -308,10 +311,12 @@ class DPIV2SLS:
     def _fit_dp2sgd(self, budget: dict, *, T, preprocess, method, init, schedule, eta, alpha, clip, exog_share,
                     calibration, bounds, tau, inference, delta, rng, select: bool = False,
                     cov_type: str = "unadjusted", progress: bool | None = False,
-                    passes: ProgressBar | None = None, units: PrivacyUnits | None = None) -> DPIVResults:
+                    passes: ProgressBar | None = None, units: PrivacyUnits | None = None,
+                    check_data: bool = False) -> DPIVResults:
         rho1, rho2, rho0 = budget["rho1"], budget["rho2"], budget["rho0"]
         leaks: list[str] = []
-        scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng, units=units)
+        scale = working_scale(self._design, bounds, route=preprocess, rho0=rho0, rng=rng, units=units,
+                              check_data=check_data)
         leaks += design_leaks(self._design, scale.units) + _scale_leaks(scale, preprocess)
         n, q = scale.n, scale.q  # n: the public normaliser (n̂ = N·k̂ with privacy units)
         p = scale.p
@@ -432,7 +437,7 @@ class DPIV2SLS:
                            inference_note=inference_note, first_stage_meat=first_stage_meat, units=units)
 
     def _fit_moments(self, budget: dict, *, bounds, preprocess, inference, delta, tau, rng,
-                     cov_type: str, units: PrivacyUnits | None = None) -> DPIVResults:
+                     cov_type: str, units: PrivacyUnits | None = None, check_data: bool = False) -> DPIVResults:
         """Noisy-moment 2SLS: the whole budget on one moment release (see :mod:`dpivreg.estimation.moments`), less the
         meat's ``rho_inf`` with ``cov_type`` "robust" or "clustered"."""
         meat = budget["rho_inf"] if inference and cov_type != "unadjusted" else 0.0
@@ -441,7 +446,8 @@ class DPIV2SLS:
         total = budget["total"] - meat if math.isfinite(meat) else sum(
             budget[name] for name in ("rho0", "rho1", "rho2", "rho_clip") if name != "rho0" or preprocess == "private")
         leaks: list[str] = []
-        scale = working_scale(self._design, bounds, route=preprocess, rho0=total, rng=rng, units=units)
+        scale = working_scale(self._design, bounds, route=preprocess, rho0=total, rng=rng, units=units,
+                              check_data=check_data)
         leaks += design_leaks(self._design, scale.units) + _scale_leaks(scale, preprocess)
         if preprocess == "private" and math.isinf(total):
             leaks.append("rho = inf: the moments were released without noise (not private).")
@@ -612,7 +618,7 @@ def _adaptive_clip(rows, scale: WorkingScale, start, method: str, *, rho: float,
 
 
 def _scale_leaks(scale: WorkingScale, preprocess: str) -> list[str]:
-    leaks = []
+    leaks = [CHECK_DATA_LEAK] if scale.checked_data else []
     if scale.leaked_columns:
         leaks.append("bounds were read from the data (no public bounds given) for: " + ", ".join(scale.leaked_columns)
                      + ". Pass bounds={column: (lower, upper)} for each of them (an intercept column is declared "

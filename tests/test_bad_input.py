@@ -27,6 +27,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from findings import expect_finding
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -252,18 +253,32 @@ DESIGN_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(DESIGN_CASES))
-def test_identification_errors_name_the_column(frame, case):
+def test_under_identification_is_an_error(frame):
+    formula, modify, match = DESIGN_CASES["under-identified"]
+    with unchanged(frame), pytest.raises(ValueError, match=match):
+        DPIV2SLS.from_formula(formula, modify(frame))
+
+
+@pytest.mark.parametrize("case", [case for case in DESIGN_CASES if case != "under-identified"])
+def test_identification_findings_name_the_column(frame, case):
+    """Findings one row can flip: the model is built (warned), the fit runs, check_data=True refuses."""
     formula, modify, match = DESIGN_CASES[case]
     data = modify(frame)
-    with unchanged(data), pytest.raises(ValueError, match=match):
-        DPIV2SLS.from_formula(formula, data)
+    with unchanged(data):
+        model = expect_finding(DPIV2SLS.from_formula, match, formula, data)
+        bounds = {name: (-50.0, 50.0) for name in model.design.column_names if name != "Intercept"}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DroppedRowsWarning)
+            with pytest.warns(PrivacyLeakWarning, match=r"check_data=True"), pytest.raises(ValueError, match=match):
+                model.fit(bounds=bounds, check_data=True, **FIT)
+            assert np.isfinite(model.fit(bounds=bounds, **FIT).params).all()
 
 
 def test_collinear_instruments_via_array_constructor(frame):
     Z = np.column_stack([frame["z1"], 1e6 * frame["z1"]])
-    with unchanged(Z), pytest.raises(ValueError, match=r"column 'instruments\.1' is a linear combination"):
-        DPIV2SLS(frame["y"].to_numpy(), np.ones(400), frame["x1"].to_numpy(), Z)
+    with unchanged(Z):
+        expect_finding(DPIV2SLS, r"column 'instruments\.1' is a linear combination", frame["y"].to_numpy(),
+                       np.ones(400), frame["x1"].to_numpy(), Z)
 
 
 def test_nearly_collinear_instruments_fit_finitely(frame):

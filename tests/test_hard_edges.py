@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from dpivreg import (
     DPIV2SLS,
     ConvergenceWarning,
+    DataCheckWarning,
     DivergenceError,
     InferenceUnavailableError,
     PrivacyLeakWarning,
@@ -65,9 +66,15 @@ def test_the_default_steps_do_not_warn_about_convergence():
         _fit()
 
 
-def test_bounds_that_exclude_all_the_data_are_an_error():
-    with pytest.raises(ValueError, match=r"every value of column 'x' lies below its bounds \(100, 200\)"):
-        _fit(bounds={**BOUNDS, "x": (100.0, 200.0)})
+def test_bounds_that_exclude_all_the_data_are_found_not_refused():
+    """Whether a fit runs must not depend on one row: bounds that exclude every value warn the data holder, the
+    summary says so from the release, and check_data=True refuses (announced as a leak)."""
+    match = r"every value of column 'x' lies below its bounds \(100, 200\)"
+    with pytest.warns(DataCheckWarning, match=match):
+        res = _fit(bounds={**BOUNDS, "x": (100.0, 200.0)})
+    assert "Column 'x': its released mean lies at its lower bound" in res.summary(benchmark=False).as_text()
+    with pytest.warns(PrivacyLeakWarning, match=r"check_data=True"), pytest.raises(ValueError, match=match):
+        _fit(bounds={**BOUNDS, "x": (100.0, 200.0)}, check_data=True)
 
 
 def test_the_plain_iteration_with_a_huge_step_diverges_clearly():

@@ -17,6 +17,7 @@ from dpivreg.data.boundary import (
 from dpivreg.data.checks import (
     _check_array_dtype,
     _check_column_dtype,
+    warn_findings,
 )
 from dpivreg.data.columns import (
     _empty_block,
@@ -178,11 +179,13 @@ def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, 
         first).
     ValueError
         If the inputs have different numbers of rows or pandas indexes, or the
-        design is invalid (under-identified, constant or duplicate
-        instruments, rank deficient, infinite values, too few rows).
+        design is invalid (under-identified, infinite values, too few rows).
 
     Warns
     -----
+    DataCheckWarning
+        For a constant or duplicate instrument or collinear columns (NON-PRIVATE findings, recorded in
+        ``data_findings``: one row can change them, so they do not stop a fit; ``fit(check_data=True)`` refuses).
     DroppedRowsWarning
         If rows with a missing value (NaN) in any input were dropped, jointly,
         as ``linearmodels.iv.IV2SLS`` does.
@@ -217,4 +220,5 @@ def design_from_arrays(dependent: Any, exog: Any, endog: Any, instruments: Any, 
         boundary={"missing": policy.how, "zero_allowed": tuple(added), "unit_columns": tuple(added)},
     )
     _warn_dropped(design, "design_from_arrays", stacklevel=2)
+    warn_findings(design.data_findings, stacklevel=2)
     return design

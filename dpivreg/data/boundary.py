@@ -82,6 +82,10 @@ class BoundaryFacts:
         The formula's other expressions whose value in a row depends on other rows (``I(w - w.mean())``,
         ``I(w.rank())``, ``np.where(w > np.median(w), 1, 0)``), each with why
         (:func:`dpivreg.data.formula_replay.row_reading_terms`; a leak).
+    data_findings : tuple of str
+        What the checks that read the data found (a constant or duplicate instrument, collinear columns): NON-PRIVATE,
+        seen only by the data holder (:class:`dpivreg.errors.DataCheckWarning`). A private fit runs regardless;
+        ``fit(check_data=True)`` refuses on them.
     """
 
     missing: str = "drop"
@@ -92,6 +96,7 @@ class BoundaryFacts:
     unit_columns: tuple[Hashable, ...] = ()
     stateful: tuple[str, ...] = ()
     row_reading: tuple[str, ...] = ()
+    data_findings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,20 +162,21 @@ def indicator_name(column: Hashable) -> str:
 def fill_frame(data: Any, used: list[Hashable], policy: MissingPolicy) -> tuple[Any, list[str]]:
     """The frame with ``used`` columns' missing values replaced by the policy's public fill values and the
     requested indicators added (a new frame, pandas or Dask; the caller's is not modified), and the
-    indicators' names. Raises for a used column that can hold a missing value but has no fill value
-    (decided from dtypes and names only: public)."""
+    indicators' names. Raises for a used column without a fill value, whatever its dtype: decided from names
+    only, since a dtype is not public (pandas reads a column of integers as int64, but as float64 once one value is
+    missing, so a rule by dtype would let one row decide whether the model can be built)."""
     values = policy.fill_values
     if isinstance(values, dict):
         unknown = [c for c in values if c not in data.columns]
         if unknown:
             raise ValueError(f"fill_values names {unknown}, which are not columns of the data (a typo?).")
-    missing_value = [c for c in used if can_hold_missing(data[c].dtype)
-                     and not (isinstance(values, dict) and c in values)
+    missing_value = [c for c in used if not (isinstance(values, dict) and c in values)
                      and not (isinstance(values, float) and _numeric(data[c].dtype))]
     if missing_value:
-        raise ValueError(f"missing='fill' has no public fill value for column(s) {missing_value}, which can hold "
-                         "missing values. Add them to fill_values={column: value} (for a category, one of its "
-                         "declared categories).")
+        raise ValueError(f"missing='fill' has no public fill value for column(s) {missing_value}. Every column the "
+                         "formula reads needs one, whatever its dtype (an integer column becomes float64 when a value "
+                         "is missing, so its dtype is not public): add them to fill_values={column: value} (for a "
+                         "category, one of its declared categories), or pass one number for every numeric column.")
     fills = {c: (values[c] if isinstance(values, dict) else values) for c in used if can_hold_missing(data[c].dtype)}
     names = []
     for column in policy.indicators:

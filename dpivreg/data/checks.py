@@ -1,12 +1,16 @@
 """The checks a design must pass before any statistic is computed from it, each raising a ``ValueError`` or
 ``TypeError`` that names the column or block and what to do: the frame's column types (text, dates, complex numbers,
 values encoded as missing), the declared intercept, the blocks' sizes and names, finite values, enough rows, the order
-condition and the instruments (none constant, none a copy of another or of an exogenous regressor), and the rank of
-[exog, endog] and [exog, instruments].
+condition. What one row can change — an instrument that is constant or a copy of another column, collinear
+[exog, endog] or [exog, instruments] — is a *finding* instead (:func:`_instrument_findings`, :func:`rank_findings`):
+a refusal would make whether a fit runs depend on one row, so the design records it (``data_findings``) and warns
+the data holder (:class:`~dpivreg.errors.DataCheckWarning`); ``fit(check_data=True)`` refuses on it, announced as a
+leak.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable
 from typing import Any
 
@@ -22,7 +26,7 @@ from dpivreg.data.columns import (
     column_blocks,
     whole_column,
 )
-from dpivreg.data.cross_products import check_factor_rank
+from dpivreg.data.cross_products import factor_rank_finding
 from dpivreg.data.derived_columns import DerivedColumn
 from dpivreg.data.formula import (
     _BLOCK_LABELS,
@@ -31,7 +35,17 @@ from dpivreg.data.formula import (
     _FormulaParts,
     _only_in_categorical,
 )
-from dpivreg.errors import DATA_CHECK_NOTE
+from dpivreg.errors import DATA_CHECK_NOTE, DataCheckWarning
+
+#: Appended to each :class:`~dpivreg.errors.DataCheckWarning`.
+FINDING_NOTE = ("The fit runs anyway: whether it runs must not depend on one row. The releases then carry no "
+                "signal for that column and the summary says what they resolve; fix the design, or pass "
+                "fit(check_data=True) to refuse instead (announced as a privacy leak).")
+
+#: The leak of ``fit(check_data=True)``: announced when it refuses, recorded in the results when it runs.
+CHECK_DATA_LEAK = ("check_data=True: the fit would have refused on the findings of checks that read the data (a "
+                   "constant, duplicate or collinear column, a column outside its bounds), so that it ran depends on "
+                   "the data. Leave check_data out for a fit to publish.")
 
 #: Exogenous column names that declare the intercept: the formula's intercept term (formulaic and patsy name it
 #: "Intercept") and statsmodels' ``add_constant`` ("const"). The intercept is part of the design, hence public;
@@ -319,16 +333,17 @@ def _varies(values: np.ndarray) -> bool:
     return present.size > 0 and not np.all(present == present[0])
 
 
-def _check_instruments(
+def _instrument_findings(
     blocks: dict[str, pd.DataFrame],
     n_dropped: int = 0,
     full_instruments: pd.DataFrame | None = None,
     zero_allowed: tuple[Hashable, ...] = (),
     derived: Derived | None = None,
     full_derived: Derived | None = None,
-) -> None:
+) -> list[str]:
     """
-    Raise for a constant instrument or one that duplicates another column.
+    What the instruments' checks find: the message for each constant instrument and each one that duplicates
+    another column (NON-PRIVATE findings: :class:`dpivreg.errors.DataCheckWarning`; a private fit runs regardless).
 
     ``n_dropped`` rows with a missing value were dropped before; if the
     instruments on all rows (``full_instruments``) are known and an
@@ -343,19 +358,20 @@ def _check_instruments(
     exempt_z = [name in zero_allowed and _all_zero(z[j]) for j, name in enumerate(instruments.columns)]
     exempt_x = [name in zero_allowed and _all_zero(x[i]) for i, name in enumerate(exog.columns)]
     constant, same = _constant_and_same(z, x, exempt_z, exempt_x)
+    found = []
     for j, name in enumerate(instruments.columns):
         if constant.get(j):
             varied = (
                 full_instruments is not None
                 and _varies(whole_column(block_columns(full_instruments, full_derived, "instruments")[j]))
             )
-            raise _constant_instrument_error(name, float(z[j][0:1][0]), len(z[j]), n_dropped, varied)
-        for i, other in enumerate(exog.columns):
-            if same.get((j, "exog", i)):
-                raise _duplicate_instrument_error(name, other, "exog")
-        for i in range(j):
-            if same.get((j, "instruments", i)):
-                raise _duplicate_instrument_error(name, instruments.columns[i], "instruments")
+            found.append(str(_constant_instrument_error(name, float(z[j][0:1][0]), len(z[j]), n_dropped, varied)))
+            continue
+        duplicated = [(other, "exog") for i, other in enumerate(exog.columns) if same.get((j, "exog", i))]
+        duplicated += [(instruments.columns[i], "instruments") for i in range(j) if same.get((j, "instruments", i))]
+        if duplicated:
+            found.append(str(_duplicate_instrument_error(name, *duplicated[0])))
+    return found
 
 
 def _constant_and_same(z: list, x: list, exempt_z: list[bool], exempt_x: list[bool]) -> tuple[dict, dict]:
@@ -424,15 +440,25 @@ def _duplicate_instrument_error(name: Hashable, other: Hashable, block: str) -> 
     )
 
 
-def check_design_rank(design: Any) -> None:
-    """Raise if [exog, endog] or [exog, instruments] is collinear, from the design's column factor
-    (:func:`dpivreg.data.cross_products.check_factor_rank`: columns scaled to a largest absolute value of 1 first)."""
+def rank_findings(design: Any) -> list[str]:
+    """The messages for [exog, endog] and [exog, instruments] if collinear, from the design's column factor
+    (:func:`dpivreg.data.cross_products.factor_rank_finding`: columns scaled to a largest absolute value of 1 first;
+    NON-PRIVATE findings, :class:`dpivreg.errors.DataCheckWarning`)."""
     names = design.column_names
     pos = design.positions
     zero = set(design.zero_columns)
+    found = []
     for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
         cols = [c for c in pos[key] if c not in zero]
-        check_factor_rank(design.factor.r[:, cols], design.nobs, [names[c] for c in cols], label)
+        finding = factor_rank_finding(design.factor.r[:, cols], design.nobs, [names[c] for c in cols], label)
+        found += [] if finding is None else [finding]
+    return found
+
+
+def warn_findings(findings: list[str] | tuple[str, ...], stacklevel: int) -> None:
+    """One :class:`dpivreg.errors.DataCheckWarning` per finding, saying that the fit will run anyway."""
+    for finding in findings:
+        warnings.warn(f"{finding} {FINDING_NOTE}", DataCheckWarning, stacklevel=stacklevel + 1)
 
 
 def _validate(
@@ -442,16 +468,17 @@ def _validate(
     zero_allowed: tuple[Hashable, ...] = (),
     derived: Derived | None = None,
     full_derived: Derived | None = None,
-) -> None:
+) -> list[str]:
     """
-    Run every check of a design that has no missing values, except its rank
-    (:func:`check_design_rank`, on the assembled design's column factor).
+    Run every check of a design that has no missing values, except its rank (:func:`rank_findings`, on the
+    assembled design's column factor): raise for what public facts decide (names, the row count) and for infinite
+    values; return what the instruments' checks find (:func:`_instrument_findings`), which does not stop a fit.
 
     ``n_dropped`` rows with a missing value were dropped before, and
     ``full_instruments`` are the instruments before that (if known); both only
-    refine the messages. ``zero_allowed``, ``derived``, ``full_derived``: see :func:`_check_instruments`.
+    refine the messages. ``zero_allowed``, ``derived``, ``full_derived``: see :func:`_instrument_findings`.
     """
     _check_unique_names(blocks)
     _check_finite(blocks, derived)
     _check_enough_rows(blocks, n_dropped)
-    _check_instruments(blocks, n_dropped, full_instruments, zero_allowed, derived, full_derived)
+    return _instrument_findings(blocks, n_dropped, full_instruments, zero_allowed, derived, full_derived)

@@ -27,7 +27,8 @@ from dpivreg.errors import DATA_CHECK_NOTE
 from dpivreg.privacy.units import group_sums
 
 __all__ = ["ColumnFactor", "CrossProductIV2SLS", "block_factor", "combine_factors", "r_factor",
-           "factor_rank", "check_factor_rank", "rank_error", "iv2sls_from_factor", "iv2sls_benchmark",
+           "factor_rank", "check_factor_rank", "factor_rank_finding", "independent_columns", "rank_error",
+           "iv2sls_from_factor", "iv2sls_benchmark",
            "residual_block"]
 
 
@@ -95,7 +96,15 @@ def factor_rank(r: np.ndarray, nobs: int) -> int:
 
 
 def check_factor_rank(r: np.ndarray, nobs: int, columns: list[Hashable], label: str) -> None:
-    """Raise :func:`rank_error` if the columns with triangular factor ``r`` are collinear.
+    """Raise :func:`rank_error` if the columns with triangular factor ``r`` are collinear
+    (:func:`factor_rank_finding`)."""
+    finding = factor_rank_finding(r, nobs, columns, label)
+    if finding is not None:
+        raise ValueError(finding)
+
+
+def factor_rank_finding(r: np.ndarray, nobs: int, columns: list[Hashable], label: str) -> str | None:
+    """The message of :func:`rank_error` if the columns with triangular factor ``r`` are collinear, else None.
 
     The columns are scaled to a largest absolute value of 1 first, so a column in the 1e13 (GDP in dollars) next to an
     intercept, or one scaled by 1e-300, is not called collinear: the working scale of the private fit
@@ -104,7 +113,7 @@ def check_factor_rank(r: np.ndarray, nobs: int, columns: list[Hashable], label: 
     """
     rank = factor_rank(r, nobs)
     if rank == r.shape[1]:
-        return
+        return None
     lo, hi = 1, r.shape[1]
     while lo < hi:  # the first prefix that is rank deficient (full rank of a prefix is monotone)
         mid = (lo + hi) // 2
@@ -112,7 +121,18 @@ def check_factor_rank(r: np.ndarray, nobs: int, columns: list[Hashable], label: 
             hi = mid
         else:
             lo = mid + 1
-    raise rank_error(columns, rank, lo - 1, label)
+    return str(rank_error(columns, rank, lo - 1, label))
+
+
+def independent_columns(r: np.ndarray, nobs: int, columns: list[int]) -> list[int]:
+    """The columns (positions into ``r``'s columns) kept when each of ``columns`` in turn is omitted if it is a
+    linear combination of those kept before it (as Stata's ``ivregress`` omits collinear regressors and
+    instruments, "omitted because of collinearity"); the same rank rule as :func:`factor_rank_finding`."""
+    kept: list[int] = []
+    for c in columns:
+        if factor_rank(r[:, kept + [c]], nobs) == len(kept) + 1:
+            kept.append(c)
+    return kept
 
 
 def rank_error(columns: list[Hashable], rank: int, bad: int, label: str) -> ValueError:
@@ -145,6 +165,9 @@ class CrossProductIV2SLS:
     nobs: int
     resid_ss: float
     cov_type: str = "robust"
+    #: Regressors and instruments left out as collinear with those before them (Stata's "omitted because of
+    #: collinearity"), or all-zero declared levels: their coefficients are NaN.
+    omitted: tuple = ()
 
     @property
     def std_errors(self) -> pd.Series:
@@ -222,22 +245,28 @@ def iv2sls_benchmark(design, *, units=None) -> CrossProductIV2SLS:
     design's ``factor`` with its ``blockwise_sum`` as the residual pass.
 
     Columns allowed to be all zero that are (``design.zero_columns``: a declared level absent from the data,
-    the indicator of a complete column) are left out of the fit; their coefficients and covariances are NaN
-    (not identified by these rows).
+    the indicator of a complete column) and columns collinear with those before them (a constant or duplicate
+    instrument: the design's ``data_findings``, which do not stop a private fit) are left out of the fit, as Stata's
+    ``ivregress`` omits them; their coefficients and covariances are NaN (not identified by these rows), and
+    ``omitted`` names them. With fewer independent instruments than regressors every value is NaN.
 
     ``units`` (:class:`dpivreg.privacy.units.PrivacyUnits`, with privacy units or clusters): 2SLS on the rows the fit
     keeps, with linearmodels' clustered covariance (``debiased=False``) by the fit's clusters, when it has any,
     instead of HC0: the meat Σ_c ξ_c ξ_cᵀ of the clusters' summed x̂ᵢeᵢ (one pass over the rows in the fit's
     order)."""
-    zero = set(design.zero_columns)
-    positions = {key: [c for c in cols if c not in zero] for key, cols in design.positions.items()}
+    factor = design.factor if units is None or units.dropped_rows == 0 else units.rows_of(design).factor
+    positions = _identified_positions(design, factor)
     names = design.column_names
+    omitted = tuple(names[c] for c in design.positions["x"] + design.positions["instruments"]
+                    if c not in positions["x"] + positions["z"])
+    everyone = design.regressor_names
+    if len(positions["z"]) < len(positions["x"]):  # fewer independent instruments than regressors
+        return _unidentified(everyone, design.nobs if units is None else units.rows_of(design).nobs, omitted)
     kept = [names[c] for c in positions["x"]]
     if units is None:
-        fit = iv2sls_from_factor(design.factor, positions, design.nobs, kept, design.blockwise_sum)
+        fit = iv2sls_from_factor(factor, positions, design.nobs, kept, design.blockwise_sum)
     else:
         rows = units.rows_of(design)
-        factor = design.factor if units.dropped_rows == 0 else rows.factor  # the kept rows' (order is irrelevant)
         if units.facts.clusters is None:
             fit = iv2sls_from_factor(factor, positions, rows.nobs, kept, rows.blockwise_sum)
         else:
@@ -246,12 +275,32 @@ def iv2sls_benchmark(design, *, units=None) -> CrossProductIV2SLS:
 
             fit = dataclasses.replace(iv2sls_from_factor(factor, positions, rows.nobs, kept, clustered_pass),
                                       cov_type="clustered")
-    if not zero:
+    if not omitted:
         return fit
-    everyone = design.regressor_names
     return dataclasses.replace(fit, params=fit.params.reindex(everyone),
                                cov=fit.cov.reindex(index=everyone, columns=everyone),
-                               unadjusted_cov=fit.unadjusted_cov.reindex(index=everyone, columns=everyone))
+                               unadjusted_cov=fit.unadjusted_cov.reindex(index=everyone, columns=everyone),
+                               omitted=omitted)
+
+
+def _identified_positions(design, factor: ColumnFactor) -> dict[str, list[int]]:
+    """The design's positions without the columns the benchmark leaves out: all-zero declared levels
+    (``design.zero_columns``), then each regressor of [exog, endog] that is a linear combination of those kept before
+    it, then each excluded instrument that is one of the kept exogenous columns and instruments before it
+    (:func:`independent_columns`)."""
+    zero = set(design.zero_columns)
+    pos = design.positions
+    x = independent_columns(factor.r, design.nobs, [c for c in pos["x"] if c not in zero])
+    exog = [c for c in x if c in pos["exog"]]
+    z = independent_columns(factor.r, design.nobs, exog + [c for c in pos["instruments"] if c not in zero])
+    return {**pos, "x": x, "z": z}
+
+
+def _unidentified(names: list[Hashable], nobs: int, omitted: tuple) -> CrossProductIV2SLS:
+    """The benchmark of a design with fewer independent instruments than regressors: every value NaN."""
+    nan = pd.DataFrame(np.nan, index=names, columns=names)
+    return CrossProductIV2SLS(params=pd.Series(np.nan, index=names, name="parameter"), cov=nan, unadjusted_cov=nan,
+                              nobs=int(nobs), resid_ss=float("nan"), omitted=omitted)
 
 
 def clustered_residual_block(block: np.ndarray, starts: np.ndarray, beta: np.ndarray, x_pos: list[int],

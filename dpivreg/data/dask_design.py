@@ -56,9 +56,10 @@ from dpivreg.data.checks import (
     _formula_variables,
     check_declared_constant,
     declared_constant,
+    warn_findings,
 )
 from dpivreg.data.columns import _as_float_blocks
-from dpivreg.data.cross_products import ColumnFactor, block_factor, check_factor_rank, combine_factors, r_factor
+from dpivreg.data.cross_products import ColumnFactor, block_factor, combine_factors, factor_rank_finding, r_factor
 from dpivreg.data.dask_builders import (
     _apply,
     _check_dask_columns,
@@ -326,8 +327,11 @@ def _instrument_pairs(widths: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     return tuple(pairs)
 
 
-def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...], zero_allowed: tuple[Hashable, ...] = ()) -> None:
-    """The checks of :func:`dpivreg.data.design._drop_missing` and ``_validate`` from the pass's statistics."""
+def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...], zero_allowed: tuple[Hashable, ...] = ()
+              ) -> list[str]:
+    """The checks of :func:`dpivreg.data.design._drop_missing` and ``_validate`` from the pass's statistics: raise
+    for what they raise, return the findings of :func:`dpivreg.data.checks._instrument_findings` and
+    :func:`dpivreg.data.checks.rank_findings` (which do not stop a fit)."""
     total, nobs = stats["n_raw"], stats["n"]
     if total == 0:
         raise ValueError("the data have no rows; the design needs observations.")
@@ -353,19 +357,24 @@ def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...], zero_allowed
     exog = set(pos["exog"])
     zero = {c for c, name in labels.items()  # all-zero declared levels and indicators (dpivreg.data.boundary)
             if name in zero_allowed and stats["min"][c] == 0 and stats["max"][c] == 0}
+    found = []
     for col in pos["instruments"]:
         if col in zero:
             continue
         if stats["min"][col] == stats["max"][col]:
             varied = bool(stats["raw_min"][col] < stats["raw_max"][col])
-            raise _constant_instrument_error(labels[col], stats["min"][col], nobs, n_dropped, varied)
-        for other in pos["exog"] + [c for c in pos["instruments"] if c < col]:
-            if other not in zero and equal[(col, other)]:
-                raise _duplicate_instrument_error(labels[col], labels[other],
-                                                  "exog" if other in exog else "instruments")
+            found.append(str(_constant_instrument_error(labels[col], stats["min"][col], nobs, n_dropped, varied)))
+            continue
+        same = [other for other in pos["exog"] + [c for c in pos["instruments"] if c < col]
+                if other not in zero and equal[(col, other)]]
+        if same:
+            found.append(str(_duplicate_instrument_error(labels[col], labels[same[0]],
+                                                         "exog" if same[0] in exog else "instruments")))
     for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
         cols = [c for c in pos[key] if c not in zero]
-        check_factor_rank(stats["r"][:, cols], nobs, [labels[c] for c in cols], label)
+        finding = factor_rank_finding(stats["r"][:, cols], nobs, [labels[c] for c in cols], label)
+        found += [] if finding is None else [finding]
+    return found
 
 
 def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...], ...], *, formula: str | None,
@@ -382,7 +391,7 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
     with one_pass():
         stats = _combine(list(dask.compute(*stats_parts)))
     boundary = boundary or {}
-    _validate(stats, names, boundary.get("zero_allowed", ()))
+    findings = _validate(stats, names, boundary.get("zero_allowed", ()))
     declared = declared_constant(list(names[1]), constant)
     if declared is not None:
         j = 1 + list(names[1]).index(declared)
@@ -399,9 +408,10 @@ def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...
         stats=DesignStats(stats["min"], stats["max"], stats["scale"], stats["r"]),
         formula=formula, formula_engine=formula_engine, n_dropped=int(stats["n_raw"] - stats["n"]),
         constant=declared, n_lost=int(stats["lost_rows"]), partitions=tuple(zip(raw_parts, stats["lengths"])),
-        **boundary,
+        data_findings=tuple(findings), **boundary,
     )
     _warn_dropped(design, source, stacklevel=stacklevel + 1)
+    warn_findings(design.data_findings, stacklevel=stacklevel + 1)
     if stats["encoded"] is not None and encoded_columns:
         flags, n_rows = stats["encoded"]
         bad = [c for c, flag in zip(encoded_columns, flags) if flag]

@@ -21,8 +21,8 @@ Two entry points build an :class:`IVDesign`:
 Both paths drop the rows that have a missing value in any block (jointly, as
 linearmodels does), warn with :class:`DroppedRowsWarning` if any row was
 dropped, convert every block to numbers read as float64 and validate the design (order
-condition, constant or duplicate instruments, rank, infinite values, enough
-rows). The caller's data are never modified.
+condition, infinite values, enough rows; constant or duplicate instruments and the rank are findings that warn,
+:mod:`dpivreg.data.checks`). The caller's data are never modified.
 
 Memory: plain float64 columns are shared with the caller's frame (:func:`plain_column_block`); a formula whose
 terms act row by row is built a block of rows at a time (:func:`_formulaic_block`), and its transformed terms
@@ -62,8 +62,9 @@ from dpivreg.data.checks import (
     _formula_variables,
     _validate,
     check_declared_constant,
-    check_design_rank,
     declared_constant,
+    rank_findings,
+    warn_findings,
 )
 from dpivreg.data.columns import (
     Derived,
@@ -577,8 +578,8 @@ def _build(
         kept = positions  # None: all rows, in order (no n-length index array)
     n_kept = nrows if kept is None else kept.size
     boundary = boundary or {}
-    _validate(blocks, int(nrows - n_kept), full["instruments"], boundary.get("zero_allowed", ()), kept_derived,
-              derived)
+    findings = _validate(blocks, int(nrows - n_kept), full["instruments"], boundary.get("zero_allowed", ()),
+                         kept_derived, derived)
     name = declared_constant(list(blocks["exog"].columns), constant)
     if name is not None:
         column = block_columns(blocks["exog"], kept_derived, "exog")[list(blocks["exog"].columns).index(name)]
@@ -593,9 +594,12 @@ def _build(
         source_rows=None if n_kept == nrows else kept,  # positions are increasing: all rows means all in order
         derived=kept_derived or None,
         n_lost=count_lost(kept) if count_lost is not None and n_kept < nrows else 0,
+        data_findings=tuple(findings),
         **boundary,
     )
-    check_design_rank(design)
+    rank = rank_findings(design)  # needs the design's factor, a pass over its rows: replace() would drop it
+    if rank:
+        object.__setattr__(design, "data_findings", design.data_findings + tuple(rank))
     return design, kept
 
 
@@ -712,11 +716,13 @@ def design_from_formula(
     ValueError
         If ``formula_engine`` is unknown, the formula is malformed or has no
         ``[endog ~ instruments]`` block, it names an unknown variable, or the
-        design is invalid (under-identified, constant or duplicate
-        instruments, rank deficient, infinite values, too few rows).
+        design is invalid (under-identified, infinite values, too few rows).
 
     Warns
     -----
+    DataCheckWarning
+        For a constant or duplicate instrument or collinear columns (NON-PRIVATE findings, recorded in
+        ``data_findings``: one row can change them, so they do not stop a fit; ``fit(check_data=True)`` refuses).
     DroppedRowsWarning
         If rows with a missing value in any block were dropped.
     EncodedMissingWarning
@@ -792,6 +798,7 @@ def design_from_formula(
         derived=derived,
     )
     _warn_dropped(design, "design_from_formula", stacklevel=2)
+    warn_findings(design.data_findings, stacklevel=2)
     _warn_encoded_missing(data, parts, kept, stacklevel=2)
     return design
 

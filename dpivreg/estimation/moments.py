@@ -53,7 +53,8 @@ import math
 
 import numpy as np
 
-__all__ = ["solve_2sls", "residual_variance_from_moments", "moment_draws", "moment_noise_covariance", "floor_spectrum",
+__all__ = ["unresolved_directions", "means_at_bounds",
+           "solve_2sls", "residual_variance_from_moments", "moment_draws", "moment_noise_covariance", "floor_spectrum",
            "floor_at_noise", "partialled_regression", "central_covariance", "central_in_units", "central_scale_error",
            "FLOOR",
            "NOISE_FLOOR", "CENTRAL_LEVEL"]
@@ -83,6 +84,32 @@ def floor_at_noise(M: np.ndarray, sigma: float, block: int) -> np.ndarray:
     Z = M[..., :block, :block]
     M[..., :block, :block] = _floor_eigenvalues((Z + np.swapaxes(Z, -1, -2)) / 2.0, NOISE_FLOOR * sigma)
     return M
+
+
+def unresolved_directions(M: np.ndarray, sigma: float, block: int) -> list[np.ndarray]:
+    """Unit vectors (length ``block``) of the directions of the released box-scale moments' leading block (the
+    constant and the instruments) that :func:`floor_at_noise` floors: eigenvalues below :data:`NOISE_FLOOR`·σ, which
+    the release cannot tell from zero. A constant column (collinear with the constant), a duplicate instrument, exactly
+    collinear columns or bounds that every value lies beyond give such a direction whatever n; so does a column with
+    too little variation for the budget. Post-processing of the release and its public σ; none when σ = 0."""
+    if sigma == 0:
+        return []
+    S = np.asarray(M, dtype=float)[:block, :block]
+    eigenvalues, vectors = np.linalg.eigh((S + S.T) / 2.0)
+    return [vectors[:, i] for i in np.flatnonzero(eigenvalues < NOISE_FLOOR * sigma)]
+
+
+def means_at_bounds(M: np.ndarray, sigma: float) -> np.ndarray:
+    """Per column of the released box-scale moments (the constant first, released or known), −1 or +1 where its
+    released mean M[0, j] lies within two noise standard deviations of that bound of the box [−1, 1], else 0: every
+    value of the column may lie at or beyond that bound (a column the bounds exclude is clipped to a constant
+    there). Post-processing of the release; all 0 when σ = 0 (exact moments: the design's checks say it)."""
+    means = np.asarray(M, dtype=float)[0, :]
+    if sigma == 0:
+        return np.zeros_like(means)
+    side = np.sign(means) * (np.abs(means) >= 1.0 - 2.0 * sigma)
+    side[0] = 0.0  # the constant itself
+    return side
 
 
 def _floor_eigenvalues(S: np.ndarray, floor) -> np.ndarray:

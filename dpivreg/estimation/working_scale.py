@@ -58,9 +58,10 @@ from dpivreg._validation import check_rho
 from dpivreg.compute.backends import BuiltRows, InMemoryRows, RowSource, is_dask_collection, map_row_blocks
 from dpivreg.compute.kernels import mapped_columns, numba_available, working_rows
 from dpivreg.data.bounds import resolve_bounds
+from dpivreg.data.checks import CHECK_DATA_LEAK, warn_findings
 from dpivreg.data.columns import column_checksum
 from dpivreg.data.design import IVDesign
-from dpivreg.errors import DATA_CHECK_NOTE
+from dpivreg.errors import DATA_CHECK_NOTE, PrivacyLeakWarning
 from dpivreg.estimation.engine import row_source
 from dpivreg.estimation.moments import FLOOR, NOISE_FLOOR, floor_at_noise, floor_spectrum
 from dpivreg.privacy.accounting import Release
@@ -237,6 +238,7 @@ class WorkingScale:
     bound_centres: pd.Series | None = None
     moments: ReleasedMoments | None = None
     built_checked: bool = field(default=False, repr=False)  # in-memory arrays checked while they were built
+    checked_data: bool = False  # fit(check_data=True): it ran because the data checks passed (a leak)
     bound_notes: tuple[str, ...] = ()  # where bounds came from besides the user's design columns (public)
     units: UnitFacts | None = None
     groups: RowGroups | None = field(default=None, repr=False)
@@ -531,7 +533,8 @@ def _whitening(cov: np.ndarray) -> np.ndarray:
 # the working scale
 # ----------------------------------------------------------------------------------------
 def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "bounds", rho0: float = math.inf,
-                  rng: np.random.Generator | None = None, units: PrivacyUnits | None = None) -> WorkingScale:
+                  rng: np.random.Generator | None = None, units: PrivacyUnits | None = None,
+                  check_data: bool = False) -> WorkingScale:
     """Build the working arrays for the engine and the exact back-transform.
 
     Parameters
@@ -575,7 +578,7 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
                                                     data_largest=largest)
     lo = np.array([limits[c][0] for c in names])
     hi = np.array([limits[c][1] for c in names])
-    _check_bounds_meet_data(names, minimum, maximum, lo, hi)
+    _act_on_findings(design, _bounds_findings(names, minimum, maximum, lo, hi), check_data)
     centres, scales = centre_s[names].to_numpy(), scale_s[names].to_numpy()
     free = free_positions(design, constant)
     rows = design if units is None else units.rows_of(design)  # the kept rows, units contiguous
@@ -606,7 +609,9 @@ def working_scale(design: IVDesign, bounds: Bounds | None, *, route: str = "boun
         maps["moments"] = dataclasses.replace(maps["moments"], rows_per_unit=rows_per_unit)
     streamed = WorkingRows.of(design, lo, hi, maps) if units is None else None
     held = None if streamed is not None else _working_arrays(rows, lo, hi, maps)
-    return WorkingScale(built_checked=not getattr(design, "is_dask", False), bound_notes=tuple(resolved.notes()),
+    return WorkingScale(
+        built_checked=not getattr(design, "is_dask", False), checked_data=check_data,
+        bound_notes=tuple(resolved.notes()),
         route=route, bound_scales=scale_s, bound_centres=centre_s, source=source,
         clipped_values=pd.Series(dict(zip(names, counts)), name="clipped values (non-private)", dtype=np.int64),
         held=held, streamed=streamed, n_exog=len(design.exog_names), units=None if units is None else units.facts,
@@ -643,21 +648,34 @@ def _warn_heavy_clipping(names: list, counts: np.ndarray, nobs: int) -> None:
                       "release.)", UserWarning, stacklevel=4)
 
 
-def _check_bounds_meet_data(names: list, minimum: np.ndarray, maximum: np.ndarray, lo: np.ndarray,
-                            hi: np.ndarray) -> None:
-    """Raise if every value of a column lies outside its bounds on one side: clipping would make it a constant
-    (NON-PRIVATE check of the column's range, :data:`dpivreg.errors.DATA_CHECK_NOTE`)."""
-    outside = [(name, lower, upper, "below" if top < lower else "above")
-               for name, bottom, top, lower, upper in zip(names, minimum, maximum, lo, hi)
-               if top < lower or bottom > upper]
-    if outside:
-        name, lower, upper, side = outside[0]
-        raise ValueError(
-            f"every value of column {name!r} lies {side} its bounds ({lower:g}, {upper:g}): clipping would make it "
-            f"the constant {lower if side == 'below' else upper:g}, and the fit would be meaningless. Check the "
-            f"bounds (their units, or a typo)"
-            f"{' and those of ' + str([o[0] for o in outside[1:]]) if outside[1:] else ''}. "
-            f"{DATA_CHECK_NOTE}")
+def _bounds_findings(names: list, minimum: np.ndarray, maximum: np.ndarray, lo: np.ndarray,
+                     hi: np.ndarray) -> list[str]:
+    """The message for each column whose every value lies outside its bounds on one side: clipping makes it a
+    constant (NON-PRIVATE finding of the column's range, :class:`dpivreg.errors.DataCheckWarning`)."""
+    return [
+        f"every value of column {name!r} lies {side} its bounds ({lower:g}, {upper:g}): clipping makes it the "
+        f"constant {lower if side == 'below' else upper:g}, and the fit learns nothing from it. Check the bounds "
+        f"(their units, or a typo). {DATA_CHECK_NOTE}"
+        for name, lower, upper, side in (
+            (name, lower, upper, "below" if top < lower else "above")
+            for name, bottom, top, lower, upper in zip(names, minimum, maximum, lo, hi)
+            if top < lower or bottom > upper)
+    ]
+
+
+def _act_on_findings(design: IVDesign, bound_findings: list[str], check_data: bool) -> None:
+    """With ``check_data``: announce the leak and refuse on the design's findings or those of the bounds (the
+    first of them). Otherwise warn the data holder of the bounds' findings (the design's were at build) and go on:
+    whether a fit runs must not depend on one row."""
+    findings = [*getattr(design, "data_findings", ()), *bound_findings]
+    if not check_data:
+        warn_findings(bound_findings, stacklevel=5)  # the user's fit(), through _fit_* and working_scale
+        return
+    if findings:
+        warnings.warn(CHECK_DATA_LEAK, PrivacyLeakWarning, stacklevel=5)
+        raise ValueError(f"{findings[0]} (check_data=True refuses on the findings of checks that read the data"
+                         + (f"; {len(findings) - 1} more: see the model's data_findings" if len(findings) > 1 else "")
+                         + ".)")
 
 
 def preprocess_block(block: np.ndarray, lo: np.ndarray, hi: np.ndarray, centres: np.ndarray, scales: np.ndarray,

@@ -18,6 +18,8 @@ from statsmodels.iolib.summary import Summary
 from statsmodels.iolib.table import SimpleTable
 from statsmodels.iolib.tableformatting import fmt_2cols, fmt_params
 
+from dpivreg.estimation.moments import NOISE_FLOOR, means_at_bounds, unresolved_directions
+from dpivreg.estimation.working_scale import free_columns
 from dpivreg.reporting.tables import format_number
 
 __all__ = ["DPIVSummary", "SummaryWriter", "WEAK_F"]
@@ -326,6 +328,33 @@ class SummaryWriter:
                 "(fit(rho_diag=...) releases a clustered first-stage Wald statistic instead of the F).")
         return notes
 
+    def _resolution_notes(self) -> list[str]:
+        """What the moment release cannot resolve (post-processing of the release and its public σ): directions of
+        the constant and the instruments below its noise floor, and columns whose released mean is at a bound. The
+        design's own checks (:class:`~dpivreg.errors.DataCheckWarning`) read the data; these say the same from the
+        releases, so they may be published."""
+        moments = self.results.scale.moments
+        if moments is None or moments.sigma == 0:
+            return []
+        design = self.results.design
+        names = ["the constant", *free_columns(design, design.constant_name)]
+        notes = []
+        for vector in unresolved_directions(moments.matrix, moments.sigma, moments.instrument_block):
+            heavy = [f"{names[i]} ({vector[i]:+.2f})" for i in np.argsort(-np.abs(vector)) if abs(vector[i]) >= 0.2]
+            notes.append(
+                f"UNRESOLVED: the released second moments of the constant and the instruments have a direction, "
+                f"mostly {', '.join(heavy)}, below their noise floor {NOISE_FLOOR:.3g}*sigma: the release cannot tell "
+                "it from no variation (a constant or duplicate column, collinear columns, bounds that exclude the "
+                "data, or too small a budget for that column's variation). Coefficients that rely on it are not "
+                "identified by the releases (post-processing of the moment release, no extra cost).")
+        sides = means_at_bounds(moments.matrix, moments.sigma)
+        for j in np.flatnonzero(sides):
+            notes.append(
+                f"Column {names[j]!r}: its released mean lies at its {'upper' if sides[j] > 0 else 'lower'} bound "
+                "(within two noise standard deviations): its values may all lie at or beyond that bound; check the "
+                "bounds (post-processing of the moment release).")
+        return notes
+
     def _notes(self, benchmark: bool = True) -> list[str]:
         d, sc = self.results.design, self.results.scale
         label = self._column_label
@@ -339,6 +368,10 @@ class SummaryWriter:
                 "validate;",
                 "  never publish them.",
             ]
+            omitted = self.results.benchmark.omitted
+            if omitted:
+                notes.append(f"  IV2SLS* omits {', '.join(map(str, omitted))}: collinear with the columns before "
+                             "them, as Stata's ivregress omits them (non-private; the private fit keeps every column).")
             if self.results._units is not None and self.results._units.dropped_rows:  # NON-PRIVATE counts
                 notes.append(f"  IV2SLS* is on the rows the fit keeps: {self.results._units.truncated_units} "
                              f"unit(s) had more than {self.results._units.facts.max_rows} rows, "
@@ -386,6 +419,7 @@ class SummaryWriter:
         if by_source["bounds"]:
             notes.append(f"Scaled by public bounds: {', '.join(map(str, by_source['bounds']))}.")
         notes += list(sc.bound_notes)
+        notes += self._resolution_notes()
         if by_source["data"]:
             notes.append(f"Scaled from the data (PRIVACY LEAK): {', '.join(by_source['data'])}.")
         n_clipped = int(sc.clipped_values.sum())
