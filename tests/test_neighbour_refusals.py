@@ -69,11 +69,20 @@ def _all_out_of_bounds() -> tuple[pd.DataFrame, pd.DataFrame]:
     return D, D_
 
 
+def _constant_endogenous() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The endogenous regressor x is 0 but in one row (D), or 0 everywhere (D′)."""
+    D_ = _base().assign(x=0.0)
+    D = D_.copy()
+    D.loc[0, "x"] = 4.0
+    return D, D_
+
+
 PAIRS = {
     "one-row instrument vs constant": (_one_row_instrument, "y ~ 1 + [x ~ z + z2]"),
     "one-row control vs constant": (_one_row_instrument, "y ~ 1 + z2 + [x ~ z]"),
     "near-duplicate vs duplicate instruments": (_near_duplicate, "y ~ 1 + [x ~ z + z2]"),
     "all values out of bounds at small n": (_all_out_of_bounds, "y ~ 1 + w + [x ~ z]"),
+    "one-row vs constant endogenous regressor": (_constant_endogenous, "y ~ 1 + [x ~ z]"),
 }
 
 
@@ -169,6 +178,27 @@ def test_an_integer_column_read_with_a_missing_value_needs_no_different_declarat
     assert fits[0].nobs == fits[1].nobs == N
 
 
+@pytest.mark.parametrize("missing", ["fill", "drop"])
+def test_a_boolean_column_read_with_a_missing_value_is_the_same_schema(missing):
+    """pandas reads a boolean CSV column as bool, as object (True/False/NaN) once one value is missing: both are read
+    as pandas' nullable "boolean", so under "fill" both neighbours fit with the same public facts; under "drop" the
+    dropped row is the announced leak of that policy, not a refusal."""
+    D = _base().assign(b=lambda f: f["w"] > 0)
+    D_ = D.astype({"b": object})
+    D_.loc[3, "b"] = np.nan
+    read = [pd.read_csv(io.StringIO(frame.to_csv(index=False))) for frame in (D, D_)]
+    assert [frame["b"].dtype for frame in read] == [np.dtype(bool), np.dtype(object)]
+    untouched = read[1].copy()
+    build = {"missing": "fill", "fill_values": {"y": 0.0, "x": 0.0, "z": 0.0, "b": False}} if missing == "fill" else {}
+    fits = [_fit(frame, "y ~ 1 + b + [x ~ z]", build=dict(build)) for frame in read]
+    pd.testing.assert_frame_equal(read[1], untouched)  # the caller's frame is not modified
+    if missing == "fill":
+        assert public_facts(fits[0]) == public_facts(fits[1])
+    else:
+        assert fits[1].nobs == N - 1 and any("missing='drop'" in leak for leak in fits[1].leaks)
+    assert tuple(fits[0].params.index) == tuple(fits[1].params.index) == ("Intercept", "b", "x")
+
+
 # ---------------------------------------------------------------------------------------- the benchmark
 @pytest.mark.parametrize(("make", "formula", "omitted"), [
     (_near_duplicate, "y ~ 1 + [x ~ z + z2]", ("z2",)),
@@ -204,14 +234,17 @@ def test_unresolved_directions_exact_values():
     v = np.array([[1.0, 1.0], [-1.0, -1.0], [1.0, 1.0], [-1.0, -1.0]])
     rows = np.column_stack([np.ones(4), v])
     M = rows.T @ rows / 4
-    (direction,) = unresolved_directions(M, 0.01, 3)
+    (direction,) = unresolved_directions(M, 0.01, [0, 1, 2])
     np.testing.assert_allclose(np.abs(direction), [0.0, 1 / math.sqrt(2), 1 / math.sqrt(2)], atol=1e-12)
     assert direction[1] == pytest.approx(-direction[2])
-    assert unresolved_directions(M, 0.0, 3) == []
+    assert unresolved_directions(M, 0.0, [0, 1, 2]) == []
+    (other,) = unresolved_directions(M, 0.01, [0, 2, 1])  # any subset and order of the columns
+    np.testing.assert_allclose(np.abs(other), np.abs(direction), atol=1e-12)
+    assert unresolved_directions(M, 0.01, [0, 1]) == []  # without its duplicate, z is resolved
     # an eigenvalue at the floor is resolved, just below it is not
     M2 = np.diag([1.0, 0.5, NOISE_FLOOR * 0.1])
-    assert len(unresolved_directions(M2, 0.1 * (1 + 1e-9), 3)) == 1
-    assert unresolved_directions(M2, 0.1 * (1 - 1e-9), 3) == []
+    assert len(unresolved_directions(M2, 0.1 * (1 + 1e-9), [0, 1, 2])) == 1
+    assert unresolved_directions(M2, 0.1 * (1 - 1e-9), [0, 1, 2]) == []
 
 
 def test_means_at_bounds_exact_values():
@@ -228,6 +261,20 @@ def test_the_summary_says_what_the_release_cannot_resolve_on_both_sides(pair):
     make, formula = PAIRS[pair]
     for data in make():
         assert "UNRESOLVED" in _fit(data, formula).summary(benchmark=False).as_text()
+
+
+def test_the_regressors_note_names_a_constant_endogenous_regressor():
+    _, D_ = _constant_endogenous()
+    text = _fit(D_, "y ~ 1 + [x ~ z]").summary(benchmark=False).as_text()
+    assert "UNRESOLVED: the released second moments of the constant and the regressors" in text
+    assert "first-stage statistics are not meaningful" in text
+
+
+def test_without_a_moment_release_the_summary_says_nothing_released_can_tell():
+    D, D_ = _one_row_instrument()
+    for data in (D, D_):
+        res = _fit(data, "y ~ 1 + [x ~ z + z2]", preprocess="bounds", T=5)
+        assert "No moment release (preprocess='bounds'): nothing released shows" in res.summary().as_text()
 
 
 def test_no_resolution_note_on_a_well_posed_design():

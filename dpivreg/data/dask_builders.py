@@ -153,7 +153,9 @@ def _check_dask_columns(meta: pd.DataFrame, parts: _FormulaParts, formula_engine
             raise ValueError(
                 f"column {col!r} has dtype {dtype}: with a Dask DataFrame the formula cannot read the levels "
                 f"of a text (or other non-numeric) column from the data (they may differ between partitions). "
-                f"{fix}"
+                f"{fix} A column of True/False with missing values reads as text too: declare it "
+                f"ddf[{col!r}] = ddf[{col!r}].astype('boolean') (or dd.read_csv(..., dtype={{{col!r}: 'boolean'}})), "
+                "in every frame you fit: a declared dtype is public, one pandas infers from the values is not."
             )
 
 

@@ -631,6 +631,23 @@ def _fill_blocks(blocks: dict[str, pd.DataFrame], policy: MissingPolicy) -> tupl
     return filled, added
 
 
+def _booleans_with_missing(data: pd.DataFrame, parts: _FormulaParts) -> pd.DataFrame:
+    """``data`` with each column the formula reads whose values are all True/False or missing (dtype object) read as
+    pandas' nullable ``"boolean"``: pandas reads a boolean CSV column as ``bool``, and as ``object`` once one value is
+    missing, so the dtype is one row's to change; both are read as the same schema. A new frame when a column is
+    converted (the caller's is not modified), ``data`` itself otherwise."""
+    if not data.columns.is_unique:  # refused by _check_data_columns, naming the duplicates
+        return data
+    convert = [column for column in _formula_variables(parts, data)
+               if data[column].dtype == np.dtype(object) and _booleans_only(data[column])]
+    return data.assign(**{column: data[column].astype("boolean") for column in convert}) if convert else data
+
+
+def _booleans_only(series: pd.Series) -> bool:
+    present = series.dropna()
+    return len(present) > 0 and all(isinstance(value, (bool, np.bool_)) for value in present)
+
+
 def _warn_dropped(design: IVDesign, source: str, stacklevel: int) -> None:
     """Warn that rows with missing values were dropped."""
     if design.n_dropped == 0:
@@ -780,6 +797,7 @@ def design_from_formula(
             f"the data have no rows (columns {list(data.columns)[:10]}"
             f"{' ...' if data.shape[1] > 10 else ''}); the design needs observations."
         )
+    data = _booleans_with_missing(data, parts)
     _check_data_columns(data, parts)
     formula, data, parts, added = apply_missing_policy(formula, data, parts, policy)
     if formula_engine == "formulaic":

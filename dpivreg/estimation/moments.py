@@ -50,6 +50,7 @@ needs no other release.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -86,15 +87,16 @@ def floor_at_noise(M: np.ndarray, sigma: float, block: int) -> np.ndarray:
     return M
 
 
-def unresolved_directions(M: np.ndarray, sigma: float, block: int) -> list[np.ndarray]:
-    """Unit vectors (length ``block``) of the directions of the released box-scale moments' leading block (the
-    constant and the instruments) that :func:`floor_at_noise` floors: eigenvalues below :data:`NOISE_FLOOR`·σ, which
-    the release cannot tell from zero. A constant column (collinear with the constant), a duplicate instrument, exactly
-    collinear columns or bounds that every value lies beyond give such a direction whatever n; so does a column with
-    too little variation for the budget. Post-processing of the release and its public σ; none when σ = 0."""
+def unresolved_directions(M: np.ndarray, sigma: float, columns: Sequence[int]) -> list[np.ndarray]:
+    """Unit vectors (over ``columns``, positions in the released box-scale moments M) of the directions of M's block on
+    ``columns`` whose eigenvalues lie below :data:`NOISE_FLOOR`·σ, which the release cannot tell from zero: on the
+    constant and the instruments (the leading block), exactly what :func:`floor_at_noise` floors. A constant column
+    (collinear with the constant), a duplicate column, exactly collinear columns or bounds that every value lies
+    beyond give such a direction whatever n; so does a column with too little variation for the budget.
+    Post-processing of the release and its public σ; none when σ = 0."""
     if sigma == 0:
         return []
-    S = np.asarray(M, dtype=float)[:block, :block]
+    S = np.asarray(M, dtype=float)[np.ix_(columns, columns)]
     eigenvalues, vectors = np.linalg.eigh((S + S.T) / 2.0)
     return [vectors[:, i] for i in np.flatnonzero(eigenvalues < NOISE_FLOOR * sigma)]
 

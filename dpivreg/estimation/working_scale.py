@@ -674,7 +674,7 @@ def _act_on_findings(design: IVDesign, bound_findings: list[str], check_data: bo
     if findings:
         warnings.warn(CHECK_DATA_LEAK, PrivacyLeakWarning, stacklevel=5)
         raise ValueError(f"{findings[0]} (check_data=True refuses on the findings of checks that read the data"
-                         + (f"; {len(findings) - 1} more: see the model's data_findings" if len(findings) > 1 else "")
+                         + (f"; {len(findings) - 1} more, each in a DataCheckWarning" if len(findings) > 1 else "")
                          + ".)")
 
 

@@ -80,6 +80,18 @@ def _rows_allowed(targets: tuple[float, ...]) -> str:
     return low if low == high else f"{low}-{high}"
 
 
+#: Loadings of an unresolved direction's columns large enough to name them.
+_LOADING = 0.2
+_UNRESOLVED_INSTRUMENTS = (
+    "a constant or duplicate column, collinear columns, bounds that exclude the data, or too small a budget for a "
+    "column's variation. Coefficients that rely on it are not identified by the releases, whatever their standard "
+    "errors say")
+_UNRESOLVED_REGRESSORS = (
+    "a constant or duplicate endogenous regressor, one collinear with the exogenous columns, or bounds that exclude "
+    "the data. The coefficients of the endogenous regressors it names are not identified by the releases: their "
+    "estimates, standard errors and first-stage statistics are not meaningful")
+
+
 class SummaryWriter:
     """Writes the summary of one fit (:meth:`summary`), block by block, from its results (read only)."""
 
@@ -330,23 +342,35 @@ class SummaryWriter:
 
     def _resolution_notes(self) -> list[str]:
         """What the moment release cannot resolve (post-processing of the release and its public σ): directions of
-        the constant and the instruments below its noise floor, and columns whose released mean is at a bound. The
-        design's own checks (:class:`~dpivreg.errors.DataCheckWarning`) read the data; these say the same from the
-        releases, so they may be published."""
+        the constant and the instruments, or of the constant and the regressors that involve an endogenous one, below
+        its noise floor, and columns whose released mean is at a bound. The design's own checks
+        (:class:`~dpivreg.errors.DataCheckWarning`) read the data; these say the same from the releases, so they may
+        be published. Without a moment release nothing released can say it, and the note says that."""
         moments = self.results.scale.moments
-        if moments is None or moments.sigma == 0:
+        if moments is None:
+            return ["No moment release (preprocess='bounds'): nothing released shows whether each column has usable "
+                    "variation and lies within its bounds; the default preprocess='private' releases the moments "
+                    "that would."]
+        if moments.sigma == 0:
             return []
         design = self.results.design
         names = ["the constant", *free_columns(design, design.constant_name)]
+        block = moments.instrument_block
+        n_exog = block - len(design.instrument_names)  # the constant and the exogenous columns lead
+        endog = list(range(block, block + len(design.endog_names)))
         notes = []
-        for vector in unresolved_directions(moments.matrix, moments.sigma, moments.instrument_block):
-            heavy = [f"{names[i]} ({vector[i]:+.2f})" for i in np.argsort(-np.abs(vector)) if abs(vector[i]) >= 0.2]
-            notes.append(
-                f"UNRESOLVED: the released second moments of the constant and the instruments have a direction, "
-                f"mostly {', '.join(heavy)}, below their noise floor {NOISE_FLOOR:.3g}*sigma: the release cannot tell "
-                "it from no variation (a constant or duplicate column, collinear columns, bounds that exclude the "
-                "data, or too small a budget for that column's variation). Coefficients that rely on it are not "
-                "identified by the releases (post-processing of the moment release, no extra cost).")
+        for columns, label, what in (
+                (list(range(block)), "the instruments [exog, instruments]", _UNRESOLVED_INSTRUMENTS),
+                (list(range(n_exog)) + endog, "the regressors [exog, endog]", _UNRESOLVED_REGRESSORS)):
+            for vector in unresolved_directions(moments.matrix, moments.sigma, columns):
+                if label.startswith("the regressors") and np.abs(vector[n_exog:]).max() < _LOADING:
+                    continue  # a direction of the exogenous columns alone: the instruments' note names it
+                heavy = [f"{names[columns[i]]} ({vector[i]:+.2f})" for i in np.argsort(-np.abs(vector))
+                         if abs(vector[i]) >= _LOADING]
+                notes.append(
+                    f"UNRESOLVED: the released second moments of the constant and {label} have a direction, mostly "
+                    f"{', '.join(heavy)}, below their noise floor {NOISE_FLOOR:.3g}*sigma: the release cannot tell it "
+                    f"from no variation ({what}) (post-processing of the moment release, no extra cost).")
         sides = means_at_bounds(moments.matrix, moments.sigma)
         for j in np.flatnonzero(sides):
             notes.append(
