@@ -727,7 +727,8 @@ def test_clustered_meat_audit_is_sound_and_tight():
     1–20 gave 1.950–2.102 (held-out statistic 1.784–2.037)."""
     a = run_meat_audit(97)
     mu = math.sqrt(2.0 * RHO)
-    assert a["records"] == {(round(math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT * MEAT_ALLOWANCE, 15), round(meat_sigma(), 15),
+    assert a["records"] == {(round(math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT * MEAT_ALLOWANCE, 15),
+                             round(meat_sigma(), 15),
                              round(RHO, 12))}
     assert a["mu_canary"] == pytest.approx(mu, rel=1e-9)
     assert_sound_and_tight(a, mu)
@@ -743,7 +744,8 @@ def test_clustered_meat_audit_catches_row_clipping():
     with mock.patch("dpivreg.inference.covariance.cluster_clipped_outer_sum", bug):
         a = run_meat_audit(303)
     assert bug.calls == 2 * a["runs"], "the injection did not land"
-    assert a["records"] == {(round(math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT * MEAT_ALLOWANCE, 15), round(meat_sigma(), 15),
+    assert a["records"] == {(round(math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT * MEAT_ALLOWANCE, 15),
+                             round(meat_sigma(), 15),
                              round(RHO, 12))}
     best = max(a["mu_lb"], held_out_bound(a["S"], a["runs"]))
     assert best > math.sqrt(2.0 * RHO), f"row clipping not caught: mu_lb={best:.3f}"
