@@ -52,6 +52,7 @@ from scipy import stats
 from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_bound
 
 import dpivreg.privacy.mechanisms as mechanisms
+from dpivreg.privacy.rounding import ball_rounding, box_rounding
 
 D = 4  # columns of W (ball); columns of [1, V] (box)
 N_ROWS = 50  # n, including the canary
@@ -137,7 +138,7 @@ def add_remove_sensitivity(W, *, rho, rng, row_bound, **kwargs):
     record is relabelled as the buggy code would write it (Δ = B²/n, ρ = Δ²/(2σ²) = the requested ρ).
     """
     M, record, sigma = _REAL_BALL(W, rho=2.0 * rho, rng=rng, row_bound=row_bound, **kwargs)
-    sensitivity = row_bound**2 / W.shape[0]
+    sensitivity = record.rounding * row_bound**2 / W.shape[0]  # with the sums' rounding allowance, as released
     return M, dataclasses.replace(record, sensitivity=sensitivity, rho=sensitivity**2 / (2.0 * sigma**2)), sigma
 
 
@@ -253,9 +254,13 @@ def test_release_is_symmetric_and_record_is_exact(mechanism, rho):
     M, record, sigma = release(mechanism, W, rho, np.random.default_rng(5))
     M2, _, _ = release(mechanism, W2, rho, np.random.default_rng(5))
     assert np.array_equal(M, M.T)
-    delta = claimed_sensitivity(mechanism)
+    # Δ and σ as released: times the blocked sum's rounding allowance (dpivreg.privacy.rounding, whose closed form
+    # test_float_sums.py checks; 1 + 4e-13 here), which leaves ρ unchanged
+    allowance = box_rounding(N_ROWS, D) if mechanism == "box" else ball_rounding(N_ROWS, D)
+    delta = claimed_sensitivity(mechanism) * allowance
+    assert record.rounding == allowance
     assert record.sensitivity == pytest.approx(delta, rel=1e-15)
-    assert sigma == pytest.approx(claimed_sigma(mechanism, rho), rel=1e-15)
+    assert sigma == pytest.approx(claimed_sigma(mechanism, rho) * allowance, rel=1e-15)
     assert record.noise_std == sigma
     assert record.rho == pytest.approx(delta**2 / (2.0 * sigma**2), rel=1e-12)
     assert record.rho == pytest.approx(rho, rel=1e-12)

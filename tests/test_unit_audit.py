@@ -91,6 +91,7 @@ from dpivreg.data.design import design_from_formula
 from dpivreg.data.unit_ids import resolve_units
 from dpivreg.estimation.working_scale import moments_from_sum, working_scale
 from dpivreg.inference.covariance import release_score_meat
+from dpivreg.privacy.rounding import ball_rounding, box_rounding, gradient_rounding
 from dpivreg.privacy.units import MAX_MAX_ROWS, RowGroups
 
 # ----------------------------------------------------------------------------------------
@@ -162,8 +163,10 @@ def gradient_neighbours(magnitude: float = CANARY) -> tuple[World, World]:
 
 
 def claimed_lambdas() -> tuple[float, float]:
-    """Noise std of each stage: sensitivity 2γ/n̂ per step, T steps spending ρk (re-derived, not read)."""
-    return tuple(clip / N_HAT * math.sqrt(2.0 * T / rho) for clip, rho in ((CLIP1, RHO1), (CLIP2, RHO2)))
+    """Noise std of each stage: sensitivity 2γ/n̂ per step, T steps spending ρk (re-derived, not read), as released:
+    times the N units' sums' rounding allowance (:func:`dpivreg.privacy.rounding.gradient_rounding`, 1 + 1.5e-11)."""
+    allowance = gradient_rounding(N_UNITS, Q, P, P - K)
+    return tuple(clip / N_HAT * math.sqrt(2.0 * T / rho) * allowance for clip, rho in ((CLIP1, RHO1), (CLIP2, RHO2)))
 
 
 # ----------------------------------------------------------------------------------------
@@ -374,7 +377,7 @@ def run_moment_audit(seed: int, runs: int = RUNS, units_of=resolve_units) -> dic
     frames = moment_frames()
     means = [clean_unit_moments(f)[IU][KEEP] for f in frames]
     d, mid = means[0] - means[1], (means[0] + means[1]) / 2
-    sigma = M_ROWS * D_COLUMNS / N_UNITS / math.sqrt(2 * RHO)
+    sigma = M_ROWS * D_COLUMNS / N_UNITS / math.sqrt(2 * RHO) * MOMENT_ALLOWANCE
     S, noise = np.zeros((2, runs)), np.zeros((2, runs, int(KEEP.sum())))
     records, k_hats = set(), []
     for w, frame in enumerate(frames):
@@ -423,8 +426,14 @@ def cluster_meat(world: World) -> np.ndarray:
 MEAT_IU = np.triu_indices(Q)
 
 
+#: The rounding allowances of the N·m rows' box moment sum and of the N clusters' meat (dpivreg.privacy.rounding):
+#: the released Δ and σ are times them (1 + 1e-12, 1 + 5e-13), ρ is not.
+MOMENT_ALLOWANCE = box_rounding(N_UNITS * M_ROWS, D_COLUMNS, M_ROWS)
+MEAT_ALLOWANCE = ball_rounding(N_UNITS, Q)
+
+
 def meat_sigma() -> float:
-    return math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT / math.sqrt(2.0 * RHO)
+    return math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT / math.sqrt(2.0 * RHO) * MEAT_ALLOWANCE
 
 
 class RowClippedMeat:
@@ -677,9 +686,11 @@ def test_unit_moment_release_audit_is_sound_and_tight():
     """
     a = run_moment_audit(83)
     mu = math.sqrt(2.0 * RHO)
-    assert a["records"] == {(round(M_ROWS * D_COLUMNS / N_UNITS, 15), round(a["sigma"], 15), round(RHO, 12), 1.0)}
+    assert a["records"] == {(round(M_ROWS * D_COLUMNS / N_UNITS * MOMENT_ALLOWANCE, 15), round(a["sigma"], 15),
+                             round(RHO, 12), 1.0)}
     assert np.all((a["k_hat"] >= 1.0) & (a["k_hat"] <= M_ROWS))
-    assert a["mu_canary"] == pytest.approx(mu, rel=1e-12)
+    # the canaries attain the exact-arithmetic sensitivity m·D/N; the rounding allowance is the slack above it
+    assert a["mu_canary"] == pytest.approx(mu / MOMENT_ALLOWANCE, rel=1e-12)
     assert_sound_and_tight(a, mu)
 
 
@@ -702,7 +713,8 @@ def test_unit_moment_audit_catches_skipped_truncation():
     still claims sensitivity 0.4 and ρ = 2.5.
     """
     a = run_moment_audit(303, units_of=no_truncation)
-    assert a["records"] == {(round(M_ROWS * D_COLUMNS / N_UNITS, 15), round(a["sigma"], 15), round(RHO, 12), 1.0)}
+    assert a["records"] == {(round(M_ROWS * D_COLUMNS / N_UNITS * MOMENT_ALLOWANCE, 15), round(a["sigma"], 15),
+                             round(RHO, 12), 1.0)}
     best = max(a["mu_lb"], held_out_bound(a["S"], a["runs"]))
     assert best > math.sqrt(2.0 * RHO), f"skipped truncation not caught: mu_lb={best:.3f}"
 
@@ -715,7 +727,8 @@ def test_clustered_meat_audit_is_sound_and_tight():
     1–20 gave 1.950–2.102 (held-out statistic 1.784–2.037)."""
     a = run_meat_audit(97)
     mu = math.sqrt(2.0 * RHO)
-    assert a["records"] == {(round(math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT, 15), round(meat_sigma(), 15),
+    assert a["records"] == {(round(math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT * MEAT_ALLOWANCE, 15),
+                             round(meat_sigma(), 15),
                              round(RHO, 12))}
     assert a["mu_canary"] == pytest.approx(mu, rel=1e-9)
     assert_sound_and_tight(a, mu)
@@ -731,7 +744,8 @@ def test_clustered_meat_audit_catches_row_clipping():
     with mock.patch("dpivreg.inference.covariance.cluster_clipped_outer_sum", bug):
         a = run_meat_audit(303)
     assert bug.calls == 2 * a["runs"], "the injection did not land"
-    assert a["records"] == {(round(math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT, 15), round(meat_sigma(), 15),
+    assert a["records"] == {(round(math.sqrt(2.0) * MEAT_BOUND**2 / N_HAT * MEAT_ALLOWANCE, 15),
+                             round(meat_sigma(), 15),
                              round(RHO, 12))}
     best = max(a["mu_lb"], held_out_bound(a["S"], a["runs"]))
     assert best > math.sqrt(2.0 * RHO), f"row clipping not caught: mu_lb={best:.3f}"

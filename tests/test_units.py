@@ -52,6 +52,7 @@ from dpivreg.inference.covariance import (
     structural_scores,
 )
 from dpivreg.privacy.mechanisms import log_grid, release_histogram_counts
+from dpivreg.privacy.rounding import box_rounding, sum_rounding
 from dpivreg.privacy.units import MAX_MAX_ROWS, UnitFacts, check_max_rows, group_sums, row_keys
 
 SQRT2 = math.sqrt(2.0)
@@ -60,6 +61,13 @@ SQRT2 = math.sqrt(2.0)
 # ----------------------------------------------------------------------------------------
 # data
 # ----------------------------------------------------------------------------------------
+
+def allowed(record) -> float:
+    """A summed release's floating-point rounding allowance (:mod:`dpivreg.privacy.rounding`; its closed forms are
+    tested in ``test_float_sums.py``): at these sizes above 1 and below 1 + 10⁻⁶."""
+    assert 1.0 < record.rounding < 1.0 + 1e-6, record.name
+    return record.rounding
+
 def households(n_units: int = 240, *, seed: int = 0, max_size: int = 10, states: int = 8) -> pd.DataFrame:
     """A panel of ``n_units`` households of 1 … ``max_size`` rows, rows shuffled (a household's rows are not
     consecutive), string ids in no particular order, a non-default index, and ``state`` (a coarser public
@@ -675,7 +683,9 @@ def test_moment_release_sensitivity_is_m_D_over_N(unit_fits, case):
     res = unit_fits[case]
     _, D, _, options = FIT_CASES[case]
     (record,) = records(res, "rho0")
-    expected = options["max_rows_per_unit"] * D / res.n_units
+    m = options["max_rows_per_unit"]
+    # times the rounding allowance of the blocked sum of at most N·m rows (dpivreg.privacy.rounding)
+    expected = m * D / res.n_units * box_rounding(res.n_units * m, D, m)
     assert record.sensitivity == pytest.approx(expected, rel=1e-14)
     assert f"per unit of at most {options['max_rows_per_unit']} rows" in record.name
     assert record.noise_std == pytest.approx(expected / math.sqrt(2 * record.rho), rel=1e-14)
@@ -736,13 +746,15 @@ def test_inference_release_sensitivity(unit_fits, case):
         (record,) = found
         C = 2 * (res.settings.tau + math.log(n_hat(res))) * (1 + np.sum(np.abs(res.engine_path.beta_final))) ** 2
         assert record.clip == pytest.approx(C, rel=1e-12)
-        assert record.sensitivity == pytest.approx(m * record.clip / n_hat(res), rel=1e-14)
+        allowance = sum_rounding(res.n_units * m, 1.0 / m)  # the sum's rounding allowance: N·m terms, r = 1/m
+        assert record.rounding == allowance
+        assert record.sensitivity == pytest.approx(m * record.clip / n_hat(res) * allowance, rel=1e-14)
         assert f"per unit of at most {m} rows" in record.name
         return
     histogram, meat = found
     terms = 1 if cov_type == "clustered" else m
     assert histogram.sensitivity == pytest.approx(terms * SQRT2, rel=1e-15)
-    assert meat.sensitivity == pytest.approx(terms * SQRT2 * meat.clip**2 / n_hat(res), rel=1e-14)
+    assert meat.sensitivity == pytest.approx(terms * SQRT2 * meat.clip**2 / n_hat(res) * allowed(meat), rel=1e-14)
     assert histogram.rho + meat.rho == pytest.approx(default_budget(case, "rho_inf"), rel=1e-12)
     clusters = options.get("clusters", "hh")
     if cov_type == "clustered":
@@ -792,7 +804,8 @@ def test_the_default_switch_to_noisy_moments_combines_per_unit_releases(labsup_h
     N = labsup_households["hh"].nunique()
     assert second.name.endswith("second release")
     for record in (first, second):
-        assert record.sensitivity == pytest.approx(m * 4 / N, rel=1e-14)  # D = 4: the constant, samesex, kids, weeks
+        # D = 4: the constant, samesex, kids, weeks; times the sum's rounding allowance (N·m rows)
+        assert record.sensitivity == pytest.approx(m * 4 / N * box_rounding(N * m, 4, m), rel=1e-14)
     assert res.privacy.rho == pytest.approx(rho, rel=1e-12)
     moments = res.scale.moments
     exact = labsup_households.groupby("hh").size().clip(upper=m).mean()
@@ -811,14 +824,14 @@ def test_row_level_clusters_keep_row_level_sensitivities(panel):
     assert res.privacy_unit is None and res.privacy.unit is None and res.nobs == n and res.n_units == n
     assert res.cov_type == "clustered"
     for r in records(res, "rho1") + records(res, "rho2"):
-        assert r.sensitivity == pytest.approx(2 * r.clip / n, rel=1e-14)
+        assert r.sensitivity == pytest.approx(2 * r.clip / n * allowed(r), rel=1e-14)
     (clipping,) = records(res, "rho_clip")
     assert clipping.sensitivity == pytest.approx(math.sqrt(8), rel=1e-15)
     histogram, meat = records(res, "rho_inf")
     assert histogram.sensitivity == pytest.approx(SQRT2, rel=1e-15)
-    assert meat.sensitivity == pytest.approx(SQRT2 * meat.clip**2 / n, rel=1e-14)
+    assert meat.sensitivity == pytest.approx(SQRT2 * meat.clip**2 / n * allowed(meat), rel=1e-14)
     (moments,) = records(res, "rho0")
-    assert moments.sensitivity * n in (pytest.approx(5.0, rel=1e-12), pytest.approx(6.0, rel=1e-12))
+    assert moments.sensitivity * n / allowed(moments) in (pytest.approx(5.0, rel=1e-12), pytest.approx(6.0, rel=1e-12))
 
 
 @pytest.mark.filterwarnings("ignore:the private standard errors may be unreliable")
@@ -826,11 +839,12 @@ def test_noisy_moments_at_unit_level_spend_everything_on_m_D_over_N(panel):
     res = DPIV2SLS.from_formula(FORMULA, panel).fit(rho=RHO, bounds=BOUNDS, seed=4, method="moments",
                                                      privacy_unit="hh", max_rows_per_unit=5)
     (moments,) = records(res, "rho0")
-    assert moments.sensitivity == pytest.approx(5 * 6 / panel["hh"].nunique(), rel=1e-14)
+    N = panel["hh"].nunique()
+    assert moments.sensitivity == pytest.approx(5 * 6 / N * box_rounding(N * 5, 6, 5), rel=1e-14)
     assert res.privacy.rho == pytest.approx(RHO, rel=1e-12)
     histogram, meat = records(res, "rho_inf")
     assert histogram.sensitivity == pytest.approx(SQRT2, rel=1e-15)
-    assert meat.sensitivity == pytest.approx(SQRT2 * meat.clip**2 / n_hat(res), rel=1e-14)
+    assert meat.sensitivity == pytest.approx(SQRT2 * meat.clip**2 / n_hat(res) * allowed(meat), rel=1e-14)
 
 
 # the mechanisms themselves
@@ -1257,7 +1271,8 @@ def test_dropped_rows_are_no_leak_at_unit_level_and_units_count_over_the_whole_f
     assert any("missing='drop'" in leak for leak in row.leaks)
     assert unit.leaks == () and unit.n_units == whole
     for moments in records(unit, "rho0"):  # (two when the default switched to noisy moments)
-        assert moments.sensitivity == pytest.approx(10 * 6 / whole, rel=1e-14)  # m·D/N with the whole frame's N
+        # m·D/N with the whole frame's N, times the sum's rounding allowance (N·m rows)
+        assert moments.sensitivity == pytest.approx(10 * 6 / whole * box_rounding(whole * 10, 6, 10), rel=1e-14)
     text = unit.summary(benchmark=False).as_text()
     assert str(model.design.nobs) not in text and str(model.design.nobs + model.design.n_dropped) not in text
 

@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from dpivreg.compute.kernels import block_sums, resolve_kernel, safe_block_sums, safe_unit_block_sums, unit_block_sums
+from dpivreg.privacy.rounding import SUM_BLOCK_TERMS, pairwise_sum
 from dpivreg.privacy.units import starts_of
 
 __all__ = ["RowSource", "InMemoryRows", "BuiltRows", "DaskRows", "is_dask_collection", "map_row_blocks", "add_parts",
@@ -29,8 +30,10 @@ __all__ = ["RowSource", "InMemoryRows", "BuiltRows", "DaskRows", "is_dask_collec
 _MIN_ROWS_PER_THREAD = 20_000
 
 #: Rows per block of a pass over an in-memory design's columns. Each block is copied into one contiguous
-#: array, so a pass needs a few blocks of extra memory (2**16 rows × d doubles), not a copy of the data.
-DESIGN_BLOCK_ROWS = 1 << 16
+#: array, so a pass needs a few blocks of extra memory (2**16 rows × d doubles), not a copy of the data. Also the
+#: most terms a block function sums before its result is combined pairwise with the others' (the order of summation
+#: that the releases' rounding allowance assumes, :mod:`dpivreg.privacy.rounding`).
+DESIGN_BLOCK_ROWS = SUM_BLOCK_TERMS
 
 
 def is_dask_collection(value) -> bool:
@@ -180,10 +183,9 @@ def map_row_blocks(func, n: int, *, block_rows: int = DESIGN_BLOCK_ROWS, n_threa
 
 
 def add_parts(parts: list):
-    """Element-wise sum, in list order, of arrays or of tuples of arrays (one per block of rows)."""
-    if isinstance(parts[0], tuple):
-        return _add(parts)
-    return _add([(part,) for part in parts])[0]
+    """Element-wise sum of arrays or of tuples of arrays (one per block of rows), by pairwise summation in list order
+    (:func:`dpivreg.privacy.rounding.pairwise_sum`: the order the releases' rounding allowance assumes)."""
+    return pairwise_sum(parts)
 
 
 class RowSource(Protocol):
@@ -244,23 +246,26 @@ class _MappedRows:
         """Whether the rows are grouped into privacy units (the gradients are then summed per unit and clipped)."""
         return self.groups is not None and self.groups.unit_level
 
+    # Every pass below sums at most DESIGN_BLOCK_ROWS terms per call of a block function (_in_blocks,
+    # _in_group_blocks) and adds the results pairwise (_add) within a piece and across pieces: the order of summation
+    # whose depth dpivreg.privacy.rounding.summation_depth bounds.
     def clipped_sums(self, M, clip1, clip2, split=None):
         kernel = resolve_kernel(self.kernel, self.q, M.shape[1])
         if self.unit_level:
-            return _add(self._map_grouped(unit_block_sums, "unit", M, clip1, clip2, split, kernel))
-        return _add(self._map(block_sums, M, clip1, clip2, kernel, split))
+            return _add(self._map_grouped(_in_group_blocks, "unit", unit_block_sums, M, clip1, clip2, split, kernel))
+        return _add(self._map(_in_blocks, block_sums, M, clip1, clip2, kernel, split))
 
     def safe_sums(self, theta, whitened, beta_full, clip1, clip2, split=None):
         if self.unit_level:
-            return _add(self._map_grouped(safe_unit_block_sums, "unit", theta, whitened, beta_full, clip1, clip2,
-                                          split))
-        return _add(self._map(safe_block_sums, theta, whitened, beta_full, clip1, clip2, split))
+            return _add(self._map_grouped(_in_group_blocks, "unit", safe_unit_block_sums, theta, whitened, beta_full,
+                                          clip1, clip2, split))
+        return _add(self._map(_in_blocks, safe_block_sums, theta, whitened, beta_full, clip1, clip2, split))
 
     def sums(self, func, *args):
         return _add(self._map(_in_blocks, func, *args))
 
     def group_sums(self, func, level: str, *args):
-        return _add(self._map_grouped(func, level, *args))
+        return _add(self._map_grouped(_in_group_blocks, level, func, *args))
 
     def close(self) -> None:
         if self._blas_limit is not None:
@@ -579,11 +584,24 @@ def _on_block(func, endog_from: int, Z, X, Y, *args):
 
 
 def _in_blocks(Z, X_endog, Y, func, *args) -> tuple:
-    """``func`` over consecutive blocks of DESIGN_BLOCK_ROWS rows of one piece, the parts added in order: block
-    functions written with numpy make row-length temporaries, which then stay cache-sized."""
+    """``func`` over consecutive blocks of DESIGN_BLOCK_ROWS rows of one piece, the parts added pairwise: each call
+    sums at most that many rows' terms (:mod:`dpivreg.privacy.rounding`), and block functions written with numpy make
+    row-length temporaries, which then stay cache-sized."""
     if Z.shape[0] <= DESIGN_BLOCK_ROWS:
         return func(Z, X_endog, Y, *args)
     return _add([func(Z[rows], X_endog[rows], Y[rows], *args) for rows in row_blocks(Z.shape[0], DESIGN_BLOCK_ROWS)])
+
+
+def _in_group_blocks(Z, X_endog, Y, starts, func, *args) -> tuple:
+    """A grouped block function ``func(Z, X_endog, Y, starts, *args)`` over consecutive blocks of at most
+    DESIGN_BLOCK_ROWS whole groups of one piece (``starts``: the groups' offsets in the piece), the parts added
+    pairwise: each call sums at most that many groups' terms (:mod:`dpivreg.privacy.rounding`)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    if starts.shape[0] <= DESIGN_BLOCK_ROWS:
+        return func(Z, X_endog, Y, starts, *args)
+    cuts = np.append(starts[::DESIGN_BLOCK_ROWS], Z.shape[0])
+    return _add([func(Z[a:b], X_endog[a:b], Y[a:b], starts[(starts >= a) & (starts < b)] - a, *args)
+                 for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist())])
 
 
 def row_blocks(n: int, block_rows: int = DESIGN_BLOCK_ROWS) -> list[slice]:
@@ -592,9 +610,5 @@ def row_blocks(n: int, block_rows: int = DESIGN_BLOCK_ROWS) -> list[slice]:
 
 
 def _add(parts: list[tuple]) -> tuple:
-    """Element-wise sum of tuples of arrays, in list order."""
-    total = [np.array(a, copy=True) for a in parts[0]]
-    for part in parts[1:]:
-        for acc, value in zip(total, part):
-            acc += value
-    return tuple(total)
+    """Element-wise sum of tuples of arrays, pairwise in list order (:func:`dpivreg.privacy.rounding.pairwise_sum`)."""
+    return pairwise_sum(parts)

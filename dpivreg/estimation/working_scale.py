@@ -66,6 +66,7 @@ from dpivreg.estimation.engine import row_source
 from dpivreg.estimation.moments import FLOOR, NOISE_FLOOR, floor_at_noise, floor_spectrum
 from dpivreg.privacy.accounting import Release
 from dpivreg.privacy.mechanisms import box_moment_sensitivity, box_moment_sum, release_moment_sum
+from dpivreg.privacy.rounding import box_rounding
 from dpivreg.privacy.units import PrivacyUnits, RowGroups, UnitFacts
 
 __all__ = ["WorkingScale", "ReleasedMoments", "PREPROCESS_ROUTES", "validate_bounds", "working_scale",
@@ -459,9 +460,11 @@ def moments_from_sum(outer_sum: np.ndarray, n: float, *, with_constant: bool, ro
         name = "second moments of the bounded columns (box)"
         if max_rows is not None:
             name += f", per unit of at most {max_rows} rows"
+        # the sum runs over at most N·m rows (n·1 at row level), in blocks added pairwise (dpivreg.privacy.rounding)
+        changed = max_rows or 1
         M, release, sigma = release_moment_sum(outer_sum, n, rho=rho, rng=rng,
-                                               sensitivity=(max_rows or 1) * box_moment_sensitivity(dim, n), bound=1.0,
-                                               name=name)
+                                               sensitivity=changed * box_moment_sensitivity(dim, n), bound=1.0,
+                                               name=name, rounding=box_rounding(int(n) * changed, dim, changed))
     rows_per_unit = 1.0
     if max_rows is not None:
         if not with_constant:

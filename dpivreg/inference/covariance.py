@@ -80,6 +80,7 @@ from dpivreg.privacy.mechanisms import (
     release_histogram_counts,
     release_moment_sum,
 )
+from dpivreg.privacy.rounding import ball_rounding
 from dpivreg.privacy.units import group_sums
 
 __all__ = ["COV_TYPES", "HISTOGRAM_SHARE", "unadjusted_covariance", "robust_covariance", "score_meat_release",
@@ -372,7 +373,7 @@ def release_score_meat(rows, beta: np.ndarray, n_exog: int, *, bound: float, rho
     total = _score_outer_sum(rows, structural_scores, (beta, n_exog), bound, clustered)
     terms = 1 if clustered else rows.max_rows
     return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, stage="rho_inf", terms=terms,
-                          name=_meat_name(structural_scores, clustered, terms))
+                          name=_meat_name(structural_scores, clustered, terms), summed=_summed_terms(rows, clustered))
 
 
 def release_first_stage_meat(rows, theta: np.ndarray, *, bound: float, rho: float,
@@ -383,7 +384,15 @@ def release_first_stage_meat(rows, theta: np.ndarray, *, bound: float, rho: floa
     total = _score_outer_sum(rows, first_stage_scores, (theta,), bound, clustered)
     terms = 1 if clustered else rows.max_rows
     return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, stage="rho_diag", terms=terms,
-                          name=_meat_name(first_stage_scores, clustered, terms))
+                          name=_meat_name(first_stage_scores, clustered, terms), summed=_summed_terms(rows, clustered))
+
+
+def _summed_terms(rows, clustered: bool) -> int:
+    """A public bound on the terms a meat sums (:mod:`dpivreg.privacy.rounding`): the G clusters, or the rows, at most
+    N·m with privacy units (N units of at most m rows)."""
+    if clustered:
+        return rows.groups.count("cluster")
+    return rows.n_units * rows.max_rows
 
 
 def _checked_bound(bound) -> float:
@@ -393,11 +402,14 @@ def _checked_bound(bound) -> float:
 
 
 def _gaussian_meat(total: np.ndarray, n: float, *, bound: float, rho: float, rng: np.random.Generator, name: str,
-                   stage: str, terms: int = 1) -> tuple[np.ndarray, Release, float]:
-    """(1/n)·``total`` (a sum of clip_C(s)clip_C(s)ᵀ) with symmetric Gaussian noise for the sensitivity
-    :func:`score_meat_sensitivity` (``terms`` changed by a neighbour)."""
+                   stage: str, terms: int = 1, summed: int | None = None) -> tuple[np.ndarray, Release, float]:
+    """(1/n)·``total`` (a sum of clip_C(s)clip_C(s)ᵀ of d-dimensional scores) with symmetric Gaussian noise for the
+    sensitivity :func:`score_meat_sensitivity` (``terms`` changed by a neighbour) times the rounding allowance of the
+    blocked sum of at most ``summed`` terms (default n; :func:`dpivreg.privacy.rounding.ball_rounding`)."""
+    summed = int(math.ceil(n)) if summed is None else int(summed)
     return release_moment_sum(total, n, rho=rho, rng=rng, sensitivity=score_meat_sensitivity(bound, n, terms),
-                              bound=bound, name=name, stage=stage)
+                              bound=bound, name=name, stage=stage,
+                              rounding=ball_rounding(summed, total.shape[0], terms))
 
 
 def _positive_definite(M: np.ndarray, *, floor: float) -> np.ndarray:

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dpivreg.compute.backends import is_dask_collection, one_pass
+from dpivreg.compute.backends import DaskRows, is_dask_collection
 from dpivreg.errors import InferenceOverflowError
 from dpivreg.estimation.engine import (
     DP2SGDPath,
@@ -84,6 +84,7 @@ from dpivreg.inference.covariance import (
     unadjusted_covariance,
 )
 from dpivreg.privacy.accounting import Release, gaussian_zcdp
+from dpivreg.privacy.rounding import sum_rounding
 from dpivreg.privacy.sampler import add_noise, calibrate, draw_noise
 
 __all__ = [
@@ -183,31 +184,37 @@ def residual_variance_release(scale: WorkingScale, beta_working: np.ndarray, *, 
     """Private mean of the clipped squared structural residuals on the working scale.
 
     ``rho = inf`` computes it exactly (no release record; only for non-private routes). With Dask
-    working arrays (a Dask design) the clipped mean is one reduction over the partitions and only
-    the scalar reaches the driver, where the noise is drawn. With privacy units (:mod:`dpivreg.privacy.units`) the sum
-    is divided by the normaliser n̂ and a neighbour changes up to m rows' terms: sensitivity m·C/n̂.
+    working arrays (a Dask design) the clipped sum is one task per partition and only the partitions' sums
+    reach the driver, where the noise is drawn. With privacy units (:mod:`dpivreg.privacy.units`) the sum
+    is divided by the normaliser n̂ and a neighbour changes up to m rows' terms: sensitivity m·C/n̂. The sensitivity
+    and the noise are times the rounding allowance of the blocked sum (:func:`dpivreg.privacy.rounding.sum_rounding`
+    with r = 1/m: 1 + 1.46·10⁻³ at n = 10⁸ rows), recorded in the release.
     """
     n = scale.n
     clip = 2.0 * (tau + math.log(n)) * (1.0 + float(np.sum(np.abs(beta_working)))) ** 2
-    if scale.held is not None and is_dask_collection(scale.held[0]):  # one reduction; only the scalar leaves
-        with one_pass():
-            mean = float(_clipped_squared_sum(*scale.held, beta_working, scale.n_exog, clip).compute()) / n
-    else:  # in memory: the fit's row source (working rows held, or built a block at a time)
+    # Summed in blocks of at most 2¹⁶ rows added pairwise (the order dpivreg.privacy.rounding's allowance assumes): on
+    # Dask one task per partition, so that only the partitions' sums reach the driver; in memory the fit's row source
+    # (working rows held, or built a block at a time).
+    if scale.held is not None and is_dask_collection(scale.held[0]):
+        rows = DaskRows(*scale.held)
+    else:
         rows = scale.rows()
-        try:
-            (total,) = rows.sums(clipped_squared_residuals, beta_working, scale.n_exog, clip)
-        finally:
-            rows.close()
-        mean = float(total[0]) / n
+    try:
+        (total,) = rows.sums(clipped_squared_residuals, beta_working, scale.n_exog, clip)
+    finally:
+        rows.close()
+    mean = float(total[0]) / n
     if math.isinf(rho):
         return mean, None
     terms = scale.units.max_rows if scale.unit_level else 1
-    sensitivity = terms * clip / n
+    # terms in [0, C], exact (fmin): r = C/(m·C), no slack; at most N·m rows (n at row level)
+    rounding = sum_rounding(scale.n_units * terms, 1.0 / terms)
+    sensitivity = rounding * terms * clip / n
     cal = calibrate(rng, sensitivity=sensitivity, sigma=sensitivity / math.sqrt(2.0 * rho), dim=1)
     released = float(add_noise(np.array(mean), draw_noise(rng, cal.sigma, cal.grid, ()), cal.grid))
     name = "residual variance for inference" + (f", per unit of at most {terms} rows" if terms > 1 else "")
     release = Release(name, "rho_inf", 1, clip, cal.sensitivity, cal.sigma,
-                      gaussian_zcdp(cal.sensitivity, cal.sigma, 1), cal.grid)
+                      gaussian_zcdp(cal.sensitivity, cal.sigma, 1), cal.grid, rounding)
     # A variance is positive: floor the noisy value at the release's own resolution.
     return max(released, sensitivity), release
 

@@ -10,7 +10,9 @@ vectors. With clipping threshold γ the mean has L2 sensitivity ``2γ/n`` (the r
 row's clipped vector can flip from ``+γ`` to ``−γ``), and a Gaussian mechanism with
 sensitivity Δ and noise standard deviation σ is ``Δ²/(2σ²)``-zCDP (Bun & Steinke 2016,
 Proposition 1.6). zCDP composes additively, also adaptively (ibid., Lemma 2.3), so the
-``T`` steps of each stage and the two stages add up.
+``T`` steps of each stage and the two stages add up. The means are computed in floating point: every summed
+release's Δ and σ carry the rounding allowance of its order of summation (:mod:`dpivreg.privacy.rounding`,
+:attr:`Release.rounding`), which leaves ρ unchanged.
 
 Calibration
 -----------
@@ -431,6 +433,10 @@ class Release:
         The public grid γ the release was made on by the secure sampler (the query rounded to it, exact discrete
         Gaussian noise on it; Δ and σ include the rounding, :func:`dpivreg.privacy.sampler.calibrate`); None for
         numpy's seeded sampler or no noise.
+    rounding : float
+        The floating-point allowance of the release's summed query (:mod:`dpivreg.privacy.rounding`): Δ and σ
+        include it (before the grid's rounding, which is applied to the query as computed). 1 for a release whose
+        query is exact (counts) and in records made before it existed.
     """
 
     name: str
@@ -441,17 +447,19 @@ class Release:
     noise_std: float
     rho: float
     grid: float | None = None
+    rounding: float = 1.0
 
     @classmethod
     def gaussian(
         cls, name: str, stage: str, *, steps: int, clip: float | None, n: int, noise_std: float,
-        grid: float | None = None, factor: float = 1.0
+        grid: float | None = None, factor: float = 1.0, rounding: float = 1.0
     ) -> "Release":
         """Record ``steps`` Gaussian releases of a mean of per-sample vectors clipped to ``clip`` (``noise_std`` as
-        drawn; on the secure sampler's ``grid`` the sensitivity is times its ``factor``, 1 + c)."""
-        sensitivity = math.inf if clip is None else factor * clipped_mean_sensitivity(clip, n)
+        drawn): the sensitivity 2γ/n times the sum's ``rounding`` allowance (:mod:`dpivreg.privacy.rounding`), and on
+        the secure sampler's ``grid`` times its ``factor``, 1 + c, too."""
+        sensitivity = math.inf if clip is None else factor * (rounding * clipped_mean_sensitivity(clip, n))
         return cls(name, stage, steps, clip, sensitivity, noise_std, gaussian_zcdp(sensitivity, noise_std, steps),
-                   grid)
+                   grid, rounding)
 
     @classmethod
     def unnoised(cls, name: str, stage: str) -> "Release":

@@ -281,7 +281,7 @@ class FitRelease(PrivateTable):
         path = _floats(data["path"]).reshape(-1, len(names))
         releases = [Release(r["name"], r["stage"], int(r["steps"]), None if r["clip"] is None else float(r["clip"]),
                             float(r["sensitivity"]), float(r["noise_std"]), float(r["rho"]),
-                            None if r.get("grid") is None else float(r["grid"]))
+                            None if r.get("grid") is None else float(r["grid"]), float(r.get("rounding", 1.0)))
                     for r in data["releases"]]
         n_z = len(data["exog_names"]) + len(data["instrument_names"])
         theta = _floats(data["first_stage_path"]).reshape(-1, n_z, len(data["endog_names"]))
