@@ -239,3 +239,29 @@ def test_a_forked_process_does_not_repeat_its_parents_noise():
     child = os.read(read, 1 << 16).decode()
     os.waitpid(pid, 0)
     assert repr([discrete_gaussian(1e9) for _ in range(5)]) != child
+
+
+@pytest.mark.parametrize("n", [2, 3, 1000, 2**64 + 3])
+def test_secure_uniforms_are_uniform_on_their_range(n):
+    """below(n) is uniform on {0, …, n − 1} for one-word and multi-word n: the draws stay in range and k = min(n, 4)
+    equal slices of the range are equally likely (chi-square, false alarm 1e-6; the slices of 2⁶⁴ + 3 differ in
+    size by at most one value in 2⁶²)."""
+    bits = sampler._SecureBits()
+    draws = [bits.below(n) for _ in range(20000)]
+    assert min(draws) >= 0 and max(draws) < n
+    k = min(n, 4)
+    slices = np.bincount([k * d // n for d in draws], minlength=k)
+    assert stats.chisquare(slices).pvalue > 1e-6
+
+
+def test_secure_uniforms_come_from_the_system_source(monkeypatch):
+    """The words are the operating system's bytes, read as little-endian 64-bit words (a variant that drew from
+    numpy's generator, or read fewer bits than n needs, gives other values)."""
+    block = bytes(range(256)) * (8 * sampler._SecureBits.WORDS // 256)
+    calls = []
+    monkeypatch.setattr(sampler.os, "urandom", lambda size: calls.append(size) or block[:size])
+    bits = sampler._SecureBits()
+    words = np.frombuffer(block, dtype=np.uint64).tolist()
+    assert bits.below(2**64) == words[-1]  # all 64 bits, the last word first
+    assert bits.below(2**65) == ((words[-2] << 64) | words[-3]) & (2**65 - 1)  # two words, 65 bits, no rejection
+    assert calls == [8 * sampler._SecureBits.WORDS]
