@@ -90,9 +90,14 @@ def test_whole_array_sums_would_need_more_than_the_sensitivity(n):
 
 @pytest.mark.parametrize("n", sorted(DEPTHS))
 def test_the_gradient_allowance_includes_the_clipping_slack(n):
-    """τ = 2⁻³⁶ + γ_d, d = q·p_endog + q + p + 8 (here q = 3, p = 2, p_endog = 1: d = 16)."""
+    """τ = 2⁻³⁶ + γ_d, d = q·p_endog + q + p + 8 (here q = 3, p = 2, p_endog = 1: d = 16), and the same τ as the
+    distance ε of a computed term from the exact clipped one (fast or safe kernel, chosen by all rows of a pass):
+    (1 + τ)(1 + n·γ_k) + n·τ (2·N·r·ε with r = 1/2)."""
     factor = gradient_rounding(n, 3, 2, 1)
-    assert _within(factor, (1 + Fraction(CLIP_SLACK) + _gamma(16)) * (1 + n * _gamma(DEPTHS[n])))
+    tau = Fraction(CLIP_SLACK) + _gamma(16)
+    assert _within(factor, (1 + tau) * (1 + n * _gamma(DEPTHS[n])) + n * tau)
+    if n == 10**8:  # 2⁻³⁶·10⁸ = 1.46e-3 for the kernel switch, 7.3e-4 for the sums
+        assert factor - 1 == pytest.approx(1.4552e-3 + 7.2821e-4, rel=1e-3)
 
 
 @pytest.mark.parametrize("n", sorted(DEPTHS))
@@ -222,8 +227,51 @@ def test_pairwise_combination_depth():
     exceeds 2^j and the sum is exact; exact zero parts are left out."""
     parts = [np.ones(1, dtype=F32)] * 1000 + [np.zeros(1, dtype=F32)] * 24
     assert pairwise_sum(parts)[0] == 1000.0
+    # the order itself: after a 1, each 2⁻²⁴ is half an ulp and vanishes when added in sequence (ties to even), while
+    # a tree adds the small parts to each other first
+    small = [np.ones(1, dtype=F32)] + [np.full(1, 2.0**-24, dtype=F32)] * 1023
+    sequential = small[0].copy()
+    for part in small[1:]:
+        sequential = sequential + part
+    assert sequential[0] == 1.0
+    assert pairwise_sum(small)[0] >= 1.0 + 1000 * 2.0**-24
     A = np.random.default_rng(0).standard_normal((200_000, 3))
     assert np.allclose(blocked_gram(A), A.T @ A, rtol=1e-12, atol=1e-9)
+
+
+def test_grouped_passes_sum_at_most_a_block_of_groups_per_call():
+    """Privacy units and clusters: each grouped block function sums at most 2¹⁶ whole groups (70,000 units here, of
+    one to three rows), every row and group once."""
+    rng = np.random.default_rng(1)
+    sizes = rng.integers(1, 4, 70_000)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    n = int(sizes.sum())
+    Z, X, Y = _rows(n)
+    calls = []
+
+    def block(Zb, Xb, Yb, starts_b):
+        calls.append((Zb.shape[0], starts_b.shape[0]))
+        assert starts_b[0] == 0 and (starts_b < Zb.shape[0]).all()
+        return (np.array([float(Zb.shape[0])]),)
+
+    (total,) = backends._in_group_blocks(Z, X, Y, starts, block)
+    assert max(groups for _, groups in calls) <= rounding.SUM_BLOCK_TERMS
+    assert sum(groups for _, groups in calls) == 70_000 and sum(r for r, _ in calls) == n == total[0]
+
+
+def test_a_unit_level_meat_counts_every_row_of_every_unit():
+    """With privacy units the robust meat sums at most N·m rows' terms, m of which a neighbour changes: its
+    allowance is the ball sum's of N·m terms with r = 1/(√2·m)."""
+    frame = _frame(3_000).assign(hh=np.arange(3_000) // 3)
+    res = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z]", frame).fit(
+        rho=1.0, seed=3, bounds=BOUNDS, privacy_unit="hh", max_rows_per_unit=4, cov_type="robust")
+    (meat,) = [r for r in res.privacy.releases if r.stage == "rho_inf" and r.name.startswith("robust meat")]
+    N, m, d = 1_000, 4, 3
+    k = summation_depth(N * m, extra=3)
+    r = 1 / (math.sqrt(2) * m)
+    tau = _gamma(d + 16)
+    exact = (1 + tau) * (1 + 2 * _gamma(k) * N * m * Fraction(r))
+    assert _within(meat.rounding, exact)
 
 
 class _Products(np.ndarray):

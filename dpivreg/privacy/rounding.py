@@ -18,9 +18,12 @@ whatever the order of the tree (a fused multiply-add rounds once, which only hel
     ‖q̂(D) − q̂(D′)‖₂ ≤ Δ + 2·γ_k·N·C/n = Δ·(1 + 2·γ_k·N·r),   r = C/(n·Δ),
 
 r the largest term's norm over the exact *sum*'s sensitivity (1/2 for a clipped gradient: C = γ, n·Δ = 2γ). The
-terms are the computed per-row terms: given the layout (public, shared by neighbours, who replace rows in place) and
-the library's choice of operation order (which depends on positions and sizes, never on values), each is a function
-of its own row, so the exact sums of two neighbours' computed terms differ in the replaced terms only. Where the
+terms are the computed per-row (per-unit, per-cluster) terms, each a function of its own row (group) alone: the
+order of operations depends on public counts and each group's own size, never on values or on the rows before a
+group (with privacy units those are private: :func:`dpivreg.privacy.units.group_sums` cuts only where groups start),
+so the exact sums of two neighbours' computed terms differ in the replaced terms only — except where a choice of
+kernel made from all the rows (the gradients' fast or safe pass) moves every term within ε·C of its exact value,
+which adds 2·N·r·ε (``term_error``). Where the
 clipping itself is computed in floating point, a term's norm is at most C·(1 + τ) (``slack`` τ), which multiplies
 both parts: the factor is (1 + τ)·(1 + 2·γ_k·N·r) (:func:`sum_rounding`).
 
@@ -90,9 +93,10 @@ def summation_depth(terms: int, *, block_terms: int = SUM_BLOCK_TERMS, extra: in
     return min(terms, int(block_terms)) + COMBINE_LEVELS * ceil_log2(terms) + 1 + int(extra)
 
 
-def sum_rounding(terms: int, ratio: float, *, slack: float = 0.0, u: float = UNIT_ROUNDOFF,
-                 block_terms: int = SUM_BLOCK_TERMS, extra: int = 0) -> float:
-    """The factor (1 + τ)·(1 + 2·γ_k·N·r) by which a summed release's sensitivity is multiplied (module docstring).
+def sum_rounding(terms: int, ratio: float, *, slack: float = 0.0, term_error: float = 0.0,
+                 u: float = UNIT_ROUNDOFF, block_terms: int = SUM_BLOCK_TERMS, extra: int = 0) -> float:
+    """The factor (1 + τ)·(1 + 2·γ_k·N·r) + 2·N·r·ε by which a summed release's sensitivity is multiplied (module
+    docstring).
 
     Parameters
     ----------
@@ -102,6 +106,11 @@ def sum_rounding(terms: int, ratio: float, *, slack: float = 0.0, u: float = UNI
         r = C/(n·Δ): the largest term's L2 norm over the exact sum's sensitivity.
     slack : float
         τ: the relative excess of a computed term's norm over C (floating-point clipping).
+    term_error : float
+        ε: where a computed term can differ from a function of its own row alone by up to ε·C (the clipped
+        gradients: a pass is recomputed by the safe kernel when any row needs it, so one neighbour's row decides
+        which computation every other row gets; both are within the clipping's slack of the exact clipped term),
+        the untouched terms of two neighbours differ by up to 2·ε·C each: 2·N·r·ε is added.
     u : float
         The unit roundoff (2⁻⁵³; the tests also use float32's 2⁻²⁴).
     block_terms, extra : int
@@ -114,16 +123,19 @@ def sum_rounding(terms: int, ratio: float, *, slack: float = 0.0, u: float = UNI
     """
     k = summation_depth(terms, block_terms=block_terms, extra=extra)
     excess = 2.0 * gamma(k, u) * max(int(terms), 1) * float(ratio)
-    return (1.0 + slack) * (1.0 + excess) * _EVALUATION_MARGIN
+    switch = 2.0 * max(int(terms), 1) * float(ratio) * term_error
+    return ((1.0 + slack) * (1.0 + excess) + switch) * _EVALUATION_MARGIN
 
 
 def gradient_rounding(terms: int, q: int, p: int, p_endog: int, *, u: float = UNIT_ROUNDOFF) -> float:
     """The factor of a clipped gradient mean (both stages, rows or privacy units): r = 1/2 (C = γ, the sum's
     sensitivity 2γ) and τ = :data:`CLIP_SLACK` + γ_d with d = q·p_endog + q + p + 8, which bounds the roundings of a
     term's norms, clip factor and scaling (the norms of q and p_endog values, or of a unit's q·p_endog summed
-    values: half their count each after the square root, plus the product, the division and the scaling)."""
+    values: half their count each after the square root, plus the product, the division and the scaling). The same
+    τ is each computed term's distance from the exact clipped term whichever kernel computed it (fast or safe), and
+    which one runs is decided by all the rows of a pass: ε = τ (:func:`sum_rounding`)."""
     slack = CLIP_SLACK + gamma(q * p_endog + q + p + 8, u)
-    return sum_rounding(terms, 0.5, slack=slack, u=u)
+    return sum_rounding(terms, 0.5, slack=slack, term_error=slack, u=u)
 
 
 def ball_rounding(terms: int, dim: int, changed: int = 1, *, u: float = UNIT_ROUNDOFF) -> float:

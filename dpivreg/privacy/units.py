@@ -301,32 +301,34 @@ def group_sums(row_terms: Callable[[slice], np.ndarray], starts: np.ndarray, n_r
     """Call ``consume(S)`` with the per-group sums S (g, d) of the per-row terms, every group once, in order.
 
     ``row_terms(rows)`` returns the terms (len(rows), d) of consecutive rows; ``starts`` are the groups' offsets
-    (first 0; without the final n_rows, or with it). The rows are taken in chunks of about
-    :data:`GROUP_CHUNK_VALUES` / ``width`` rows cut anywhere, a group that continues into the next chunk carried
-    over, so the memory held is a chunk's terms whatever the groups' sizes; no Python loop over the groups.
+    (first 0; without the final n_rows, or with it). The rows are read in chunks of at most about
+    :data:`GROUP_CHUNK_VALUES` / ``width`` rows cut only where a group starts, so that each group's sum is computed
+    from its own rows alone, in an order fixed by its own size: with privacy units the rows before a unit are private
+    (a neighbour's unit may have more or fewer of them), and a group spliced across a chunk edge would be summed in an
+    order that depends on them — its computed sum, and so the release, would change with rows that are not its own
+    (Casacuberta et al. 2022; :mod:`dpivreg.privacy.rounding`). A group longer than a chunk is summed in chunks
+    counted from its own first row. The memory held is a chunk's terms whatever the groups' sizes; the Python loop
+    runs over the chunks, not the groups.
     """
     starts = np.asarray(starts, dtype=np.int64)
     starts = starts[starts < n_rows]
+    ends = np.append(starts[1:], n_rows)
     chunk = max(1, GROUP_CHUNK_VALUES // max(1, width))
-    carry = None
-    for a in range(0, n_rows, chunk):
-        b = min(a + chunk, n_rows)
-        terms = row_terms(slice(a, b))
-        lo, hi = np.searchsorted(starts, [a, b])
-        inside = starts[lo:hi] - a
-        if inside.size == 0 or inside[0] != 0:  # the chunk continues the previous group
-            inside = np.concatenate([[0], inside])
-            sums = np.add.reduceat(terms, inside, axis=0)
-            sums[0] += carry if carry is not None else 0.0
-        else:
-            sums = np.add.reduceat(terms, inside, axis=0)
-            if carry is not None:
-                consume(carry[None, :])
-        carry = sums[-1].copy()
-        if sums.shape[0] > 1:
-            consume(sums[:-1])
-    if carry is not None:
-        consume(carry[None, :])
+    i = 0
+    while i < starts.size:
+        first = int(starts[i])
+        if ends[i] - first > chunk:  # one long group, in chunks from its own first row
+            total = None
+            for a in range(first, int(ends[i]), chunk):
+                part = np.add.reduce(row_terms(slice(a, min(a + chunk, int(ends[i])))), axis=0)
+                total = part if total is None else total + part
+            consume(total[None, :])
+            i += 1
+            continue
+        j = int(np.searchsorted(ends, first + chunk, side="right"))  # the whole groups that fit in one chunk
+        terms = row_terms(slice(first, int(ends[j - 1])))
+        consume(np.add.reduceat(terms, starts[i:j] - first, axis=0))
+        i = j
 
 
 def unit_label(value: Any) -> str:
