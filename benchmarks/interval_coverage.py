@@ -3,7 +3,7 @@
 For each cell, over R replications (a fresh data set and fresh privacy noise each time):
 
 * coverage of the true β and of the non-private 2SLS estimate β̂ by the private intervals
-  ``res.conf_int(0.05)`` (all coefficients pooled), beside the coverage of the true β by the
+  ``res.conf_int(0.95)`` (all coefficients pooled), beside the coverage of the true β by the
   non-private 2SLS interval on the same data sets (the data draws' own luck: with R = 500 a cell's
   2SLS coverage itself varies by about ±0.01 around 0.95),
 * the same for "naive" intervals that ignore the privacy noise (the private sampling part only),
@@ -113,7 +113,7 @@ def heteroskedastic_replication(kind: str, n: int, rho: float, run: int) -> dict
             warnings.simplefilter("ignore", UserWarning)
             res = model.fit(rho=rho, bounds=bounds, seed=10_000 + run, cov_type=cov_type)
         assert abs(res.privacy.rho - rho) < 1e-9 * rho
-        lo, hi = res.conf_int(0.05).loc["x"]
+        lo, hi = res.conf_int(0.95).loc["x"]
         out[f"cover ({cov_type})"] = lo <= 1.0 <= hi
         out[f"width ({cov_type})"] = hi - lo
         out[f"flagged ({cov_type})"] = not res.inference.reliable
@@ -175,7 +175,7 @@ def weak_replication(n: int, f: float, rho: float, run: int) -> dict:
         warnings.simplefilter("ignore", UserWarning)
         res = model.fit(rho=rho, bounds=bounds, seed=10_000 + run)
     assert abs(res.privacy.rho - rho) < 1e-9 * rho and res.cov_type == "robust"
-    lo, hi = res.conf_int(0.05).loc["x"]
+    lo, hi = res.conf_int(0.95).loc["x"]
     ar = res.anderson_rubin(0.95)
     beta, se = two_sls(model)
     ones = np.ones((n, 1))
@@ -277,7 +277,7 @@ def one_replication(design: str, n: int, p: int, rho: float, run: int) -> dict:
         # the homoskedastic intervals this table has always measured (the robust ones: --heteroskedastic)
         res = model.fit(rho=rho, bounds=bounds, seed=10_000 + run, cov_type="unadjusted")
     assert abs(res.privacy.rho - rho) < 1e-9 * rho
-    ci = res.conf_int(0.05)
+    ci = res.conf_int(0.95)
     lo, hi = ci["lower"].to_numpy(), ci["upper"].to_numpy()
     est = res.params.to_numpy()
     naive_half = Z95 * np.sqrt(np.diag(res.inference.cov_sampling))

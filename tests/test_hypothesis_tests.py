@@ -69,7 +69,7 @@ def test_t_test_matches_the_fits_own_z_statistics(private):
     both = private.t_test(np.eye(3)[1:])
     np.testing.assert_allclose(both.effect, private.params.iloc[1:], rtol=1e-12)
     np.testing.assert_allclose(both.sd, private.bse.iloc[1:], rtol=1e-12)
-    np.testing.assert_allclose(both.conf_int(0.05), private.conf_int(0.05).iloc[1:].to_numpy(), rtol=1e-12)
+    np.testing.assert_allclose(both.conf_int(0.05), private.conf_int(alpha=0.05).iloc[1:].to_numpy(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

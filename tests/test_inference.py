@@ -52,7 +52,7 @@ def test_inference_objects_and_accountant(sim):
     assert np.all(np.linalg.eigvalsh(cov.to_numpy()) > 0)
     np.testing.assert_allclose(res.bse.to_numpy(), np.sqrt(np.diag(cov.to_numpy())))
     assert ((res.pvalues >= 0) & (res.pvalues <= 1)).all()
-    ci90, ci95 = res.conf_int(0.10), res.conf_int()
+    ci90, ci95 = res.conf_int(0.90), res.conf_int()
     assert list(ci95.columns) == ["lower", "upper"]
     assert ((ci95["upper"] - ci95["lower"]) > (ci90["upper"] - ci90["lower"])).all()
     centre = (ci95["lower"] + ci95["upper"]) / 2
@@ -63,7 +63,7 @@ def test_inference_objects_and_accountant(sim):
     assert [r.rho for r in release] == pytest.approx([0.05, 0.05], rel=1e-12)
     # rho0 = 0.2(rho1 + rho2), rho_clip = rho_inf = 0.05(rho1 + rho2)
     assert res.privacy.rho == pytest.approx(0.4 + 0.1 + 1.0 + 1.0 + 0.1, rel=1e-12)
-    with pytest.raises(ValueError, match="alpha"):
+    with pytest.raises(ValueError, match="level must lie in"):
         res.conf_int(1.5)
 
 

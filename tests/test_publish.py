@@ -352,3 +352,33 @@ def test_compare_shows_the_instruments_and_reads_linearmodels_spellings(three):
     row = next(line for line in text.splitlines() if line.startswith("Instruments"))
     assert row.split() == ["Instruments"] + ["z"] * 5  # three fits and two benchmark columns
     assert f"({_fmt(three['rho = 2.6'].tvalues['x'], 4)})" in text
+
+
+# ---------------------------------------------------------------------------------------- conf_int without traps
+@pytest.mark.parametrize("level", [0.5, 0.9, 0.95, 0.99])
+def test_conf_int_takes_linearmodels_positional_level(res, level):
+    """conf_int(0.9) is a 90% interval, as in linearmodels: half-width z_(0.95)·bse (the reference quantile
+    written out), and statsmodels' alpha= keyword gives the same interval."""
+    ci = res.conf_int(level)
+    z = {0.5: 0.6744897501960817, 0.9: 1.6448536269514722, 0.95: 1.959963984540054, 0.99: 2.5758293035489004}[level]
+    np.testing.assert_allclose((ci["upper"] - ci["lower"]).to_numpy(), 2 * z * res.bse.to_numpy(), rtol=1e-12)
+    pd.testing.assert_frame_equal(ci, res.conf_int(alpha=1 - level))
+    pd.testing.assert_frame_equal(ci, res.conf_int(level=level))
+    if level == 0.95:
+        pd.testing.assert_frame_equal(ci, res.conf_int())
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.01])
+def test_a_positional_alpha_is_refused_not_silently_inverted(res, alpha):
+    with pytest.raises(ValueError, match=rf"reads as statsmodels' alpha.*conf_int\({1 - alpha:g}\) or conf_int\(alpha"):
+        res.conf_int(alpha)
+
+
+def test_conf_int_arguments_are_checked(res):
+    with pytest.raises(TypeError, match="not both"):
+        res.conf_int(0.9, alpha=0.1)
+    for bad in (1.0, 0.0, True, "0.9"):
+        with pytest.raises(ValueError, match="level must lie"):
+            res.conf_int(bad)
+        with pytest.raises(ValueError, match="alpha must lie"):
+            res.conf_int(alpha=bad)

@@ -101,17 +101,35 @@ class PrivateTable:
         return pd.Series(2.0 * stats.norm.sf(np.abs(self.tvalues.to_numpy())), index=self.params.index,
                          name="pvalue")
 
-    def conf_int(self, alpha: float = 0.05, *, level: float | None = None) -> pd.DataFrame:
-        """Private (1 − alpha) confidence intervals, columns ``lower`` and ``upper``: ``params`` ±
-        z_(1−alpha/2)·``bse``. ``level`` (linearmodels' spelling, e.g. 0.95) instead of ``alpha``."""
-        if level is not None:
+    def conf_int(self, level: float | None = None, *, alpha: float | None = None) -> pd.DataFrame:
+        """Private confidence intervals, columns ``lower`` and ``upper``: ``params`` ± z_(1−alpha/2)·``bse``.
+
+        Parameters
+        ----------
+        level : float, default 0.95
+            The coverage, as linearmodels' ``conf_int(level)``: ``conf_int(0.9)`` is a 90% interval. A positional
+            value below 0.5 reads as statsmodels' alpha and is refused (it would silently give the complementary
+            interval): pass ``alpha=`` for that.
+        alpha : float, optional
+            statsmodels' spelling, keyword only: ``conf_int(alpha=0.05)`` is a 95% interval.
+        """
+        if alpha is not None and level is not None:
+            raise TypeError("pass level (linearmodels, e.g. conf_int(0.95)) or alpha= (statsmodels), not both.")
+        if alpha is not None:
+            if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 < alpha < 1.0:
+                raise ValueError(f"alpha must lie in (0, 1), e.g. alpha=0.05 for 95% intervals; got {alpha!r}.")
+            level = 1.0 - float(alpha)
+        elif level is None:
+            level = 0.95
+        else:
             level = check_level(level)
-            if alpha != 0.05:
-                raise TypeError("pass alpha or level, not both.")
-            alpha = 1.0 - level
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must lie in (0, 1), e.g. 0.05 for 95% intervals; got {alpha!r}.")
-        half = stats.norm.ppf(1.0 - alpha / 2.0) * self.bse
+            if level < 0.5:
+                raise ValueError(
+                    f"conf_int's first argument is the coverage level, as in linearmodels (conf_int(0.95) is a 95% "
+                    f"interval); {level!r} reads as statsmodels' alpha, which would give a {1 - level:.0%} interval "
+                    f"here instead of the {level:.0%} asked for. Pass conf_int({1 - level:g}) or "
+                    f"conf_int(alpha={level!r}).")
+        half = stats.norm.ppf(0.5 + level / 2.0) * self.bse
         return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
 
     # ------------------------------------------------------------------ exports (publishable by default)
