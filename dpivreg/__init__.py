@@ -26,7 +26,7 @@ from dpivreg.estimation.engine import DP2SGDPath, dp_2s_gd
 from dpivreg.model import DPIV2SLS
 from dpivreg.planning.se_plan import SEPlan, plan_se
 from dpivreg.planning.theorem_plan import plan, smallest_n, smallest_rho
-from dpivreg.privacy.accounting import PrivacyBudget, Release, delta_from_rho, epsilon_from_rho
+from dpivreg.privacy.accounting import PrivacyBudget, Release, delta_from_rho, epsilon_from_rho, rho_from_epsilon
 from dpivreg.reporting.comparison import compare
 from dpivreg.reporting.release import FitRelease, load_release
 from dpivreg.reporting.results import DPIVResults
@@ -57,6 +57,7 @@ __all__ = [
     "delta_from_rho",
     "dp_2s_gd",
     "epsilon_from_rho",
+    "rho_from_epsilon",
     "load_release",
     "plan",
     "plan_se",

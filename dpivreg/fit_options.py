@@ -16,7 +16,7 @@ from dpivreg._validation import MAX_RHO, check_delta, check_flag, check_rho, che
 from dpivreg.estimation import tuning
 from dpivreg.estimation.working_scale import PREPROCESS_ROUTES
 from dpivreg.inference.covariance import resolve_cov_type
-from dpivreg.privacy.accounting import CALIBRATIONS
+from dpivreg.privacy.accounting import CALIBRATIONS, rho_from_epsilon
 from dpivreg.privacy.units import DEFAULT_MAX_ROWS
 from dpivreg.progress import check_progress
 
@@ -190,7 +190,7 @@ class FitOptions:
 
 def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T, delta, preprocess: str, method: str,
                         init, schedule, eta, alpha, clip, calibration: str, tau, inference, cov_type, progress,
-                        privacy_unit, max_rows_per_unit, clusters, check_data=False) -> FitOptions:
+                        privacy_unit, max_rows_per_unit, clusters, check_data=False, epsilon=None) -> FitOptions:
     """:meth:`dpivreg.DPIV2SLS.fit`'s keyword arguments checked and resolved (public inputs only: no data is read).
 
     Raises ``ValueError`` or ``TypeError`` naming the argument for a value or a combination the fit cannot run."""
@@ -216,6 +216,8 @@ def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T
         raise ValueError("rho_diag buys the robust first-stage statistics: it needs cov_type 'robust' or "
                          "'clustered' and the moment release (preprocess 'private' or 'data'), got cov_type="
                          f"{cov_type!r}, preprocess={preprocess!r}. Leave rho_diag out otherwise.")
+    rho = _rho_of_epsilon(epsilon, delta, rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip,
+                          rho_inf=rho_inf)
     budget = _budgets(max_rows=1 if privacy_unit is None else max_rows_per_unit,
                       rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip, rho_inf=rho_inf,
                       rho_diag=rho_diag, preprocess=preprocess, method=method,
@@ -223,6 +225,20 @@ def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T
     return FitOptions(method=method, select=select, preprocess=preprocess, init=init, clip=clip, inference=inference,
                       delta=delta, tau=tau, cov_type=cov_type, clusters=clusters, max_rows_per_unit=max_rows_per_unit,
                       progress=progress, budget=budget, check_data=check_data)
+
+
+def _rho_of_epsilon(epsilon, delta: float, **budgets) -> float | None:
+    """The total ρ of ``fit(epsilon=ε, delta=δ)``: the largest whose fit is (ε, δ)-DP by the exact Gaussian privacy
+    profile (:func:`dpivreg.privacy.accounting.rho_from_epsilon`; every release is a Gaussian mechanism, so their
+    composition is one); ``budgets["rho"]`` when no ε is given."""
+    if epsilon is None:
+        return budgets["rho"]
+    given = [name for name, value in budgets.items() if value is not None]
+    if given:
+        raise ValueError(f"pass the budget once: epsilon= (with delta=) or {', '.join(given)}, not both (epsilon is "
+                         "turned into the total rho by the exact Gaussian privacy profile and split by the default "
+                         "shares).")
+    return rho_from_epsilon(epsilon, delta)
 
 
 def fit_docstring(fit):
@@ -285,7 +301,8 @@ rho_diag : float, optional
     (linearmodels' for ``cov_type="robust"``) instead of the homoskedastic F. Default: no release, no
     budget. With ``rho`` it is part of the total (the rest is split as usual).
 delta : float, default 1e-5
-    δ at which ε is reported (the budget is zCDP; δ only affects the conversion).
+    δ at which ε is reported (the budget is zCDP; δ only affects the conversion), and with ``epsilon`` the δ of
+    the (ε, δ) budget.
 preprocess : {"private", "bounds", "data"}
     ``"private"`` (default): bounds, then private centring (with an intercept), scaling
     and whitening paid for with rho0. ``"bounds"``: scale by the bounds only, no
@@ -396,6 +413,21 @@ clusters : str, array_like or None
     The groups of ``cov_type="clustered"`` when they are not the privacy unit: a column (or array) whose
     grouping is public and contains whole privacy units (e.g. states of households); the number of
     clusters is public. Without ``privacy_unit`` any public grouping of the rows.
+check_data : bool, default False
+    Refuse to fit when a check that reads the data finds a problem: a constant instrument, one that copies
+    another column, collinear regressors or instruments (the model's ``DataCheckWarning`` at build), or a
+    column whose every value lies outside its bounds. Off by default because whether a fit runs is itself
+    an output: a refusal that one row can flip (a 0/1 instrument that is 1 in a single row fits, its neighbour
+    with that row replaced would be refused) is not private. With ``True`` the fit is announced and recorded
+    as a :class:`~dpivreg.PrivacyLeakWarning`; for exploring the data inside the secure room. Without it the
+    fit runs, the NON-PRIVATE benchmark omits such columns (as Stata does), and the summary says which
+    directions the releases cannot resolve.
+epsilon : float, optional
+    The budget as (ε, δ)-DP instead of zCDP, with ``delta``: the total ρ becomes the largest whose fit is
+    (ε, δ)-DP by the exact Gaussian privacy profile (every release is a Gaussian mechanism, so their composition
+    is one with μ = √(2ρ); :func:`~dpivreg.rho_from_epsilon`), split by the default shares as ``rho=`` is. E.g.
+    ``fit(epsilon=1, delta=1e-5)`` spends ρ = 0.0359. Not with ``rho``, ``rho1``, ``rho2``, ``rho0``,
+    ``rho_clip`` or ``rho_inf``. The summary's budget block shows δ, the ε it gives (exact Gauss.) and the total ρ.
 
 Returns
 -------

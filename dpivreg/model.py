@@ -278,12 +278,14 @@ class DPIV2SLS:
         max_rows_per_unit: int | None = None,
         clusters=None,
         check_data: bool = False,
+        epsilon: float | None = None,
     ) -> DPIVResults:
         options = resolve_fit_options(
             rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip, rho_inf=rho_inf, rho_diag=rho_diag, T=T,
             delta=delta, preprocess=preprocess, method=method, init=init, schedule=schedule, eta=eta, alpha=alpha,
             clip=clip, calibration=calibration, tau=tau, inference=inference, cov_type=cov_type, progress=progress,
-            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, clusters=clusters, check_data=check_data)
+            privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, clusters=clusters, check_data=check_data,
+            epsilon=epsilon)
         rng = make_rng(seed)
         units = self._privacy_units(options, privacy_unit, rng)
         with _pass_progress(self._design, options.progress) as passes:

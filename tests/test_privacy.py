@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from dpivreg import PrivacyBudget, Release, delta_from_rho, epsilon_from_rho
+from dpivreg import PrivacyBudget, Release, delta_from_rho, epsilon_from_rho, rho_from_epsilon
 from dpivreg.privacy.accounting import clipped_mean_sensitivity, gaussian_zcdp, noise_std
 
 TABLE = [  # rho, bun-steinke, cks, gaussian at delta = 1e-5
@@ -369,3 +369,30 @@ def test_an_unnoised_release_makes_the_whole_fit_not_private():
     assert math.isinf(record.sensitivity) and math.isinf(record.rho)
     budget = PrivacyBudget([Release.gaussian("m", "rho1", steps=1, clip=1.0, n=100, noise_std=0.1), record])
     assert not budget.is_private and math.isinf(budget.epsilon(1e-5))
+
+
+# ---------------------------------------------------------------------------------------- budgets in epsilon
+@pytest.mark.parametrize(("epsilon", "delta"), [(1.0, 1e-5), (0.1, 1e-6), (3.0, 1e-5), (8.0, 1e-9)])
+def test_rho_from_epsilon_inverts_the_exact_gaussian_profile(epsilon, delta):
+    """The largest ρ with δ(ε; μ = √(2ρ)) ≤ δ: ε is met from below to 1e-9, and dp-accounting's PLD accountant (an
+    independent oracle, pessimistic by its discretisation) gives the same ε for a Gaussian mechanism of that ρ."""
+    rho = rho_from_epsilon(epsilon, delta)
+    assert delta_from_rho(rho, epsilon) <= delta
+    assert epsilon * (1 - 1e-9) <= epsilon_from_rho(rho, delta) <= epsilon
+    assert delta_from_rho(rho * (1 + 1e-9), epsilon) > delta * (1 - 1e-6)  # not much below the largest
+    dpa = pytest.importorskip("dp_accounting")
+    from dp_accounting import pld
+
+    accountant = pld.PLDAccountant(value_discretization_interval=1e-4)
+    accountant.compose(dpa.GaussianDpEvent(1.0 / math.sqrt(2.0 * rho)))  # sensitivity 1, σ = 1/μ
+    assert accountant.get_epsilon(delta) == pytest.approx(epsilon, rel=2e-4)
+
+
+def test_rho_from_epsilon_checks_its_arguments():
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError):
+            rho_from_epsilon(bad, 1e-5)
+    with pytest.raises(ValueError):
+        rho_from_epsilon(1.0, 1.5)
+    with pytest.raises(TypeError):
+        rho_from_epsilon("1", 1e-5)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import warnings
 
 import numpy as np
@@ -17,7 +18,7 @@ import pandas as pd
 import pytest
 from latex import compile_latex
 
-from dpivreg import DPIV2SLS, FitRelease, PrivacyLeakWarning, compare, load_release
+from dpivreg import DPIV2SLS, FitRelease, PrivacyLeakWarning, compare, load_release, rho_from_epsilon
 from dpivreg.reporting.comparison import DPIVComparison
 from dpivreg.reporting.results import _fmt
 
@@ -382,3 +383,25 @@ def test_conf_int_arguments_are_checked(res):
             res.conf_int(bad)
         with pytest.raises(ValueError, match="alpha must lie"):
             res.conf_int(alpha=bad)
+
+
+# ---------------------------------------------------------------------------------------- budgets in epsilon
+@pytest.mark.parametrize("options", [{}, {"method": "moments"}, {"cov_type": "unadjusted"}])
+def test_a_fit_given_epsilon_spends_it_at_delta(frame, options):
+    """fit(epsilon=1, delta=1e-5) spends ε in [0.95, 1] at δ = 1e-5 (exact Gaussian profile): its total ρ is
+    rho_from_epsilon's, split by the default shares, and the summary's budget block shows ε, δ and that ρ."""
+    res = DPIV2SLS.from_formula(F, frame).fit(epsilon=1.0, delta=1e-5, seed=3, bounds=BOUNDS, **options)
+    assert 0.95 <= res.privacy.epsilon(1e-5) <= 1.0
+    assert res.privacy.rho == pytest.approx(rho_from_epsilon(1.0, 1e-5), rel=1e-9)
+    text = res.summary(benchmark=False).as_text()
+    assert re.search(r"delta:\s+1e-05", text) and re.search(r"epsilon \(exact Gauss\.\):\s+1\b", text)
+    assert re.search(r"Total rho \(spent\):\s+0\.0359", text)
+
+
+def test_epsilon_and_rho_together_are_refused(frame):
+    model = DPIV2SLS.from_formula(F, frame)
+    for other in ({"rho": 1.0}, {"rho1": 1.0, "rho2": 1.0}, {"rho0": 0.1}):
+        with pytest.raises(ValueError, match=r"pass the budget once: epsilon="):
+            model.fit(epsilon=1.0, bounds=BOUNDS, seed=3, **other)
+    with pytest.raises(ValueError, match="epsilon must be positive"):
+        model.fit(epsilon=0.0, bounds=BOUNDS, seed=3)

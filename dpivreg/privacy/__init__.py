@@ -18,7 +18,8 @@ from dpivreg.privacy.accounting import (
     epsilon_from_rho,
     gaussian_zcdp,
     noise_std,
+    rho_from_epsilon,
 )
 
 __all__ = ["CALIBRATIONS", "EPSILON_METHODS", "PrivacyBudget", "Release", "clipped_mean_sensitivity", "delta_from_rho",
-           "epsilon_from_rho", "gaussian_zcdp", "noise_std", "PrivacyLeakWarning"]
+           "epsilon_from_rho", "rho_from_epsilon", "gaussian_zcdp", "noise_std", "PrivacyLeakWarning"]

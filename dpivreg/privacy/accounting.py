@@ -56,6 +56,7 @@ __all__ = [
     "CALIBRATIONS",
     "EPSILON_METHODS",
     "noise_std",
+    "rho_from_epsilon",
     "clipped_mean_sensitivity",
     "gaussian_zcdp",
     "epsilon_from_rho",
@@ -361,6 +362,47 @@ def epsilon_from_rho(rho: float, delta: float, method: EpsilonMethod = "gaussian
     if method == "cks":
         return _cks_epsilon(rho, delta)
     return _gaussian_epsilon(rho, delta)
+
+
+def rho_from_epsilon(epsilon: float, delta: float, method: EpsilonMethod = "gaussian") -> float:
+    """The largest total zCDP budget ρ whose fit is (ε, δ)-DP by the chosen conversion (inverse of
+    :func:`epsilon_from_rho` in ρ): what ``fit(epsilon=..., delta=...)`` spends.
+
+    With ``"gaussian"`` (the default) this is the exact privacy profile of a composition of Gaussian mechanisms, a
+    Gaussian mechanism with μ = √(2ρ) (Balle & Wang 2018; Dong, Roth & Su 2022): δ(ε) = Φ(−ε/μ + μ/2) −
+    e^ε·Φ(−ε/μ − μ/2). The root is bracketed and bisected on log ρ, and the lower end returned, so that
+    ``delta_from_rho(rho_from_epsilon(ε, δ), ε) <= δ`` always and ε is met to about 1e-9 relative.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``epsilon`` is not a positive finite number, ``delta`` not in (0, 1), or ``method`` unknown.
+    """
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    method = _check_method(method)
+    if not 0.0 < epsilon < math.inf:
+        raise ValueError(f"epsilon must be positive and finite, got {epsilon!r}.")
+
+    def within(rho: float) -> bool:
+        return delta_from_rho(rho, epsilon, method) <= delta
+
+    lo, hi = 1e-300, 1e-12
+    while within(hi):
+        lo, hi = hi, hi * 4.0
+        if hi > 1e12:
+            raise ValueError(f"epsilon = {epsilon!r} at delta = {delta!r} allows a budget beyond 1e12: no noise.")
+    if lo == 1e-300 and not within(lo):
+        raise ValueError(f"epsilon = {epsilon!r} at delta = {delta!r} allows no positive budget.")
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        if within(mid):
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1.0 + 1e-12:
+            break
+    return lo
 
 
 def delta_from_rho(rho: float, epsilon: float, method: EpsilonMethod = "gaussian") -> float:
