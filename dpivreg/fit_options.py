@@ -9,6 +9,7 @@ default filled in, every combination that cannot run refused with a message nami
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from dpivreg.estimation import tuning
 from dpivreg.estimation.working_scale import PREPROCESS_ROUTES
 from dpivreg.inference.covariance import resolve_cov_type
 from dpivreg.privacy.accounting import CALIBRATIONS, rho_from_epsilon
-from dpivreg.privacy.units import DEFAULT_MAX_ROWS
+from dpivreg.privacy.units import DEFAULT_MAX_ROWS, check_max_rows
 from dpivreg.progress import check_progress
 
 __all__ = ["FIT_METHODS", "INITS", "DEFAULT_SHARES", "default_shares", "FitOptions", "resolve_fit_options",
@@ -56,6 +57,8 @@ def _resolve_grouping(cov_type, privacy_unit, clusters, max_rows_per_unit) -> tu
                              "row level every unit is one row).")
     elif max_rows_per_unit is None:
         max_rows_per_unit = DEFAULT_MAX_ROWS
+    else:
+        max_rows_per_unit = check_max_rows(max_rows_per_unit)
     return cov_type, clusters, max_rows_per_unit
 
 
@@ -186,11 +189,13 @@ class FitOptions:
     progress: bool | None
     budget: dict
     check_data: bool = False
+    exog_share: float = 0.2
 
 
 def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T, delta, preprocess: str, method: str,
                         init, schedule, eta, alpha, clip, calibration: str, tau, inference, cov_type, progress,
-                        privacy_unit, max_rows_per_unit, clusters, check_data=False, epsilon=None) -> FitOptions:
+                        privacy_unit, max_rows_per_unit, clusters, check_data=False, epsilon=None,
+                        exog_share=0.2) -> FitOptions:
     """:meth:`dpivreg.DPIV2SLS.fit`'s keyword arguments checked and resolved (public inputs only: no data is read).
 
     Raises ``ValueError`` or ``TypeError`` naming the argument for a value or a combination the fit cannot run."""
@@ -200,6 +205,7 @@ def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T
     if preprocess not in PREPROCESS_ROUTES:
         raise ValueError(f"preprocess must be one of {PREPROCESS_ROUTES}, got {preprocess!r}.")
     inference, check_data = check_flag(inference, "inference"), check_flag(check_data, "check_data")
+    exog_share = _check_exog_share(exog_share)
     delta, tau = check_delta(delta), check_tau(tau)
     cov_type, clusters, max_rows_per_unit = _resolve_grouping(cov_type, privacy_unit, clusters, max_rows_per_unit)
     if calibration not in CALIBRATIONS:
@@ -224,7 +230,19 @@ def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T
                       adaptive=isinstance(clip, str) and clip == "adaptive", inference=inference)
     return FitOptions(method=method, select=select, preprocess=preprocess, init=init, clip=clip, inference=inference,
                       delta=delta, tau=tau, cov_type=cov_type, clusters=clusters, max_rows_per_unit=max_rows_per_unit,
-                      progress=progress, budget=budget, check_data=check_data)
+                      progress=progress, budget=budget, check_data=check_data, exog_share=exog_share)
+
+
+def _check_exog_share(value) -> float:
+    """``exog_share``: the exogenous group's share of each stage's per-step budget, strictly between 0 and 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"exog_share must be a number strictly between 0 and 1 (the exogenous group's share of each "
+                        f"stage's budget), got {value!r}.")
+    if not 0.0 < float(value) < 1.0:
+        raise ValueError(f"exog_share must lie strictly between 0 and 1 (the exogenous group's share of each stage's "
+                         f"budget; the rest goes to the instruments' rows and the endogenous coordinates), got "
+                         f"{value!r}.")
+    return float(value)
 
 
 def _rho_of_epsilon(epsilon, delta: float, **budgets) -> float | None:

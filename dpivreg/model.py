@@ -238,6 +238,19 @@ class DPIV2SLS:
         """The formula the model was built from, if any."""
         return self._design.formula
 
+    @property
+    def exog_names(self) -> list:
+        """statsmodels' ``exog_names``: the names of the regressors [exog, endog], the order of ``params`` (what
+        ``statsmodels.iolib.summary2.summary_col`` reads). In linearmodels' terms the exogenous ones are
+        ``design.exog_names``."""
+        return list(self._design.regressor_names)
+
+    @property
+    def endog_names(self) -> str:
+        """statsmodels' ``endog_names``: the dependent variable's name (statsmodels calls the dependent variable
+        endog; the endogenous regressors are ``design.endog_names``)."""
+        return str(self._design.dependent_name)
+
     def __repr__(self) -> str:
         d = self._design
         return (
@@ -285,7 +298,7 @@ class DPIV2SLS:
             delta=delta, preprocess=preprocess, method=method, init=init, schedule=schedule, eta=eta, alpha=alpha,
             clip=clip, calibration=calibration, tau=tau, inference=inference, cov_type=cov_type, progress=progress,
             privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, clusters=clusters, check_data=check_data,
-            epsilon=epsilon)
+            epsilon=epsilon, exog_share=exog_share)
         rng = make_rng(seed)
         units = self._privacy_units(options, privacy_unit, rng)
         with _pass_progress(self._design, options.progress) as passes:
@@ -295,7 +308,8 @@ class DPIV2SLS:
                                          cov_type=options.cov_type, units=units, check_data=options.check_data)
             return self._fit_dp2sgd(options.budget, T=T, preprocess=options.preprocess, method=options.method,
                                     init=options.init, schedule=schedule, eta=eta, alpha=alpha, clip=options.clip,
-                                    exog_share=exog_share, calibration=calibration, bounds=bounds, tau=options.tau,
+                                    exog_share=options.exog_share, calibration=calibration, bounds=bounds,
+                                    tau=options.tau,
                                     inference=options.inference, delta=options.delta, rng=rng, select=options.select,
                                     cov_type=options.cov_type, progress=options.progress, passes=passes, units=units,
                                     check_data=options.check_data)

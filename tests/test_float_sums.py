@@ -371,7 +371,9 @@ def test_records_without_the_field_load_with_no_allowance():
     data = json.loads(res.release().to_json())
     for record in data["releases"]:
         record.pop("rounding")
-    back = FitRelease.from_json(json.dumps(data))
+    data.pop("digest")  # records of that time had no digest either
+    with pytest.warns(UserWarning, match="has no digest"):
+        back = FitRelease.from_json(json.dumps(data))
     assert all(r.rounding == 1.0 for r in back.privacy.releases)
 
 

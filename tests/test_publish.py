@@ -7,6 +7,7 @@ that round-trips exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -17,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from latex import compile_latex
+from scipy import stats
 
 from dpivreg import DPIV2SLS, FitRelease, PrivacyLeakWarning, compare, load_release, rho_from_epsilon
 from dpivreg.reporting.comparison import DPIVComparison
@@ -148,7 +150,8 @@ def test_the_release_is_standard_json_with_named_fields(res):
         "format", "dependent", "formula", "endog_names", "instrument_names", "exog_names", "regressor_names", "nobs",
         "estimator", "params", "std_errors", "conf_int_95", "cov", "cov_type", "path", "first_stage_path", "releases",
         "budget_asked", "rho", "sampler", "delta", "epsilon", "settings", "scaling", "leaks", "inference_note",
-        "version", "created", "unit"}  # "sampler": where the noise came from (issue 40), also in each release's grid
+        "version", "created", "unit", "digest"}  # "sampler": where the noise came from (issue 40), also in each
+    # release's grid; "digest": the SHA-256 of every other field, checked when read
     assert data["scaling"]["x"] == {"centre": 0.0, "scale": 6.0, "source": "bounds"}
 
 
@@ -287,8 +290,10 @@ def test_a_loaded_record_exports_its_own_table(res):
 
 def test_records_made_at_different_times_are_equal(res):
     first = res.release()
-    second = FitRelease.from_json(first.to_json().replace(first.created, "2000-01-01T00:00:00+00:00"))
+    second = FitRelease.from_json(dataclasses.replace(first, created="2000-01-01T00:00:00+00:00").to_json())
     assert first.equals(second)
+    with pytest.raises(ValueError, match="do not match its digest"):  # the time is a field too: not to be edited
+        FitRelease.from_json(first.to_json().replace(first.created, "2000-01-01T00:00:00+00:00"))
 
 
 @pytest.mark.parametrize("edit, match", [
@@ -369,6 +374,17 @@ def test_conf_int_takes_linearmodels_positional_level(res, level):
         pd.testing.assert_frame_equal(ci, res.conf_int())
 
 
+@pytest.mark.parametrize("level", [0.3, 0.05])
+def test_a_level_below_one_half_by_keyword_is_a_level(res, level):
+    """Only a positional value below 0.5 is refused (it reads as an alpha); level= means what it says, in conf_int
+    and in the exports."""
+    ci = res.conf_int(level=level)
+    np.testing.assert_allclose((ci["upper"] - ci["lower"]).to_numpy(),
+                               2 * stats.norm.ppf(0.5 + level / 2) * res.bse.to_numpy(), rtol=1e-12)
+    table = res.to_frame(level=level)
+    np.testing.assert_allclose(table["lower"].to_numpy(), ci["lower"].to_numpy(), rtol=1e-12)
+
+
 @pytest.mark.parametrize("alpha", [0.05, 0.1, 0.01])
 def test_a_positional_alpha_is_refused_not_silently_inverted(res, alpha):
     with pytest.raises(ValueError, match=rf"reads as statsmodels' alpha.*conf_int\({1 - alpha:g}\) or conf_int\(alpha"):
@@ -376,8 +392,10 @@ def test_a_positional_alpha_is_refused_not_silently_inverted(res, alpha):
 
 
 def test_conf_int_arguments_are_checked(res):
-    with pytest.raises(TypeError, match="not both"):
+    with pytest.raises(TypeError, match="pass the level once"):
         res.conf_int(0.9, alpha=0.1)
+    with pytest.raises(TypeError, match="not both"):
+        res.conf_int(level=0.9, alpha=0.1)
     for bad in (1.0, 0.0, True, "0.9"):
         with pytest.raises(ValueError, match="level must lie"):
             res.conf_int(bad)
@@ -405,3 +423,46 @@ def test_epsilon_and_rho_together_are_refused(frame):
             model.fit(epsilon=1.0, bounds=BOUNDS, seed=3, **other)
     with pytest.raises(ValueError, match="epsilon must be positive"):
         model.fit(epsilon=0.0, bounds=BOUNDS, seed=3)
+
+
+# ---------------------------------------------------------------------------------------- interop
+def test_statsmodels_summary_col_takes_the_private_results(res, frame):
+    """summary_col reads params, bse and p-values (and calls conf_int(0.05) positionally, statsmodels' alpha):
+    the table holds the private estimates and standard errors, one column per fit."""
+    from statsmodels.iolib.summary2 import summary_col
+
+    other = DPIV2SLS.from_formula("y ~ 1 + [x ~ z]", frame).fit(**FIT)
+    table = summary_col([res, other], float_format="%.4f").tables[0]
+    assert list(table.columns) == ["y I", "y II"]
+    assert table.loc["x", "y I"].strip() == f"{res.params['x']:.4f}"
+    assert f"({res.bse['x']:.4f})" in table["y I"].tolist()
+    assert table.loc["w", "y II"].strip() == ""  # not in the second model
+    with pytest.raises(ValueError, match="reads as statsmodels' alpha"):
+        res.conf_int(0.05)  # the user's own positional alpha is still refused
+
+
+def test_a_loaded_release_has_the_publishable_summary(res, tmp_path):
+    res.release().save(tmp_path / "fit.json")
+    record = load_release(tmp_path / "fit.json")
+    text = record.summary().as_text()
+    assert "release record" in text and "Total rho (spent)" in text
+    for name in res.params.index:
+        assert re.search(rf"{re.escape(name)}\s+{re.escape(_fmt(res.params[name]))}\s", text)
+    assert "IV2SLS" not in text  # no benchmark in a record
+    assert str(record.summary) == str(record.summary())
+    with pytest.raises(ValueError, match="holds no NON-PRIVATE benchmark"):
+        record.summary(benchmark=True)
+
+
+def test_the_summary_is_printable_as_an_attribute_and_callable(res):
+    assert str(res.summary) == str(res.summary())
+    assert repr(res.summary) == res.summary().as_text()
+    assert res.summary.as_latex() == res.summary().as_latex()
+    assert res.summary(benchmark=False).as_text() != res.summary().as_text()
+
+
+@pytest.mark.parametrize("spec", ["x = 0", ["x = 0"], {"x": 0}])
+def test_t_test_and_wald_test_take_statsmodels_positional_strings(res, spec):
+    assert float(res.t_test(spec).pvalue) == pytest.approx(res.pvalues["x"], rel=1e-9)
+    assert res.wald_test(spec).pval == pytest.approx(res.wald_test(formula="x = 0").pval, rel=1e-12)
+    assert res.wald_test("x = 0, w = 0").df == 2

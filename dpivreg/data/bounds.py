@@ -107,6 +107,9 @@ def _pair(name: Hashable, pair) -> Pair:
         raise ValueError(f"bounds[{name!r}] must be finite, got {pair!r}.")
     if not lo < hi:
         raise ValueError(f"bounds[{name!r}] must satisfy lower < upper, got {pair!r}.")
+    if not math.isfinite(hi - lo):  # the map's centre and half-width need the width in float64
+        raise ValueError(f"bounds[{name!r}] = {pair!r} span more than float64 can hold (upper − lower overflows): "
+                         "give the column's real public range (a codebook's limits), or rescale the column.")
     if not (hi - lo) / 2 >= sys.float_info.min:  # the map divides by the half-width: a subnormal one is inexact
         raise ValueError(f"bounds[{name!r}] = {pair!r} are too close together: the half-width (upper − lower)/2 must "
                          f"be at least {sys.float_info.min:g}. Rescale the column or widen its bounds.")

@@ -117,6 +117,10 @@ def _ids(value: Any, argument: str, design, data: Any) -> np.ndarray:
         if value not in data.columns:
             raise ValueError(f"{argument}={value!r} is not a column of the data (columns: "
                              f"{list(data.columns)[:20]}{' ...' if len(data.columns) > 20 else ''}).")
+        if list(data.columns).count(value) > 1:
+            raise ValueError(f"{argument}={value!r} names {list(data.columns).count(value)} columns of the data "
+                             "(duplicated column names): rename or drop the duplicates, e.g. "
+                             "data.loc[:, ~data.columns.duplicated()].")
         values = data[value].to_numpy()
     else:
         if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
@@ -132,7 +136,11 @@ def _ids(value: Any, argument: str, design, data: Any) -> np.ndarray:
 def _codes(values: np.ndarray, argument: str, name: str | None, positions: np.ndarray | None) -> tuple[int, np.ndarray]:
     """The number of distinct ids over every source row (public: N or G), and the integer codes 0 … N − 1 (first
     appearance order) of the design's rows (``positions`` in the source; None: all rows). A missing id is an error."""
-    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    try:
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    except TypeError as error:  # lists, dicts, sets: not hashable, so not ids
+        raise TypeError(f"{argument} {name!r} holds values that cannot be ids ({error}): each row's id must be a "
+                        "number or a string (e.g. convert lists with .map(tuple) or .astype(str)).") from None
     missing = int(np.count_nonzero(codes < 0))
     if missing:
         raise ValueError(f"{argument} {name!r} is missing in {missing:,} of the data's rows: every row must belong "

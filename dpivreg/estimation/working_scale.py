@@ -807,9 +807,9 @@ class WorkingRows:
             return bool(np.isfinite(Z[rows]).all() and np.isfinite(X_endog[rows]).all() and np.isfinite(Y[rows]).all())
 
         if not all(map_row_blocks(fill, n)):
-            raise ValueError("the working arrays are not finite: a column of order 1e300 without bounds overflows "
-                             "float64 in the working scale's map. Give public bounds for every column, or rescale "
-                             "the data.")
+            raise ValueError("the working arrays are not finite: the working scale's map overflows float64 (a "
+                             "column of order 1e300 without bounds, or bounds near the float64 limit). Give public "
+                             "bounds of the column's real range for every column, or rescale the data.")
         return Z, X_endog, Y
 
 

@@ -450,6 +450,14 @@ def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, sampling: Sam
             message = ("the covariance of the estimate is not finite: the released first stage is singular or the "
                        "privacy noise overwhelms it (raise rho0 and rho1, or check the instruments' bounds)")
         raise InferenceOverflowError(message, releases=tuple(sampling.releases))
+    # a variance that is positive on the working scale and exactly 0 in original units has underflowed
+    expected_positive = (np.abs(J) > 0).astype(float) @ ((np.diag(sampling.cov) + np.diag(v_noise)) > 0)
+    if np.any((np.diag(cov_sampling) + np.diag(cov_noise) < np.finfo(np.float64).tiny) & (expected_positive > 0)):
+        raise InferenceOverflowError(
+            "the covariance of the estimate underflows float64 in the original units (coefficients of order "
+            f"{np.max(np.abs(J)):.1e}: variances below 2.2e-308 lose their digits, down to exactly 0, which would give "
+            "standard errors of 0 and p-values of 0): rescale the data (e.g. express the outcome in units where its "
+            "bounds are of order 1)", releases=tuple(sampling.releases))
     result = PrivateInference(cov_sampling + cov_noise, cov_sampling, cov_noise, J @ shift, sampling.sigma2,
                               sampling.releases, replications, theta_noise / max(first_stage_strength, 1e-300),
                               whitening, cov_type=sampling.cov_type, meat=sampling.meat)

@@ -7,13 +7,12 @@ the fit's δ). With ``benchmark=True`` (the default, as in ``summary()``) each d
 column of the IV2SLS benchmark headed ``NON-PRIVATE IV2SLS`` (``*`` is kept for the optional significance
 stars); ``benchmark=False`` gives the publishable table.
 
-Why not statsmodels' ``summary_col``: it reads ``result.model.endog_names`` (the dependent variable) and
-``result.model.exog_names`` (all regressors), statsmodels' meanings of the two words. linearmodels, and this
-package's designs, use them the other way (``design.endog_names`` are the endogenous regressors,
-``design.exog_names`` the exogenous ones), so adding them to the model would give one object two opposite
-meanings of ``exog_names``; and ``summary_col`` has no place for the budget or for marking a column
-NON-PRIVATE. ``compare`` gives the table; ``compare(...).params`` and ``.std_errors`` are DataFrames for any
-other layout.
+statsmodels' ``summary_col`` also takes the results (``summary_col([res_a, res_b])``): it reads the model's
+``exog_names`` and ``endog_names`` in statsmodels' meaning (all regressors; the dependent variable), which
+:class:`~dpivreg.DPIV2SLS` gives for it, while ``design.exog_names`` and ``design.endog_names`` keep linearmodels'
+(the exogenous and the endogenous regressors). It has no row for the budget and no way to mark a column
+NON-PRIVATE: ``compare`` is the table to publish; ``compare(...).params`` and ``.std_errors`` are DataFrames for
+any other layout.
 """
 
 from __future__ import annotations

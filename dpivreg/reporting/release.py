@@ -25,6 +25,7 @@ stage, ``nan`` for an entry without an estimate) are written as the strings ``"i
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import math
 import os
@@ -36,10 +37,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpivreg._validation import check_flag
 from dpivreg.errors import PrivacyLeakWarning
 from dpivreg.privacy.accounting import PrivacyBudget, Release
 from dpivreg.privacy.units import UnitFacts
-from dpivreg.reporting.tables import PrivateTable, size_text
+from dpivreg.reporting.summary import release_summary
+from dpivreg.reporting.tables import PrivateTable, SummaryAccessor, size_text
 
 __all__ = ["RELEASE_FORMAT", "FitRelease", "load_release"]
 
@@ -181,10 +184,23 @@ class FitRelease(PrivateTable):
         return pd.Series(np.sqrt(np.diag(self.cov.to_numpy())), index=self.params.index, name="std_error")
 
     # ------------------------------------------------------------------ JSON
+    @property
+    def summary(self) -> SummaryAccessor:
+        """The record's publishable summary, as the fit's: ``rec.summary()`` returns a statsmodels ``Summary``
+        (settings and budget, the private parameter table, notes), ``print(rec.summary)`` prints it
+        (:func:`dpivreg.reporting.summary.release_summary`)."""
+        return SummaryAccessor(self._summary)
+
+    def _summary(self, *, benchmark: bool = False):
+        if check_flag(benchmark, "benchmark"):
+            raise ValueError("a release record holds no NON-PRIVATE benchmark (by design): call summary() or "
+                             "summary(benchmark=False); the benchmark is in the fit's own summary.")
+        return release_summary(self)
+
     def to_dict(self) -> dict:
         """The record as plain Python (lists, numbers, strings): what :meth:`to_json` writes."""
         ci = self.conf_int()
-        return _encode({
+        fields_ = _encode({
             "format": RELEASE_FORMAT,
             "dependent": self.dependent,
             "formula": self.formula,
@@ -215,6 +231,7 @@ class FitRelease(PrivateTable):
             "created": self.created,
             "unit": self.unit,
         })
+        return {**fields_, "digest": record_digest(fields_)}
 
     def to_json(self, path: str | os.PathLike | None = None) -> str | None:
         """The record as standard JSON, one top-level field per line; written to ``path`` when given (then None
@@ -251,6 +268,9 @@ class FitRelease(PrivateTable):
             data = json.loads(text, parse_constant=refuse)
         except json.JSONDecodeError as exc:
             raise ValueError(f"not a dpivreg release record (invalid JSON: {exc}).") from None
+        except RecursionError:
+            raise ValueError("not a dpivreg release record: its JSON is nested too deeply (a record is a flat object "
+                             "of fields).") from None
         if not isinstance(data, dict) or data.get("format") != RELEASE_FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
             raise ValueError(f"not a dpivreg release record of format {RELEASE_FORMAT!r} (found {found!r}).")
@@ -260,6 +280,7 @@ class FitRelease(PrivateTable):
             what = f"field {exc.args[0]!r} is missing" if isinstance(exc, KeyError) else f"{exc}"
             raise ValueError(f"not a valid dpivreg release record: {what}. Was the file edited?") from None
         _check_consistent(record, data)
+        _check_digest(data)
         if record.leaks:
             warnings.warn("the release record is of a fit with privacy leaks: " + " ".join(record.leaks),
                           PrivacyLeakWarning, stacklevel=3)
@@ -306,8 +327,9 @@ class FitRelease(PrivateTable):
         if not isinstance(other, FitRelease):
             return False
         mine, theirs = self.to_dict(), other.to_dict()
-        mine.pop("created")
-        theirs.pop("created")
+        for fields_ in (mine, theirs):
+            fields_.pop("created")
+            fields_.pop("digest")  # a digest of the time too
         return mine == theirs
 
     def __repr__(self) -> str:
@@ -349,6 +371,29 @@ def _check_consistent(record: FitRelease, data: dict) -> None:
         raise ValueError("not a valid dpivreg release record: a release with a negative or NaN rho.")
 
 
+def record_digest(fields_: dict) -> str:
+    """The SHA-256 digest of a record's fields (every field but the digest, as canonical JSON: sorted keys, no
+    spaces, ASCII): written with the record and checked when it is read, so that an edited number, count or leak
+    is refused (a checksum against editing by mistake or by hand, not a signature: whoever edits the file can
+    recompute it)."""
+    body = {key: value for key, value in fields_.items() if key != "digest"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def _check_digest(data: dict) -> None:
+    """Refuse a record whose fields do not match its digest; warn for one written before records had one."""
+    if "digest" not in data:
+        warnings.warn("the release record has no digest (written by an earlier dpivreg): its fields cannot be "
+                      "checked against editing; save it again with this version to add one.", UserWarning,
+                      stacklevel=4)
+        return
+    if data["digest"] != record_digest(data):
+        raise ValueError("not a valid dpivreg release record: its fields do not match its digest, so the file was "
+                         "edited after it was written (a number, the row count, a release's noise or the leaks). "
+                         "Make the record again from the fit: res.release().save(path).")
+
+
 def _decoded_settings(settings: dict) -> dict:
     """Settings back from JSON: the float-valued entries written as "inf"/"nan" strings become floats."""
     out = {}
@@ -374,7 +419,12 @@ def load_release(path: str | os.PathLike) -> FitRelease:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no release record at {str(path)!r}: give the path of a file written by FitRelease.save.")
-    return FitRelease.from_json(path.read_text(encoding="utf-8"))
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not a dpivreg release record: {str(path)!r} is not UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start}); records are JSON written by FitRelease.save.") from None
+    return FitRelease.from_json(text)
 
 
 def record_time() -> str:

@@ -42,7 +42,7 @@ from dpivreg.inference.private import PrivateInference
 from dpivreg.privacy.accounting import PrivacyBudget
 from dpivreg.reporting.release import FitRelease, record_time
 from dpivreg.reporting.summary import WEAK_F, DPIVSummary, SummaryWriter
-from dpivreg.reporting.tables import PrivateTable, check_level, format_number, size_text
+from dpivreg.reporting.tables import PrivateTable, SummaryAccessor, check_level, format_number, size_text
 
 __all__ = ["DPIVResults", "FitSettings", "DPIVSummary", "WEAK_F"]
 
@@ -136,6 +136,15 @@ def _plain(clip):
 
 
 _fmt = format_number
+
+
+def _is_text_restriction(restriction) -> bool:
+    """Whether restrictions passed positionally are text (a string, a list of strings or a dict), as statsmodels'
+    ``t_test("x = 0")`` passes them, rather than the rows of C."""
+    if isinstance(restriction, (str, dict)):
+        return True
+    return isinstance(restriction, (list, tuple)) and len(restriction) > 0 and all(isinstance(r, str)
+                                                                                    for r in restriction)
 
 
 class DPIVResults(PrivateTable):
@@ -389,8 +398,9 @@ class DPIVResults(PrivateTable):
 
         Parameters
         ----------
-        restriction : array_like (m, p), optional
-            The rows of C, one per restriction, columns in the order of ``params``.
+        restriction : array_like (m, p), str, list of str or dict, optional
+            The rows of C, one per restriction, columns in the order of ``params``; or the restrictions as text,
+            positionally as statsmodels takes them (``wald_test("kids = 0")``), read as ``formula``.
         value : array_like (m,), optional
             v; default zeros.
         formula : str, list of str or dict, optional
@@ -425,6 +435,8 @@ class DPIVResults(PrivateTable):
     def _restrictions(self, restriction, value, formula) -> tuple[np.ndarray, np.ndarray]:
         """(C, v) from an array or a formula, checked against the parameters."""
         names = self.design.regressor_names
+        if formula is None and _is_text_restriction(restriction):
+            formula, restriction = restriction, None  # statsmodels' positional strings: t_test("kids = 0")
         if formula is not None:
             if restriction is not None or value is not None:
                 raise ValueError("give the restrictions either as formula= or as restriction (and value), not both.")
@@ -570,25 +582,30 @@ class DPIVResults(PrivateTable):
             columns=[f"first stage{what}", f"second stage{what}"],
         )
 
-    def summary(self, *, benchmark: bool = True) -> DPIVSummary:
-        """Summary of the fit as a statsmodels ``Summary`` (``as_text``, ``as_latex``, ``as_html``, ``as_csv``).
+    @property
+    def summary(self) -> SummaryAccessor:
+        """Summary of the fit: ``res.summary(benchmark=True)`` returns a statsmodels ``Summary`` (``as_text``,
+        ``as_latex``, ``as_html``, ``as_csv``); ``print(res.summary)`` prints the default one, as linearmodels'
+        property does (:class:`~dpivreg.reporting.tables.SummaryAccessor`; its attributes are those of a fresh
+        summary: call it for one to modify).
 
         Top block: the estimator's settings and the privacy spent. Parameter table: the private
         estimate beside the NON-PRIVATE IV2SLS benchmark. Error-bound block: the Theorem's terms
-        (free post-processing). Notes: what is private, the design, the scaling source and every
-        privacy leak raised during the fit.
+        (free post-processing). Notes: what is private, the design, the scaling source, what the releases
+        cannot resolve and every privacy leak raised during the fit.
 
-        Parameters
-        ----------
-        benchmark : bool, default True
-            ``False`` gives the publishable summary: only private releases, their post-processing
-            and public settings (no benchmark columns, no NON-PRIVATE counts such as the number of
-            clipped values). A fit with a privacy leak still lists its leaks: do not publish it.
+        Called with ``benchmark=False`` it gives the publishable summary: only private releases, their
+        post-processing and public settings (no benchmark columns, no NON-PRIVATE counts such as the number of
+        clipped values). A fit with a privacy leak still lists its leaks: do not publish it.
         """
+        return SummaryAccessor(self._summary)
+
+    def _summary(self, *, benchmark: bool = True) -> DPIVSummary:
+        """The summary itself (:attr:`summary`)."""
         benchmark = check_flag(benchmark, "benchmark")
         if not benchmark and self._leaks:  # the publishable summary of a fit that is not private
             warnings.warn("the summary is of a fit with privacy leaks (listed in its notes): do not publish it. "
-                          + " ".join(self._leaks), PrivacyLeakWarning, stacklevel=2)
+                          + " ".join(self._leaks), PrivacyLeakWarning, stacklevel=3)
         return SummaryWriter(self).summary(benchmark)
 
     # ------------------------------------------------------------------ exports (tables.PrivateTable) and the record

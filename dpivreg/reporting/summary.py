@@ -92,6 +92,80 @@ _UNRESOLVED_REGRESSORS = (
     "estimates, standard errors and first-stage statistics are not meaningful")
 
 
+def _budget_rows(priv, delta: float) -> list[tuple[str, str]]:
+    """The budget block's last lines: the total ρ spent, δ, ε by the three conversions and the noise sampler."""
+    return [
+        ("Total rho (spent):", _fmt(priv.rho)),
+        ("delta:", f"{delta:g}"),
+        ("epsilon (exact Gauss.):", _fmt(priv.epsilon(delta))),
+        ("epsilon (CKS 2020):", _fmt(priv.epsilon(delta, "cks"))),
+        ("epsilon (paper formula):", _fmt(priv.epsilon(delta, "bun-steinke"))),
+        ("Noise sampler:", _SAMPLER_LABELS[priv.sampler]),
+    ]
+
+
+def two_column_table(left: list[tuple[str, str]], right: list[tuple[str, str]], *, title: str) -> SimpleTable:
+    """The summary's top block: two columns of (label, value) side by side, padded to the same length."""
+    rows = max(len(left), len(right))
+    left, right = left + [("", "")] * (rows - len(left)), right + [("", "")] * (rows - len(right))
+    table = SimpleTable([[v] for _, v in left], txt_fmt=copy.deepcopy(fmt_2cols), title=title,
+                        stubs=[k for k, _ in left])
+    table.extend_right(SimpleTable([[v] for _, v in right], stubs=["  " + k for k, _ in right]))
+    return table
+
+
+def private_parameter_rows(table, names: list, label: str) -> tuple[dict, list[str]]:
+    """The private columns of the parameter table of a fit or a release record (a
+    :class:`~dpivreg.reporting.tables.PrivateTable`): estimate, standard error, z, p-value and 95% interval, or the
+    estimate alone without inference; and their headers."""
+    if not table._has_inference:
+        return {c: [_fmt(table.params[c])] for c in names}, [label]
+    bse, z, pv, ci = table.bse, table.tvalues, table.pvalues, table.conf_int()
+    rows = {c: [_fmt(table.params[c]), _fmt(bse[c]), _fmt(z[c], 3), f"{pv[c]:.4f}", _fmt(ci.loc[c, "lower"]),
+                _fmt(ci.loc[c, "upper"])] for c in names}
+    return rows, [label, "Std. Err.", "z", "P>|z|", "Lower CI", "Upper CI"]
+
+
+def release_summary(record) -> DPIVSummary:
+    """The publishable summary of a release record (:class:`~dpivreg.reporting.release.FitRelease`): its settings
+    and budget, the private parameter table and its notes. The record holds no benchmark and no data, so this is
+    what ``summary(benchmark=False)`` of the fit shows, less what needed the fit itself (first-stage diagnostics,
+    the error bound, the resolution notes)."""
+    label = "Moments" if record.estimator == "noisy moments" else "DP-2S-GD"
+    unit = record.unit
+    left = [("Dep. Variable:", record.dependent), ("Estimator:", record.estimator),
+            ("Privacy unit:", "row" if not unit or not unit.get("unit") else
+             f"{unit['unit']} ({unit['n_units']:,} units, <= {unit['max_rows']} rows)"),
+            ("No. Observations:", f"~{record.nobs} (private)" if unit and unit.get("unit") else str(record.nobs)),
+            ("Cov. Estimator:", record.cov_type if record.cov_type != "clustered" or not unit else
+             f"clustered ({unit['clusters']}, {unit['n_clusters']:,})"),
+            ("dpivreg version:", record.version)]
+    names = list(record.params.index)
+    rows, headers = private_parameter_rows(record, names, label)
+    smry = DPIVSummary()
+    smry.tables.append(two_column_table(left, _budget_rows(record.privacy, record.delta),
+                                        title=f"{label} Estimation Summary (release record)"))
+    smry.tables.append(SimpleTable([rows[c] for c in names], headers=headers, stubs=names,
+                                   txt_fmt=copy.deepcopy(fmt_params),
+                                   title=f"Parameter Estimates (private: {record.estimator})"))
+    notes = [f"From a release record made {record.created}: the private estimate, its inference and the privacy "
+             "spent; no data and no benchmark."]
+    if not record._has_inference:
+        notes.append(f"Private std. errors: {record.inference_note}.")
+    if record.formula:
+        notes.append(f"Formula: {record.formula}")
+    if record.leaks:
+        notes.append("PRIVACY LEAKS during the fit (PrivacyLeakWarning):")
+        notes.extend(f"  - {leak}" for leak in record.leaks)
+    else:
+        notes.append("No privacy leak: every data-dependent input was public or paid for in the budget.")
+    if record.privacy.sampler == "seeded":
+        notes.append("Seeded noise (numpy's generator): reproducible, and removable by whoever knows the seed. "
+                     "Publish a fit run with seed=None (the secure sampler).")
+    smry.add_extra_txt(notes)
+    return smry
+
+
 class SummaryWriter:
     """Writes the summary of one fit (:meth:`summary`), block by block, from its results (read only)."""
 
@@ -160,14 +234,7 @@ class SummaryWriter:
         right.append(("rho_inf (zCDP, inference):", _fmt(priv.rho_of("rho_inf"))))
         if self.results._first_stage_meat is not None:
             right.append(("rho_diag (zCDP, first-stage meat):", _fmt(priv.rho_of("rho_diag"))))
-        right += [
-            ("Total rho (spent):", _fmt(priv.rho)),
-            ("delta:", f"{self.results.delta:g}"),
-            ("epsilon (exact Gauss.):", _fmt(priv.epsilon(self.results.delta))),
-            ("epsilon (CKS 2020):", _fmt(priv.epsilon(self.results.delta, "cks"))),
-            ("epsilon (paper formula):", _fmt(priv.epsilon(self.results.delta, "bun-steinke"))),
-            ("Noise sampler:", _SAMPLER_LABELS[priv.sampler]),
-        ]
+        right += _budget_rows(priv, self.results.delta)
         return left, right
 
     def _preprocess_label(self) -> str:
@@ -185,26 +252,13 @@ class SummaryWriter:
         return "public + data (LEAK)"
 
     def _top_table(self) -> SimpleTable:
-        left, right = self._top_rows()
-        rows = max(len(left), len(right))
-        left, right = left + [("", "")] * (rows - len(left)), right + [("", "")] * (rows - len(right))
-        fmt = copy.deepcopy(fmt_2cols)
         title = (("Noisy-Moment 2SLS" if self.results.settings.method == "moments" else "DP-2S-GD")
                  + " Estimation Summary")
-        table = SimpleTable([[v] for _, v in left], txt_fmt=fmt, title=title, stubs=[k for k, _ in left])
-        table.extend_right(SimpleTable([[v] for _, v in right], stubs=["  " + k for k, _ in right]))
-        return table
+        return two_column_table(*self._top_rows(), title=title)
 
     def _parameter_table(self, benchmark: bool = True) -> SimpleTable:
         names = self.results.design.regressor_names
-        if self.results._inference is not None:
-            bse, z, pv, ci = self.results.bse, self.results.tvalues, self.results.pvalues, self.results.conf_int()
-            private = {c: [_fmt(self.results.params[c]), _fmt(bse[c]), _fmt(z[c], 3), f"{pv[c]:.4f}",
-                           _fmt(ci.loc[c, "lower"]), _fmt(ci.loc[c, "upper"])] for c in names}
-            private_headers = [self._column_label, "Std. Err.", "z", "P>|z|", "Lower CI", "Upper CI"]
-        else:
-            private = {c: [_fmt(self.results.params[c])] for c in names}
-            private_headers = [self._column_label]
+        private, private_headers = private_parameter_rows(self.results, names, self._column_label)
         if not benchmark:
             return SimpleTable([private[c] for c in names], headers=private_headers, stubs=names,
                                txt_fmt=copy.deepcopy(fmt_params),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 import warnings
 
 import numpy as np
@@ -29,6 +30,45 @@ def check_level(level) -> float:
     if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), e.g. 0.95 for 95% intervals; got {level!r}.")
     return float(level)
+
+
+def _called_by_statsmodels() -> bool:
+    """Whether the caller of ``conf_int`` is statsmodels' own code (``statsmodels.iolib.summary2.summary_params``
+    calls ``results.conf_int(alpha)``), whose positional argument is always an alpha."""
+    try:
+        caller = sys._getframe(2).f_globals.get("__name__", "")
+    except ValueError:  # conf_int is the outermost Python frame (a C callback): not statsmodels
+        return False
+    return caller == "statsmodels" or caller.startswith("statsmodels.")
+
+
+class SummaryAccessor:
+    """``res.summary`` as both libraries' users expect it: printed or shown as an attribute (linearmodels:
+    ``print(res.summary)``) it is the default summary; called (statsmodels: ``res.summary()``,
+    ``res.summary(benchmark=False)``) it returns the statsmodels ``Summary``. Its other attributes (``as_text``,
+    ``as_latex``, ``as_html``, ``tables``) are the default summary's."""
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make) -> None:
+        self._make = make
+
+    def __call__(self, *args, **kwargs):
+        return self._make(*args, **kwargs)
+
+    def __str__(self) -> str:
+        return str(self._make())
+
+    def __repr__(self) -> str:
+        return self._make().as_text()
+
+    def _repr_html_(self) -> str:
+        return self._make().as_html()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name == "_make":  # never recurse (e.g. an instance made without __init__)
+            raise AttributeError(name)
+        return getattr(self._make(), name)  # of a fresh summary: call summary() for one to modify
 
 
 def size_text(nobs: int, unit) -> str:
@@ -101,34 +141,44 @@ class PrivateTable:
         return pd.Series(2.0 * stats.norm.sf(np.abs(self.tvalues.to_numpy())), index=self.params.index,
                          name="pvalue")
 
-    def conf_int(self, level: float | None = None, *, alpha: float | None = None) -> pd.DataFrame:
+    def conf_int(self, positional: float | None = None, /, *, level: float | None = None,
+                 alpha: float | None = None) -> pd.DataFrame:
         """Private confidence intervals, columns ``lower`` and ``upper``: ``params`` ± z_(1−alpha/2)·``bse``.
 
         Parameters
         ----------
-        level : float, default 0.95
-            The coverage, as linearmodels' ``conf_int(level)``: ``conf_int(0.9)`` is a 90% interval. A positional
-            value below 0.5 reads as statsmodels' alpha and is refused (it would silently give the complementary
-            interval): pass ``alpha=`` for that.
+        positional : float, optional
+            The coverage level, as linearmodels' ``conf_int(level)``: ``conf_int(0.9)`` is a 90% interval. A
+            positional value below 0.5 reads as statsmodels' alpha and is refused (it would silently give the
+            complementary interval): pass ``alpha=`` for that, or ``level=`` for a level below one half. Called by
+            statsmodels' own functions (``summary_col``, ``summary_params``), which pass their alpha
+            positionally, it is read as that alpha.
+        level : float, optional
+            The coverage level by keyword (default 0.95), any value in (0, 1).
         alpha : float, optional
             statsmodels' spelling, keyword only: ``conf_int(alpha=0.05)`` is a 95% interval.
         """
+        if positional is not None:
+            if level is not None or alpha is not None:
+                raise TypeError("pass the level once: conf_int(0.95), conf_int(level=0.95) or conf_int(alpha=0.05).")
+            if _called_by_statsmodels():
+                alpha = positional  # statsmodels' own functions (summary_col) pass their alpha positionally
+            else:
+                level = check_level(positional)
+                if level < 0.5:
+                    raise ValueError(
+                        f"conf_int's first argument is the coverage level, as in linearmodels (conf_int(0.95) is a "
+                        f"95% interval); {level!r} reads as statsmodels' alpha, which would give a {1 - level:.0%} "
+                        f"interval here instead of the {level:.0%} asked for. Pass conf_int({1 - level:g}) or "
+                        f"conf_int(alpha={level!r}) for a {1 - level:.0%} interval, or conf_int(level={level!r}) "
+                        f"for a {level:.0%} one.")
         if alpha is not None and level is not None:
             raise TypeError("pass level (linearmodels, e.g. conf_int(0.95)) or alpha= (statsmodels), not both.")
         if alpha is not None:
             if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 < alpha < 1.0:
                 raise ValueError(f"alpha must lie in (0, 1), e.g. alpha=0.05 for 95% intervals; got {alpha!r}.")
             level = 1.0 - float(alpha)
-        elif level is None:
-            level = 0.95
-        else:
-            level = check_level(level)
-            if level < 0.5:
-                raise ValueError(
-                    f"conf_int's first argument is the coverage level, as in linearmodels (conf_int(0.95) is a 95% "
-                    f"interval); {level!r} reads as statsmodels' alpha, which would give a {1 - level:.0%} interval "
-                    f"here instead of the {level:.0%} asked for. Pass conf_int({1 - level:g}) or "
-                    f"conf_int(alpha={level!r}).")
+        level = 0.95 if level is None else check_level(level)
         half = stats.norm.ppf(0.5 + level / 2.0) * self.bse
         return pd.DataFrame({"lower": self.params - half, "upper": self.params + half})
 
