@@ -150,7 +150,7 @@ def test_the_release_is_standard_json_with_named_fields(res):
         "format", "dependent", "formula", "endog_names", "instrument_names", "exog_names", "regressor_names", "nobs",
         "estimator", "params", "std_errors", "conf_int_95", "cov", "cov_type", "path", "first_stage_path", "releases",
         "budget_asked", "rho", "sampler", "delta", "epsilon", "settings", "scaling", "leaks", "inference_note",
-        "version", "created", "unit", "digest"}  # "sampler": where the noise came from (issue 40), also in each
+        "version", "created", "unit", "cautions", "digest"}  # "sampler": where the noise came from (issue 40), also in each
     # release's grid; "digest": the SHA-256 of every other field, checked when read
     assert data["scaling"]["x"] == {"centre": 0.0, "scale": 6.0, "source": "bounds"}
 
@@ -466,3 +466,46 @@ def test_t_test_and_wald_test_take_statsmodels_positional_strings(res, spec):
     assert float(res.t_test(spec).pvalue) == pytest.approx(res.pvalues["x"], rel=1e-9)
     assert res.wald_test(spec).pval == pytest.approx(res.wald_test(formula="x = 0").pval, rel=1e-12)
     assert res.wald_test("x = 0, w = 0").df == 2
+
+
+# ---------------------------------------------------------------------------------------- cautions travel
+@pytest.fixture(scope="module")
+def weak(frame):
+    """A fit whose instrument is weak: the summary says WEAK INSTRUMENTS (computed from the moment release)."""
+    data = frame.assign(z=np.random.default_rng(9).standard_normal(len(frame)).clip(-3.9, 3.9))
+    res = DPIV2SLS.from_formula(F, data).fit(**FIT)
+    assert any(c.startswith("WEAK INSTRUMENTS") for c in res.cautions)
+    return res
+
+
+def test_cautions_travel_with_every_export(weak, tmp_path):
+    first = weak.cautions[0]
+    assert first[:60] in weak.summary(benchmark=False).as_text()
+    assert first in weak.to_markdown()
+    csv = weak.to_csv()
+    assert f"# {first}" in csv
+    back = pd.read_csv(io.StringIO(csv), index_col=0, comment="#")
+    pd.testing.assert_frame_equal(back, weak.to_frame(), check_exact=True)
+    assert weak.to_frame().attrs["cautions"] == list(weak.cautions)
+    weak.release().save(tmp_path / "weak.json")
+    record = load_release(tmp_path / "weak.json")
+    assert record.cautions == weak.cautions and first in record.to_markdown()
+    assert first[:60] in record.summary().as_text()
+    assert f"weak: {first}"[:70] in compare({"weak": weak}, benchmark=False).summary.as_text().replace("\n", " ")
+
+
+def test_a_fit_without_cautions_exports_plain_csv(res):
+    assert res.cautions == () and "#" not in res.to_csv()
+
+
+@pytest.mark.parametrize("export", ["as_latex", "as_html", "as_csv"])
+def test_exporting_the_benchmark_in_any_paper_format_warns(res, three, export):
+    with pytest.warns(PrivacyLeakWarning, match="NON-PRIVATE IV2SLS benchmark"):
+        getattr(res.summary(), export)()
+    with pytest.warns(PrivacyLeakWarning, match="NON-PRIVATE IV2SLS benchmark"):
+        getattr(compare(three).summary, export)()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        getattr(res.summary(benchmark=False), export)()
+        getattr(compare(three, benchmark=False).summary, export)()
+        res.summary().as_text()  # the data holder's validation view

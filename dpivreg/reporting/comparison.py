@@ -241,6 +241,7 @@ class DPIVComparison:
             notes.append(f"NON-PRIVATE: the IV2SLS column(s) are computed from the raw data without noise ({kinds} "
                          "std. errors below); use them to validate, never publish them (benchmark=False).")
         for name, res in self._results.items():
+            notes.extend(f"{name}: {note}" for note in res.cautions)
             if res.leaks:
                 notes.append(f"PRIVACY LEAKS in {name}: " + " ".join(res.leaks))
         return notes
@@ -249,6 +250,7 @@ class DPIVComparison:
     def summary(self) -> DPIVSummary:
         """The table as a statsmodels ``Summary`` (``as_text``, ``as_latex``, ``as_html``, ``as_csv``)."""
         smry = DPIVSummary()
+        smry.non_private = bool(self._benchmarks)
         smry.tables.append(self._table())
         smry.add_extra_txt(self._notes())
         return smry

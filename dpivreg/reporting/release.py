@@ -122,6 +122,9 @@ class FitRelease(PrivateTable):
         With a privacy unit or clusters, their public facts (:meth:`dpivreg.privacy.units.UnitFacts.as_dict`: the unit,
         the number of units, the rows each may contribute, the clusters and their number); ``nobs`` is then the
         released estimate of the row count, and ε is per unit. None for row-level privacy without clusters.
+    cautions : tuple of str
+        The fit's cautions (:attr:`DPIVResults.cautions <dpivreg.reporting.results.DPIVResults.cautions>`:
+        unreliable standard errors, weak instruments, what the release cannot resolve).
     """
 
     dependent: str
@@ -145,6 +148,7 @@ class FitRelease(PrivateTable):
     version: str = ""
     created: str = ""
     unit: dict | None = None
+    cautions: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ the statistics (post-processing)
     @property
@@ -230,6 +234,7 @@ class FitRelease(PrivateTable):
             "version": self.version,
             "created": self.created,
             "unit": self.unit,
+            "cautions": list(self.cautions),
         })
         return {**fields_, "digest": record_digest(fields_)}
 
@@ -318,7 +323,7 @@ class FitRelease(PrivateTable):
             scaling={k: {**v, "centre": float(v["centre"]), "scale": float(v["scale"])} if "centre" in v else v
                      for k, v in data["scaling"].items()},
             leaks=tuple(leaks), inference_note=data["inference_note"], version=data["version"],
-            created=data["created"], unit=data.get("unit"),
+            created=data["created"], unit=data.get("unit"), cautions=_cautions(data.get("cautions", [])),
         )
 
     def equals(self, other: FitRelease) -> bool:
@@ -369,6 +374,12 @@ def _check_consistent(record: FitRelease, data: dict) -> None:
                              "record's releases and covariance. Was the file edited?")
     if any(not r.rho >= 0 for r in record.privacy.releases):
         raise ValueError("not a valid dpivreg release record: a release with a negative or NaN rho.")
+
+
+def _cautions(value) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(note, str) for note in value):
+        raise ValueError("field 'cautions' must be a list of messages")
+    return tuple(value)
 
 
 def record_digest(fields_: dict) -> str:

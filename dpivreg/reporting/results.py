@@ -582,6 +582,14 @@ class DPIVResults(PrivateTable):
             columns=[f"first stage{what}", f"second stage{what}"],
         )
 
+    @cached_property
+    def cautions(self) -> tuple[str, ...]:
+        """The notes that qualify the estimate — unreliable private standard errors (CAUTION), weak instruments
+        (WEAK INSTRUMENTS), what the moment release cannot resolve (UNRESOLVED, a released mean at a bound) —
+        computed from releases and public inputs, so publishable; every export carries them (the summary, the
+        Markdown and CSV tables, ``to_frame().attrs``, the release record, ``compare``)."""
+        return tuple(SummaryWriter(self).cautions())
+
     @property
     def summary(self) -> SummaryAccessor:
         """Summary of the fit: ``res.summary(benchmark=True)`` returns a statsmodels ``Summary`` (``as_text``,
@@ -656,6 +664,7 @@ class DPIVResults(PrivateTable):
             delta=self._delta, unit=None if self._scale.units is None else self._scale.units.as_dict(),
             settings=settings, scaling=self._public_scaling(), leaks=self._leaks,
             inference_note=self._inference_note, version=__version__, created=record_time(),
+            cautions=self.cautions,
         )
 
     def _public_scaling(self) -> dict:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import copy
 import unicodedata
+import warnings
 
 import numpy as np
 from statsmodels.iolib.summary import Summary
 from statsmodels.iolib.table import SimpleTable
 from statsmodels.iolib.tableformatting import fmt_2cols, fmt_params
 
+from dpivreg.errors import PrivacyLeakWarning
 from dpivreg.estimation.moments import NOISE_FLOOR, means_at_bounds, unresolved_directions
 from dpivreg.estimation.working_scale import free_columns
 from dpivreg.reporting.tables import format_number
@@ -52,13 +54,35 @@ class DPIVSummary(Summary):
     """A statsmodels ``Summary`` whose ``as_latex`` typesets each table on its own.
 
     statsmodels merges all tables into one LaTeX tabular, which fails for tables of different
-    widths (our top block, parameter table and bound block).
+    widths (our top block, parameter table and bound block). A summary that holds the NON-PRIVATE benchmark
+    (``non_private``) warns with a :class:`~dpivreg.PrivacyLeakWarning` when exported for a paper (``as_latex``,
+    ``as_html``, ``as_csv``); printing it (``as_text``) is the data holder's validation view.
     """
+
+    non_private = False
+
+    def _warn_export(self, what: str) -> None:
+        if self.non_private:
+            warnings.warn(f"the summary's {what} holds the NON-PRIVATE IV2SLS benchmark columns: computed from the raw "
+                          "data without noise; do not publish them (summary(benchmark=False) leaves them out).",
+                          PrivacyLeakWarning, stacklevel=3)
+
+    def as_html(self) -> str:
+        """The tables and notes as HTML (a :class:`~dpivreg.PrivacyLeakWarning` if it holds the benchmark)."""
+        self._warn_export("HTML")
+        return super().as_html()
+
+    def as_csv(self) -> str:
+        """The tables and notes as CSV (a :class:`~dpivreg.PrivacyLeakWarning` if it holds the benchmark)."""
+        self._warn_export("CSV")
+        return super().as_csv()
 
     def as_latex(self) -> str:
         r"""The tables as LaTeX ``tabular`` environments, then the notes, in ASCII: special characters
         escaped and the summary's Greek letters and symbols as LaTeX math. Compiles with the packages
-        ``booktabs`` (the tables' rules) and ``amssymb`` (``\lesssim``)."""
+        ``booktabs`` (the tables' rules) and ``amssymb`` (``\lesssim``). A
+        :class:`~dpivreg.PrivacyLeakWarning` if it holds the NON-PRIVATE benchmark."""
+        self._warn_export("LaTeX")
         tables = "\n".join(table.as_latex_tabular() for table in self.tables).replace("^", r"\textasciicircum{}")
         latex = tables
         if self.extra_txt is not None:
@@ -152,6 +176,7 @@ def release_summary(record) -> DPIVSummary:
              "spent; no data and no benchmark."]
     if not record._has_inference:
         notes.append(f"Private std. errors: {record.inference_note}.")
+    notes.extend(record.cautions)
     if record.formula:
         notes.append(f"Formula: {record.formula}")
     if record.leaks:
@@ -176,6 +201,7 @@ class SummaryWriter:
         """The summary's tables and notes; ``benchmark=False`` leaves out every NON-PRIVATE number (the
         publishable summary, :meth:`dpivreg.reporting.results.DPIVResults.summary`)."""
         smry = DPIVSummary()
+        smry.non_private = bool(benchmark)
         smry.tables.append(self._top_table())
         smry.tables.append(self._parameter_table(benchmark))
         if self.results.scale.moments is not None:
@@ -307,16 +333,35 @@ class SummaryWriter:
             title="Error bound components (Theorem, up to constants)",
         )
 
+    def cautions(self) -> list[str]:
+        """The notes that qualify the estimate (computed from releases and public inputs, so publishable, and
+        carried by every export): unreliable private standard errors, weak instruments, what the moment release
+        cannot resolve."""
+        found = [self._unreliable_caution()] if self.results._inference is not None else []
+        if self.results.scale.moments is not None and self.results._inference is not None:
+            first_stage = self._first_stage_notes()
+            weak = [note for note in first_stage if note.startswith("WEAK INSTRUMENTS")]
+            # with a weak-instrument note, the Anderson-Rubin set it points to travels with it
+            found += weak + ([note for note in first_stage if note.startswith("Anderson-Rubin")] if weak else [])
+        found += [note for note in self._resolution_notes() if not note.startswith("No moment release")]
+        return [note for note in found if note]
+
+    def _unreliable_caution(self) -> str:
+        inf = self.results._inference
+        if inf is None or inf.reliable:
+            return ""
+        return ("CAUTION: private std. errors flagged unreliable (first-stage noise ratio "
+                f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); their coverage is "
+                "not known and may be far below nominal.")
+
     def _inference_text(self, benchmark: bool = True) -> str:
         if self.results._inference is None:
             return f"Private std. errors: {self.results._inference_note}." + (
                 " The IV2SLS std. errors ignore the privacy noise and are not private." if benchmark else "")
         inf = self.results._inference
         share = np.diag(inf.cov_noise) / np.diag(inf.cov)
-        caution = "" if inf.reliable else (
-            "CAUTION: private std. errors flagged unreliable (first-stage noise ratio "
-            f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); their coverage is "
-            "not known and may be far below nominal. ")
+        caution = self._unreliable_caution()
+        caution = caution + " " if caution else ""
         robust = inf.cov_type == "robust"
         if inf.cov_type == "clustered":
             units = self.results.scale.units

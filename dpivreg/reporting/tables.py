@@ -13,6 +13,7 @@ import math
 import numbers
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -223,7 +224,10 @@ class PrivateTable:
         level : float, default 0.95
             Level of the intervals.
         """
-        return self._table(benchmark, level, "the table", stacklevel=2)
+        table = self._table(benchmark, level, "the table", stacklevel=2)
+        table.attrs["notes"] = self._export_notes(bool(benchmark), level)  # the budget and the cautions travel too
+        table.attrs["cautions"] = list(self.cautions)
+        return table
 
     def _export_notes(self, benchmark: bool, level: float) -> list[str]:
         priv, delta = self.privacy, self.delta
@@ -239,6 +243,7 @@ class PrivateTable:
         if benchmark:
             notes.append("The columns marked NON-PRIVATE (the IV2SLS benchmark) are computed from the raw data "
                          "without noise: do not publish them.")
+        notes.extend(self.cautions)
         if self.leaks:
             notes.append("PRIVACY LEAKS (this table is not private): " + " ".join(self.leaks))
         return notes
@@ -266,5 +271,20 @@ class PrivateTable:
             Where to write (as :meth:`pandas.DataFrame.to_csv`); the text is returned when omitted.
         benchmark, level
             As in :meth:`to_frame`.
+
+        A fit with cautions (:attr:`cautions`) or leaks gets them as ``# `` comment lines after the table, so that
+        they travel with the numbers; read such a file with ``pd.read_csv(path, index_col=0, comment="#")``.
         """
-        return self._table(benchmark, level, "the CSV table", stacklevel=2).to_csv(path_or_buf)
+        table = self._table(benchmark, level, "the CSV table", stacklevel=2)
+        if not (self.cautions or self.leaks):
+            return table.to_csv(path_or_buf)
+        # the cautions travel with the numbers: as comment lines after the table (read with comment="#")
+        text = table.to_csv() + "".join(f"# {note}\n" for note in (*self.cautions, *(
+            ["PRIVACY LEAKS (this table is not private): " + " ".join(self.leaks)] if self.leaks else [])))
+        if path_or_buf is None:
+            return text
+        if hasattr(path_or_buf, "write"):
+            path_or_buf.write(text)
+        else:
+            Path(path_or_buf).write_text(text, encoding="utf-8")
+        return None
