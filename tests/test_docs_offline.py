@@ -196,3 +196,29 @@ def test_wide_tables_scroll_inside_the_body_column(chromium, built_docs, tmp_pat
     assert any(t["scroll_width"] > t["client_width"] for t in tables), (
         "no table on the reproduction page is wider than the column any more: pick a page that has one",
         tables)
+
+
+def test_the_reporting_page_renders_offline_and_shows_its_checklist(chromium, built_docs, tmp_path):
+    """The "How to report" page: loads with the network off, holds its four sections, and a headless screenshot of
+    it is a rendered page (not blank: many distinct colours, text drawn)."""
+    report = render_offline(chromium, built_docs / "reporting.html", tmp_path)
+    assert not report["network"], f"the page asks the network for {report['network']}"
+    text = (built_docs / "reporting.html").read_text(encoding="utf-8")
+    for heading in ("What goes in the table", "How to state the guarantee", "Which interval when the instruments are "
+                    "weak", "What never to publish"):
+        assert heading in text, heading
+    shot = tmp_path / "reporting.png"
+    command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               f"--user-data-dir={tmp_path / 'profile-shot'}", "--proxy-server=127.0.0.1:9",
+               "--host-resolver-rules=MAP * ~NOTFOUND", "--window-size=1280,1600", f"--screenshot={shot}",
+               (built_docs / "reporting.html").as_uri()]
+    subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert shot.is_file(), "chromium wrote no screenshot"
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        assert image.size == (1280, 1600)
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50, "the screenshot is (nearly) blank"
+    dark = sum(count for count, (r, g, b) in colours if r + g + b < 200)
+    assert dark > 2_000, "no text drawn on the page"
