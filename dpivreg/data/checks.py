@@ -442,15 +442,21 @@ def _duplicate_instrument_error(name: Hashable, other: Hashable, block: str) -> 
 
 def rank_findings(design: Any) -> list[str]:
     """The messages for [exog, endog] and [exog, instruments] if collinear, from the design's column factor
+    (:func:`factor_rank_findings`)."""
+    return factor_rank_findings(design.factor.r, design.nobs, design.column_names, design.positions,
+                                set(design.zero_columns))
+
+
+def factor_rank_findings(r: np.ndarray, nobs: int, names: Any, positions: dict[str, list[int]],
+                         zero: set[int]) -> list[str]:
+    """The messages for [exog, endog] and [exog, instruments] (``positions["x"]``, ``["z"]``, without the all-zero
+    ``zero`` columns) if collinear, from the columns' triangular factor ``r``
     (:func:`dpivreg.data.cross_products.factor_rank_finding`: columns scaled to a largest absolute value of 1 first;
-    NON-PRIVATE findings, :class:`dpivreg.errors.DataCheckWarning`)."""
-    names = design.column_names
-    pos = design.positions
-    zero = set(design.zero_columns)
+    NON-PRIVATE findings, :class:`dpivreg.errors.DataCheckWarning`), for the in-memory and the Dask design alike."""
     found = []
     for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
-        cols = [c for c in pos[key] if c not in zero]
-        finding = factor_rank_finding(design.factor.r[:, cols], design.nobs, [names[c] for c in cols], label)
+        cols = [c for c in positions[key] if c not in zero]
+        finding = factor_rank_finding(r[:, cols], nobs, [names[c] for c in cols], label)
         found += [] if finding is None else [finding]
     return found
 

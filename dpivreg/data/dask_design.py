@@ -56,10 +56,11 @@ from dpivreg.data.checks import (
     _formula_variables,
     check_declared_constant,
     declared_constant,
+    factor_rank_findings,
     warn_findings,
 )
 from dpivreg.data.columns import _as_float_blocks
-from dpivreg.data.cross_products import ColumnFactor, block_factor, combine_factors, factor_rank_finding, r_factor
+from dpivreg.data.cross_products import ColumnFactor, block_factor, combine_factors, r_factor
 from dpivreg.data.dask_builders import (
     _apply,
     _check_dask_columns,
@@ -370,11 +371,7 @@ def _validate(stats: dict, names: tuple[tuple[Hashable, ...], ...], zero_allowed
         if same:
             found.append(str(_duplicate_instrument_error(labels[col], labels[same[0]],
                                                          "exog" if same[0] in exog else "instruments")))
-    for key, label in (("x", "regressors [exog, endog]"), ("z", "instruments [exog, instruments]")):
-        cols = [c for c in pos[key] if c not in zero]
-        finding = factor_rank_finding(stats["r"][:, cols], nobs, [labels[c] for c in cols], label)
-        found += [] if finding is None else [finding]
-    return found
+    return found + factor_rank_findings(stats["r"], nobs, labels, pos, zero)
 
 
 def _finish(raw_parts: list, stats_parts: list, names: tuple[tuple[Hashable, ...], ...], *, formula: str | None,
