@@ -150,6 +150,17 @@ def private_parameter_rows(table, names: list, label: str) -> tuple[dict, list[s
     return rows, [label, "Std. Err.", "z", "P>|z|", "Lower CI", "Upper CI"]
 
 
+def _privacy_notes(leaks: tuple[str, ...], sampler: str) -> list[str]:
+    """The summary's last notes, of a fit or of its record: its privacy leaks (or that there were none), and a
+    seeded sampler's warning."""
+    notes = (["PRIVACY LEAKS during the fit (PrivacyLeakWarning):", *(f"  - {leak}" for leak in leaks)] if leaks
+             else ["No privacy leak: every data-dependent input was public or paid for in the budget."])
+    if sampler == "seeded":
+        notes.append("Seeded noise (numpy's generator): reproducible, and removable by whoever knows the seed. "
+                     "Publish a fit run with seed=None (the secure sampler).")
+    return notes
+
+
 def release_summary(record) -> DPIVSummary:
     """The publishable summary of a release record (:class:`~dpivreg.reporting.release.FitRelease`): its settings
     and budget, the private parameter table and its notes. The record holds no benchmark and no data, so this is
@@ -179,14 +190,7 @@ def release_summary(record) -> DPIVSummary:
     notes.extend(record.cautions)
     if record.formula:
         notes.append(f"Formula: {record.formula}")
-    if record.leaks:
-        notes.append("PRIVACY LEAKS during the fit (PrivacyLeakWarning):")
-        notes.extend(f"  - {leak}" for leak in record.leaks)
-    else:
-        notes.append("No privacy leak: every data-dependent input was public or paid for in the budget.")
-    if record.privacy.sampler == "seeded":
-        notes.append("Seeded noise (numpy's generator): reproducible, and removable by whoever knows the seed. "
-                     "Publish a fit run with seed=None (the secure sampler).")
+    notes += _privacy_notes(record.leaks, record.privacy.sampler)
     smry.add_extra_txt(notes)
     return smry
 
@@ -548,15 +552,7 @@ class SummaryWriter:
         n_clipped = int(sc.clipped_values.sum())
         if n_clipped and benchmark:  # a NON-PRIVATE count: left out of the publishable summary
             notes.append(f"{n_clipped} value(s) lay outside the bounds and were clipped to them (non-private count).")
-        if self.results.leaks:
-            notes.append("PRIVACY LEAKS during the fit (PrivacyLeakWarning):")
-            notes.extend(f"  - {leak}" for leak in self.results.leaks)
-        else:
-            notes.append("No privacy leak: every data-dependent input was public or paid for in the budget.")
-        if self.results.privacy.sampler == "seeded":
-            notes.append("Seeded noise (numpy's generator): reproducible, and removable by whoever knows the seed. "
-                         "Publish a fit run with seed=None (the secure sampler).")
-        return notes
+        return notes + _privacy_notes(self.results.leaks, self.results.privacy.sampler)
 
     def _unit_note(self) -> str:
         """What the guarantee protects, with a privacy unit (public facts only)."""

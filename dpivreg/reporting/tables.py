@@ -243,10 +243,12 @@ class PrivateTable:
         if benchmark:
             notes.append("The columns marked NON-PRIVATE (the IV2SLS benchmark) are computed from the raw data "
                          "without noise: do not publish them.")
-        notes.extend(self.cautions)
-        if self.leaks:
-            notes.append("PRIVACY LEAKS (this table is not private): " + " ".join(self.leaks))
-        return notes
+        return notes + self._qualifying_notes()
+
+    def _qualifying_notes(self) -> list[str]:
+        """The notes that qualify the table's numbers: the fit's cautions, and its leaks if any."""
+        leaks = ["PRIVACY LEAKS (this table is not private): " + " ".join(self.leaks)] if self.leaks else []
+        return [*self.cautions, *leaks]
 
     def to_markdown(self, *, benchmark: bool = False, level: float = 0.95, floatfmt: str = ".4g") -> str:
         """The parameter table (:meth:`to_frame`) as a Markdown table, with a note of the budget spent.
@@ -276,11 +278,11 @@ class PrivateTable:
         they travel with the numbers; read such a file with ``pd.read_csv(path, index_col=0, comment="#")``.
         """
         table = self._table(benchmark, level, "the CSV table", stacklevel=2)
-        if not (self.cautions or self.leaks):
+        qualifying = self._qualifying_notes()
+        if not qualifying:
             return table.to_csv(path_or_buf)
         # the cautions travel with the numbers: as comment lines after the table (read with comment="#")
-        text = table.to_csv() + "".join(f"# {note}\n" for note in (*self.cautions, *(
-            ["PRIVACY LEAKS (this table is not private): " + " ".join(self.leaks)] if self.leaks else [])))
+        text = table.to_csv() + "".join(f"# {note}\n" for note in qualifying)
         if path_or_buf is None:
             return text
         if hasattr(path_or_buf, "write"):
