@@ -19,6 +19,7 @@ from dpivreg.errors import (
     InferenceOverflowError,
     InferenceUnavailableError,
     LongRunWarning,
+    PlanningWarning,
     PrivacyLeakWarning,
     TConditionWarning,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "DPIVResults",
     "DivergenceError",
     "DataCheckWarning",
+    "PlanningWarning",
     "DroppedRowsWarning",
     "EncodedMissingWarning",
     "FitRelease",

@@ -7,8 +7,8 @@ anything: the module sits at the bottom of the package and imports nothing of it
 from __future__ import annotations
 
 __all__ = ["PrivacyLeakWarning", "DivergenceError", "ConvergenceWarning", "LongRunWarning", "TConditionWarning",
-           "DroppedRowsWarning", "EncodedMissingWarning", "DataCheckWarning", "InferenceUnavailableError",
-           "InferenceOverflowError", "DATA_CHECK_NOTE"]
+           "DroppedRowsWarning", "EncodedMissingWarning", "DataCheckWarning", "PlanningWarning",
+           "InferenceUnavailableError", "InferenceOverflowError", "DATA_CHECK_NOTE"]
 
 #: Appended to the messages of checks that read the data (constant columns, values outside bounds, missing rows):
 #: their verdicts are not releases.
@@ -56,6 +56,13 @@ class DataCheckWarning(UserWarning):
     the data holder and must not be published. ``fit(check_data=True)`` refuses instead, announced as a
     :class:`PrivacyLeakWarning`.
     """
+
+
+class PlanningWarning(UserWarning):
+    """A plan (:func:`dpivreg.plan_se`) would flatter the private fit: it describes a budget where the fit's intervals
+    are unreliable or its releases are often near-singular (the estimate then has heavy tails that no standard error
+    describes), or it rests on a default guess that understates some standard errors (the message names it).
+    A plan reads no data, so the warning is public."""
 
 
 class DroppedRowsWarning(UserWarning):

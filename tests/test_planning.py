@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import optimize, stats
 
 import dpivreg
 from dpivreg import SEPlan, plan_se
 from dpivreg.datasets import LABSUP_BOUNDS
+from dpivreg.estimation.moments import central_covariance
+from dpivreg.inference.private import near_singular_share
 from dpivreg.planning.population import iv_formula, synthetic_population
+from dpivreg.planning.se_plan import mixture_spread
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import plan_accuracy as pa
@@ -25,7 +30,7 @@ import plan_accuracy as pa
 FORMULA = "y ~ 1 + w + [x ~ z]"
 BOUNDS = {"y": (-10.0, 10.0), "w": (-5.0, 5.0), "x": (-6.0, 6.0), "z": (-4.0, 4.0)}
 GUESS = {"sds": {"y": 2.0, "w": 1.0, "x": 1.0, "z": 1.0}, "means": {"y": 0.0, "w": 0.0, "x": 0.0, "z": 0.0},
-         "first_stage_r2": 0.05}
+         "first_stage_r2": 0.05, "corr": {("w", "x"): 0.0}}
 
 
 def _plan(**kw):
@@ -45,7 +50,7 @@ def test_api_result(base):
     np.testing.assert_allclose(base.se**2, base.se_sampling**2 + base.se_noise**2)
     np.testing.assert_allclose(base.width, 2 * 1.959963984540054 * base.se)
     frame = base.to_frame()
-    assert list(frame.columns) == ["se", "se_sampling", "se_noise", "noise_share", "width"]
+    assert list(frame.columns) == ["se", "se_sampling", "se_noise", "noise_share", "width", "spread"]
     assert base.fits == 1 and base.seconds > 0 and base.attainable and base.target is None
     text = base.summary()
     assert "no data, no privacy cost" in text and "x" in text and "1 fit(s)" in text
@@ -86,11 +91,11 @@ def test_population_moments_and_exactness():
     ({"rho": 1.0, "first_stage_f": 30.0}, ValueError, "first_stage_f"),
     ({"rho": 1.0, "first_stage_r2": 1.5}, ValueError, "first_stage_r2"),
     ({"rho": 1.0, "first_stage_r2": {"w": 0.1}}, ValueError, "first_stage_r2"),
-    ({"rho": 1.0, "means": {"x": 9.0}}, ValueError, "means['x']"),
+    ({"rho": 1.0, "means": {**GUESS["means"], "x": 9.0}}, ValueError, "means['x']"),
     ({"rho": 1.0, "means": {"q": 0.0}}, ValueError, "means"),
     ({"rho": 1.0, "means": [0.0]}, TypeError, "means"),
-    ({"rho": 1.0, "sds": {"x": 7.0}}, ValueError, "sds['x']"),
-    ({"rho": 1.0, "sds": {"x": -1.0}}, ValueError, "sds['x']"),
+    ({"rho": 1.0, "sds": {**GUESS["sds"], "x": 7.0}}, ValueError, "sds['x']"),
+    ({"rho": 1.0, "sds": {**GUESS["sds"], "x": -1.0}}, ValueError, "sds['x']"),
     ({"rho": 1.0, "error_sd": 1.0}, ValueError, "error_sd"),
     ({"rho": 1.0, "endogeneity": 1.0}, ValueError, "endogeneity"),
     ({"rho": 1.0, "coef": {"z": 1.0}}, ValueError, "coef"),
@@ -142,7 +147,7 @@ def test_se_falls_with_rho_and_n(base):
     # first_stage_f at this n is the same strength as the partial R2 it implies
     f = 0.05 * (10_000 - 3) / 0.95
     via_f = plan_se(FORMULA, n=10_000, rho=1.0, bounds=BOUNDS, seed=3, draws=1, means=GUESS["means"],
-                    sds=GUESS["sds"], first_stage_f=f)
+                    sds=GUESS["sds"], corr=GUESS["corr"], first_stage_f=f)
     np.testing.assert_allclose(via_f.se, base.se, rtol=1e-6)
 
 
@@ -206,14 +211,15 @@ def test_first_stage_weights_set_the_overlap_of_the_first_stages():
     formula = "y ~ 1 + [x1 + x2 ~ z1 + z2 + z3]"
     bounds = {c: (-8.0, 8.0) for c in ("y", "x1", "x2", "z1", "z2", "z3")}
     weights = {"x1": {"z1": 0.5, "z2": 0.1, "z3": 0.2}, "x2": {"z1": 0.15, "z2": 0.35, "z3": 0.15}}
-    pop = synthetic_population(formula, bounds=bounds, first_stage_r2=0.3, first_stage_weights=weights)
+    guesses = {"means": {"x1": 0.0, "x2": 0.0}, "sds": {"x1": 1.0, "x2": 1.0}}
+    pop = synthetic_population(formula, bounds=bounds, first_stage_r2=0.3, first_stage_weights=weights, **guesses)
     data = pop.draw(200_000, seed=1)
     Z = np.column_stack([np.ones(len(data)), data[["z1", "z2", "z3"]].to_numpy()])
     fitted = [Z @ np.linalg.lstsq(Z, data[x].to_numpy(), rcond=None)[0] for x in ("x1", "x2")]
     a, b = (np.array(list(weights[x].values())) for x in ("x1", "x2"))
     cosine = a @ b / np.linalg.norm(a) / np.linalg.norm(b)
     assert np.corrcoef(*fitted)[0, 1] == pytest.approx(cosine, abs=0.01)
-    default = synthetic_population(formula, bounds=bounds, first_stage_r2=0.3)
+    default = synthetic_population(formula, bounds=bounds, first_stage_r2=0.3, **guesses)
     assert default.first_stage_weights == {"x1": {"z1": 1 / math.sqrt(2), "z3": 1 / math.sqrt(2)}, "x2": {"z2": 1.0}}
 
 
@@ -229,5 +235,147 @@ def test_first_stage_weights_are_checked(weights, error, words):
     bounds = {c: (-8.0, 8.0) for c in ("y", "x1", "x2", "z1", "z2", "z3")}
     with pytest.raises(error) as caught:
         synthetic_population("y ~ 1 + [x1 + x2 ~ z1 + z2 + z3]", bounds=bounds, first_stage_r2=0.3,
-                             first_stage_weights=weights)
+                             first_stage_weights=weights, means={"x1": 0.0, "x2": 0.0}, sds={"x1": 1.0, "x2": 1.0})
     assert words in str(caught.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# A plan that does not flatter (issue 42, item 4)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("drop", "words"), [
+    ({"sds": "x"}, "'x': means and sds"),
+    ({"means": "x"}, "'x': means and sds"),
+    ({"sds": "w"}, "'w': means and sds"),
+])
+def test_every_regressor_needs_its_guessed_mean_and_sd(drop, words):
+    """The bounds give no lower bound on a regressor's SD, and a planned SE scales as 1/SD: no default is safe."""
+    guesses = {k: dict(v) if isinstance(v, dict) else v for k, v in GUESS.items()}
+    for key, column in drop.items():
+        del guesses[key][column]
+    with pytest.raises(ValueError, match="needs the guessed mean and SD of every regressor") as caught:
+        plan_se(FORMULA, n=10_000, rho=1.0, bounds=BOUNDS, **guesses)
+    assert words in str(caught.value) and "public summary table" in str(caught.value)
+
+
+def test_a_binary_regressor_needs_its_share_and_the_outcome_takes_its_worst_case():
+    bounds = {**BOUNDS, "w": (0.0, 1.0)}
+    guesses = {"means": {"x": 0.0}, "sds": {"x": 1.0}, "first_stage_r2": 0.05}
+    with pytest.raises(ValueError, match="'w': its share of ones in means"):
+        synthetic_population(FORMULA, bounds=bounds, **guesses)
+    pop = synthetic_population(FORMULA, bounds=bounds, **{**guesses, "means": {"x": 0.0, "w": 0.3}})
+    # no guess for the outcome: 99% of the largest SD its bounds allow, sqrt((m - lo)(hi - m)) at the midpoint
+    assert pop.means["y"] == 0.0 and pop.sds["y"] == pytest.approx(0.99 * 10.0, rel=1e-12)
+    given = synthetic_population(FORMULA, bounds=bounds, **{**guesses, "means": {"x": 0.0, "w": 0.3, "y": 5.0}})
+    assert given.sds["y"] == pytest.approx(0.99 * math.sqrt(15.0 * 5.0), rel=1e-12)
+
+
+def test_without_outcome_guesses_the_plan_is_conservative(base):
+    """The outcome's worst case (SD 9.9 in bounds of half-width 10, against the guess of 2) can only raise the SEs."""
+    guesses = {"means": {k: v for k, v in GUESS["means"].items() if k != "y"},
+               "sds": {k: v for k, v in GUESS["sds"].items() if k != "y"}}
+    worst = plan_se(FORMULA, n=10_000, rho=1.0, bounds=BOUNDS, seed=3, draws=1, first_stage_r2=0.05,
+                    corr=GUESS["corr"], **guesses)
+    assert (worst.se_sampling > 4 * base.se_sampling).all()
+
+
+def test_mixture_spread_exact_values():
+    # a point mass of noise: the normal's own IQR/1.349, the scale itself
+    assert mixture_spread(np.zeros(7), 2.5) == pytest.approx(2.5, rel=1e-10)
+    # two equal masses at ±d with scale s: quartiles solve (Φ((t-d)/s) + Φ((t+d)/s))/2 = 0.75
+    d, s = 1.0, 0.5
+    t = optimize.brentq(lambda t: (stats.norm.cdf((t - d) / s) + stats.norm.cdf((t + d) / s)) / 2 - 0.75, 0, 5)
+    assert mixture_spread(np.array([-d, d]), s) == pytest.approx(2 * t / (2 * stats.norm.ppf(0.75)), rel=1e-9)
+    # normal noise N(0, 1.2²) convolved with N(0, 0.9²): the SD 1.5
+    centres = stats.norm.ppf((np.arange(20_000) + 0.5) / 20_000) * 1.2
+    assert mixture_spread(centres, 0.9) == pytest.approx(1.5, rel=2e-3)
+    # non-finite draws lie beyond both quartiles: 10% of them widen the spread, over half of them make it infinite
+    widened = mixture_spread(np.concatenate([np.zeros(90), np.full(10, np.nan)]), 1.0)
+    assert 1.0 < widened < 1.3
+    assert mixture_spread(np.concatenate([np.zeros(40), np.full(60, np.inf)]), 1.0) == math.inf
+
+
+def test_near_singular_share_exact_values():
+    """A release is near-singular when its full first stage [I_exog | Θᵢ] is within ‖Θᵢ − Θ‖₂ of a singular matrix
+    (its smallest singular value, Eckart-Young)."""
+    theta = np.array([[1.0]])
+    draws = np.array([1.5, 0.4, np.nan, -0.2, 0.55]).reshape(5, 1, 1)
+    # σ_min = |θᵢ|, noise |θᵢ - 1|: 1.5 > 0.5 no; 0.4 <= 0.6 yes; nan yes; 0.2 <= 1.2 yes; 0.55 > 0.45 no
+    assert near_singular_share(draws, theta, 0) == pytest.approx(3 / 5)
+    # with an exogenous column: [[1, a], [0, b]]
+    theta2 = np.array([[0.0], [1.0]])
+    draws2 = np.array([[[0.0], [0.3]], [[0.1], [1.2]]])
+    smallest = [np.linalg.svd(np.array([[1.0, a], [0.0, b]]), compute_uv=False)[-1]
+                for a, b in ((0.0, 0.3), (0.1, 1.2))]
+    noise = [0.7, math.hypot(0.1, 0.2)]
+    expected = np.mean([s <= e for s, e in zip(smallest, noise)])
+    assert near_singular_share(draws2, theta2, 1) == pytest.approx(expected) and expected == 0.5
+    assert near_singular_share(np.empty((0, 1, 1)), theta, 0) == 0.0
+
+
+@pytest.mark.parametrize("method", ["auto", "moments"])
+def test_fits_carry_their_noise_draws_in_original_units(method):
+    """The simulated deviations a fit keeps are those its noise covariance is measured from (same units)."""
+    pop = synthetic_population(FORMULA, bounds=BOUNDS, **GUESS)
+    data = pop.draw(5_000, seed=2)
+    res = dpivreg.DPIV2SLS.from_formula(FORMULA, data).fit(rho=1.0, bounds=BOUNDS, seed=5, method=method)
+    draws = res.inference.noise_draws
+    assert draws.shape == (res.inference.replications, 3)
+    np.testing.assert_allclose(central_covariance(draws, np.zeros(3))[0], res.inference.cov_noise, rtol=1e-8,
+                               atol=1e-14)
+    assert 0.0 <= res.inference.near_singular <= 1.0
+
+
+WEAK = {"means": {"y": 0.0, "x": 0.0}, "sds": {"y": 1.0, "x": 1.0}, "first_stage_r2": 0.003}
+WEAK_FORMULA, WEAK_BOUNDS = "y ~ 1 + [x ~ z]", {"y": (-4.0, 4.0), "x": (-4.0, 4.0), "z": (-4.0, 4.0)}
+
+
+def test_the_unreliable_regime_warns_and_reports_its_near_singular_releases():
+    with pytest.warns(dpivreg.PlanningWarning, match="unreliable regime") as caught:
+        low = plan_se(WEAK_FORMULA, n=10_000, rho=0.02, bounds=WEAK_BOUNDS, seed=1, **WEAK)
+    assert not low.reliable and low.p_near_singular >= 0.01, (low.reliable, low.p_near_singular)
+    assert str(caught[0].message) in low.notes and "UNRELIABLE" in low.summary()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dpivreg.PlanningWarning)
+        high = plan_se(WEAK_FORMULA, n=10_000, rho=10.0, bounds=WEAK_BOUNDS, seed=1, **WEAK)
+    assert high.reliable and high.p_near_singular < 0.01 and "reliable at rho" in high.summary()
+    # the spread: close to the SE away from the tails' regime
+    np.testing.assert_allclose(high.spread, high.se, rtol=0.05)
+
+
+def test_a_missing_correlation_of_a_control_warns():
+    guesses = {k: v for k, v in GUESS.items() if k != "corr"}
+    with pytest.warns(dpivreg.PlanningWarning, match="corr was not given"):
+        plan_se(FORMULA, n=10_000, rho=1.0, bounds=BOUNDS, seed=3, draws=1, **guesses)
+
+
+def test_a_target_is_met_only_outside_the_unreliable_regime():
+    """A target the SE meets at a budget where the fits are unreliable: the search goes on to a reliable budget."""
+    p = plan_se(WEAK_FORMULA, n=10_000, target_se=0.75, bounds=WEAK_BOUNDS, seed=1, **WEAK)
+    search = p.search
+    flattering = search[(search.x <= 0.75) & ~search.reliable]
+    assert not flattering.empty, search  # the test can tell the rule from an SE-only one
+    assert p.reliable and p.p_near_singular < 0.01 and p.se["x"] <= 0.75
+    assert not search[search.rho < p.rho].meets.any()
+    assert (search.meets == (search.x <= 0.75) & search.reliable & (search.p_near_singular < 0.01)).all()
+
+
+def test_curve_and_plot(base):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    curve = base.curve([base.rho, 10 * base.rho])
+    at_plan = curve[(curve.rho == base.rho)].set_index("coefficient")
+    np.testing.assert_allclose(at_plan.se.reindex(base.se.index), base.se, rtol=1e-12)  # common random numbers
+    assert set(curve.columns) == {"rho", "coefficient", "se", "se_sampling", "spread", "p_near_singular", "reliable"}
+    fig = base.plot(rhos=[0.1, 1.0, 10.0])
+    (ax,) = fig.axes
+    assert ax.get_title() == "x" and ax.get_xscale() == "log"
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and dashed[0].get_ydata()[0] == pytest.approx(base.se_sampling["x"])
+    fig2 = base.plot(coefficients=["w", "x"], rhos=[1.0])
+    assert [a.get_title() for a in fig2.axes] == ["w", "x"]
+    with pytest.raises(ValueError, match="coefficients"):
+        base.plot(coefficients="q")
+    with pytest.raises(ValueError, match="rhos"):
+        base.curve([-1.0])

@@ -239,7 +239,8 @@ def moment_draws(truth: np.ndarray, noise: np.ndarray, solvable, q: int, n_exog:
 
 
 def moment_noise_covariance(truth: np.ndarray, noise: np.ndarray, solvable, q: int, n_exog: int, p_endog: int,
-                            jacobian: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                            jacobian: np.ndarray | None = None
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Covariance and median shift of the noisy-moment 2SLS estimate on the working scale, by simulation.
 
     The plug-in world's moments are the released ones floored at their noise (``truth``); each replication
@@ -247,11 +248,11 @@ def moment_noise_covariance(truth: np.ndarray, noise: np.ndarray, solvable, q: i
     the re-release and solves 2SLS on the working scale (``solvable``, as :func:`moment_draws`). Returns the
     covariance of the simulated β (p, p) and their median minus the plug-in solution (the estimator's simulated
     bias), both measured in the units ``jacobian`` maps to (:func:`central_in_units`; the working scale without it),
-    and the simulated first stages (R, q, p_endog).
+    the simulated first stages (R, q, p_endog) and the simulated β (R, p) on the working scale.
     """
     beta_plugin, theta, beta = moment_draws(truth, noise, solvable, q, n_exog, p_endog)
     cov, shift = central_in_units(beta, beta_plugin, jacobian)
-    return cov, shift, theta
+    return cov, shift, theta, beta
 
 
 def central_in_units(draws: np.ndarray, centre: np.ndarray,

@@ -89,6 +89,7 @@ from dpivreg.privacy.sampler import add_noise, calibrate, draw_noise
 
 __all__ = [
     "PrivateInference",
+    "near_singular_share",
     "residual_variance_release",
     "noise_covariance",
     "private_inference",
@@ -136,6 +137,12 @@ class PrivateInference:
         ``"robust"`` or ``"unadjusted"``: which sampling covariance (:mod:`dpivreg.inference.covariance`).
     meat : ndarray (q, q) or None
         The released score meat Ω̂ on the working scale (``"robust"``).
+    noise_draws : ndarray (R, p) or None
+        The simulated private estimates minus the plug-in solution, in original units: the privacy noise's
+        distribution, heavy tails included (post-processing of releases). None when not simulated.
+    near_singular : float
+        Share of the simulated releases whose first stage lies within its own privacy noise of a singular matrix
+        (:func:`near_singular_share`): how often a release of these data makes the estimate a ratio over noise.
     """
 
     cov: np.ndarray
@@ -150,6 +157,8 @@ class PrivateInference:
     warnings: tuple[str, ...] = field(default=())
     cov_type: str = "unadjusted"
     meat: np.ndarray | None = field(default=None, repr=False)
+    noise_draws: np.ndarray | None = field(default=None, repr=False)
+    near_singular: float = 0.0
 
     #: Thresholds above which the intervals are flagged as unreliable (see ``reliable``).
     MAX_NOISE_RATIO = 1.0 / 3.0
@@ -289,7 +298,8 @@ def _total_se_mc_error(beta: np.ndarray, sampling_cov: np.ndarray) -> float:
 def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarray, scale: WorkingScale, *,
                      replications: int, rng: np.random.Generator, warm_start: bool,
                      progress: bool | None = False,
-                     sampling_cov: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float, float, int]:
+                     sampling_cov: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, float, float, int, np.ndarray, np.ndarray]:
     """Covariance and median shift of β̃⁽ᵀ⁾ due to the privacy noise
     (:func:`dpivreg.estimation.simulation.simulate_fit`).
 
@@ -301,7 +311,7 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
     their central 95% ranges, measured in the original units, :func:`dpivreg.estimation.moments.central_in_units`),
     their median minus β_T (the simulated bias), the median spectral norm of the simulated
     first stage's deviation from its median (the privacy noise left in Θ⁽ᵀ⁾), the median whitening error
-    ‖S_r − I‖₂ and the number of paths drawn.
+    ‖S_r − I‖₂, the number of paths drawn, and the simulated β̃⁽ᵀ⁾ (R, p) and Θ⁽ᵀ⁾ (R, q, p_endog) themselves.
     """
     adaptive = sampling_cov is not None and bool(np.all(np.isfinite(sampling_cov)))
     to_original = scale.beta_jacobian() if adaptive else None
@@ -327,7 +337,7 @@ def noise_covariance(plan: IterationPlan, theta_T: np.ndarray, beta_T: np.ndarra
     theta_noise = _median_deviation(theta)
     whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
     cov, shift = central_in_units(beta, beta_T, scale.beta_jacobian())
-    return cov, shift, theta_noise, whitening, drawn
+    return cov, shift, theta_noise, whitening, drawn, beta, theta
 
 
 def _median_deviation(theta: np.ndarray) -> float:
@@ -372,11 +382,12 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
     sampling = sampling_release(scale, path.theta_final, path.beta_final, cov_type=cov_type, rho=rho, tau=tau,
                                 rng=rng)
     with _simulation_guard(sampling):
-        v_noise, shift, theta_noise, whitening, drawn = noise_covariance(
+        v_noise, shift, theta_noise, whitening, drawn, beta_draws, theta_draws = noise_covariance(
             path.plan, path.theta_final, path.beta_final, scale, replications=replications, rng=rng,
             warm_start=start is not None, progress=progress, sampling_cov=sampling.cov)
+    draws = _Draws(beta_draws, path.beta_final, theta_draws)
     return _assemble(scale, path.theta_final, path.n_exog, sampling, v_noise, shift, drawn, theta_noise,
-                     whitening)
+                     whitening, draws)
 
 
 def moment_inference(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *, rng: np.random.Generator,
@@ -398,12 +409,13 @@ def moment_inference(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
     sampling = sampling_release(scale, theta, beta, cov_type=cov_type, rho=rho, tau=tau, rng=rng, sigma2=sigma2)
     noise = moments.noise_draws(rng, replications)
     with _simulation_guard(sampling):
-        v_noise, shift, theta_draws = moment_noise_covariance(moments.floored, noise, moments.solvable, q, k,
-                                                              theta.shape[1], scale.beta_jacobian())
+        v_noise, shift, theta_draws, beta_draws = moment_noise_covariance(
+            moments.floored, noise, moments.solvable, q, k, theta.shape[1], scale.beta_jacobian())
         theta_noise = _median_deviation(theta_draws)
         S = moments.working_instruments(moments.plausible_instruments(noise), q)
         whitening = float(np.median(np.linalg.norm(S - np.eye(q), ord=2, axis=(1, 2))))
-    return _assemble(scale, theta, k, sampling, v_noise, shift, replications, theta_noise, whitening)
+    return _assemble(scale, theta, k, sampling, v_noise, shift, replications, theta_noise, whitening,
+                     _Draws(beta_draws, beta, theta_draws))
 
 
 @contextlib.contextmanager
@@ -434,8 +446,39 @@ def _check_resolved(scale: WorkingScale) -> None:
             "it; raise rho0 (or the total rho). Nothing was spent on the inference")
 
 
+@dataclass(frozen=True)
+class _Draws:
+    """The simulated estimates of the privacy-noise simulation on the working scale: β (R, p) around the plug-in
+    solution ``centre`` (p,), and the first stages Θ (R, q, p_endog)."""
+
+    beta: np.ndarray
+    centre: np.ndarray
+    theta: np.ndarray
+
+
+def near_singular_share(theta_draws: np.ndarray, theta: np.ndarray, n_exog: int) -> float:
+    """Share of simulated first stages that lie within their own privacy noise of a singular matrix.
+
+    Each simulated release's full first stage Θ̄ᵢ = [I_exog | Θᵢ] (working scale, q × p) is at distance
+    σ_min(Θ̄ᵢ) from the nearest singular matrix (Eckart–Young); its privacy noise is Eᵢ = Θᵢ − Θ, Θ the plug-in
+    first stage. Where σ_min(Θ̄ᵢ) ≤ ‖Eᵢ‖₂ the release cannot be told from a singular first stage and the estimate
+    solved from it is a ratio over noise: these are the releases that land orders of magnitude away. A
+    non-finite draw counts as near-singular. Post-processing of simulated draws only.
+    """
+    theta_draws = np.asarray(theta_draws, dtype=float)
+    if theta_draws.shape[0] == 0:
+        return 0.0
+    r, q, _ = theta_draws.shape
+    finite = np.all(np.isfinite(theta_draws), axis=(1, 2))
+    safe = np.where(finite[:, None, None], theta_draws, theta[None])
+    full = np.concatenate([np.broadcast_to(np.eye(q, n_exog), (r, q, n_exog)), safe], axis=2)
+    smallest = np.linalg.svd(full, compute_uv=False)[:, -1]
+    noise = np.linalg.norm(safe - theta[None], ord=2, axis=(1, 2))
+    return float(np.mean(~finite | (smallest <= noise)))
+
+
 def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, sampling: SamplingPart, v_noise, shift,
-              replications: int, theta_noise: float, whitening: float) -> PrivateInference:
+              replications: int, theta_noise: float, whitening: float, draws: _Draws) -> PrivateInference:
     q = theta.shape[0]
     theta_full = np.concatenate([np.eye(q, n_exog), theta], axis=1)
     first_stage_strength = float(np.linalg.svd(theta_full, compute_uv=False)[-1])
@@ -460,7 +503,9 @@ def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, sampling: Sam
             "bounds are of order 1)", releases=tuple(sampling.releases))
     result = PrivateInference(cov_sampling + cov_noise, cov_sampling, cov_noise, J @ shift, sampling.sigma2,
                               sampling.releases, replications, theta_noise / max(first_stage_strength, 1e-300),
-                              whitening, cov_type=sampling.cov_type, meat=sampling.meat)
+                              whitening, cov_type=sampling.cov_type, meat=sampling.meat,
+                              noise_draws=_in_units(draws.beta - draws.centre, J),
+                              near_singular=near_singular_share(draws.theta, theta, n_exog))
     messages = [sampling.note] if sampling.note else []
     if not result.reliable:
         messages.append(_unreliable_message(result))
@@ -473,6 +518,12 @@ def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, sampling: Sam
             "the estimate, may miss. Use the warm start (init='moments'), more iterations T or the default "
             "step sizes; res.bias holds the simulated bias.")
     return dataclasses.replace(result, warnings=tuple(messages))
+
+
+def _in_units(deviations: np.ndarray, jacobian: np.ndarray) -> np.ndarray:
+    """Working-scale deviations (R, p) in original units (the back-transform is affine: J maps deviations)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return deviations @ jacobian.T
 
 
 def _unreliable_message(inference: PrivateInference) -> str:

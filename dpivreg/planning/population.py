@@ -340,6 +340,34 @@ def _check_keys(values: dict, allowed, name: str) -> None:
         raise ValueError(f"{name} names {unknown}, which are not variables of the formula ({sorted(allowed)}).")
 
 
+#: Without a guess, the outcome's SD is this share of the largest SD its bounds allow, √((m − lo)(hi − m)) (a
+#: two-point distribution on the bounds): the worst case for every planned SE, which scales with the structural error
+#: SD. A normal clipped to the bounds approaches the two-point limit only as its SD grows without bound, so the
+#: population takes 99% of it.
+WORST_CASE_SHARE = 0.99
+
+
+def _require_regressor_guesses(regressors: list[str], is_binary: dict, means: dict, sds: dict) -> None:
+    """Refuse a plan without each regressor's guessed mean and SD (a binary one's share of ones).
+
+    A coefficient's planned SE scales as 1 / SD of its regressor, and the bounds give no lower bound on an SD, so
+    no default is safe: a sixth of the range (a variable filling its bounds at ±3 SD) would make the labour-supply
+    plan of ``kids`` five times too small (SD 2.0 for its 0.98). The outcome needs no guess: its worst case is bounded
+    (:data:`WORST_CASE_SHARE`).
+    """
+    missing = [v for v in regressors if v not in means or (not is_binary[v] and v not in sds)]
+    if missing:
+        needs = ", ".join(f"{v!r}: its share of ones in means" if is_binary[v] else f"{v!r}: means and sds"
+                          for v in missing)
+        raise ValueError(
+            f"plan_se needs the guessed mean and SD of every regressor; missing for {needs}. A coefficient's planned "
+            "SE scales as 1/SD of its regressor and the bounds cannot bound an SD from below, so no default is "
+            "safe (a sixth of the range would make the labour-supply plan of 'kids' five times too small). Take them "
+            "from a public summary table (a census tabulation, the survey's codebook or a published paper); when "
+            "unsure, a smaller SD gives a conservative plan. The outcome's SD may be left out: the plan then takes the "
+            "largest its bounds allow.")
+
+
 def _per_endog(value, endog: list[str], name: str) -> dict | None:
     if value is None:
         return None
@@ -416,6 +444,7 @@ def synthetic_population(
                                  "in a plan; a binary outcome or endogenous regressor is planned as a continuous "
                                  "one (leave it out of binary).")
             is_binary[v] = False
+    _require_regressor_guesses([*exog, *endog], is_binary, means_in, sds_in)
     mean_of, sd_of, latent = {}, {}, {}
     for v in variables:
         lo, hi = bnd[v]
@@ -428,7 +457,8 @@ def synthetic_population(
                                  "give its mean (the share of ones) only.")
             s = math.sqrt(m * (1 - m))
         else:
-            s = as_real(sds_in.get(v, (hi - lo) / 6.0), f"sds[{v!r}]", "a positive number")
+            default = WORST_CASE_SHARE * math.sqrt((m - lo) * (hi - m)) if v == dep else (hi - lo) / 6.0
+            s = as_real(sds_in.get(v, default), f"sds[{v!r}]", "a positive number")
             if not (math.isfinite(s) and s > 0):
                 raise ValueError(f"sds[{v!r}] must be a finite number > 0, got {s!r}.")
             latent[v] = _latent_normal(v, m, s, lo, hi)

@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
 
 from dpivreg._validation import as_real, check_count, check_rho
+from dpivreg.errors import PlanningWarning
 from dpivreg.model import DPIV2SLS
 from dpivreg.planning.population import SyntheticPopulation, _check_keys, _mapping, synthetic_population
 
@@ -50,6 +51,10 @@ __all__ = ["SEPlan", "plan_se"]
 
 #: Search range of the total budget for a target.
 RHO_SEARCH = (1e-4, 1e6)
+#: The interquartile range of the standard normal: IQR/1.349 is the SD of normal draws.
+IQR_NORMAL = 2.0 * stats.norm.ppf(0.75)
+#: A plan warns (:class:`~dpivreg.errors.PlanningWarning`) when at least this share of its releases is near-singular.
+NEAR_SINGULAR_WARN = 0.01
 
 
 # --------------------------------------------------------------------------------------------------
@@ -101,6 +106,19 @@ class SEPlan:
         The seed given (None: not reproducible).
     notes : tuple of str
         Warnings raised by the planning fits and remarks (e.g. intervals flagged unreliable).
+    spread : pandas.Series
+        Planned robust spread of each private estimate, IQR/1.349 (the SD for normal estimates): the
+        interquartile range of the sampling distribution (normal, V_sampling) convolved with the simulated
+        privacy-noise draws of the planning fits, heavy tails included. Where a few near-singular releases
+        dominate the private estimate's variance, this is the scale that describes a typical fit.
+    p_near_singular : float
+        Planned probability that a release is near-singular: the share of the planning fits' simulated releases
+        whose first stage lies within its own privacy noise of a singular matrix
+        (:func:`dpivreg.inference.private.near_singular_share`). Such a release puts the estimate orders of
+        magnitude away; with R fits, about R·p of them will.
+    reliable : bool
+        Whether every planning fit at :attr:`rho` had reliable intervals
+        (:attr:`dpivreg.inference.private.PrivateInference.reliable`). A target is met only at such budgets.
     """
 
     se: pd.Series
@@ -119,6 +137,10 @@ class SEPlan:
     seconds: float = 0.0
     seed: object = None
     notes: tuple[str, ...] = ()
+    spread: pd.Series | None = None
+    p_near_singular: float = 0.0
+    reliable: bool = True
+    _replay: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def width(self) -> pd.Series:
@@ -136,9 +158,9 @@ class SEPlan:
         return (self.se_noise**2 / self.se**2).rename("noise_share")
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per coefficient: se, se_sampling, se_noise, noise_share, width (and target)."""
+        """One row per coefficient: se, se_sampling, se_noise, noise_share, width, spread (and target)."""
         frame = pd.DataFrame({"se": self.se, "se_sampling": self.se_sampling, "se_noise": self.se_noise,
-                              "noise_share": self.noise_share, "width": self.width})
+                              "noise_share": self.noise_share, "width": self.width, "spread": self.spread})
         if self.target is not None:
             frame["target_se"] = self.target.reindex(frame.index)
         return frame
@@ -167,10 +189,104 @@ class SEPlan:
         lines += ["", table, ""]
         if self.search is not None:
             lines += ["  budgets evaluated:", self.search.to_string(index=False, float_format=_fmt), ""]
+        lines.append(f"  P(near-singular release) = {self.p_near_singular:.3g}; intervals "
+                     + ("reliable" if self.reliable else "UNRELIABLE") + f" at rho = {_fmt(self.rho)}")
         lines.append(f"  cost: {self.fits} fit(s) on {self.draws} synthetic data set(s), {self.seconds:.1f} s; "
                      f"seed {self.seed!r}")
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
+
+    def curve(self, rhos=None) -> pd.DataFrame:
+        """Planned SE, sampling SE, spread and P(near-singular) at each total budget in ``rhos``.
+
+        Each budget is evaluated as the plan's own were: fits on the same synthetic data sets with the same seeds
+        (``draws`` fits per budget), so the curve passes through :attr:`se` at :attr:`rho`.
+
+        Parameters
+        ----------
+        rhos : sequence of float, optional
+            Total budgets. Default: nine from ρ/100 to 100·ρ (geometric), ρ the plan's (1 when no finite
+            budget was planned).
+
+        Returns
+        -------
+        pandas.DataFrame
+            One row per budget and coefficient: ``rho``, ``coefficient``, ``se``, ``se_sampling``, ``spread``,
+            ``p_near_singular`` and ``reliable``.
+        """
+        if self._replay is None:
+            raise ValueError("this plan holds no replay of its synthetic data; build it with plan_se.")
+        centre = self.rho if math.isfinite(self.rho) else 1.0
+        grid = centre * np.logspace(-2, 2, 9) if rhos is None else rhos
+        values = [check_rho(r, "rhos") for r in np.atleast_1d(np.asarray(grid, dtype=object)).tolist()]
+        if not values:
+            raise ValueError("rhos is empty; give at least one total budget.")
+        ev = _Evaluator(*self._replay)
+        rows = []
+        for r in sorted(set(values)):
+            e = ev.evaluate(r)
+            for j, name in enumerate(ev.names):
+                rows.append({"rho": r, "coefficient": name, "se": math.sqrt(e.sampling[j] + e.noise[j]),
+                             "se_sampling": math.sqrt(e.sampling[j]), "spread": e.spread[j],
+                             "p_near_singular": e.near_singular, "reliable": e.reliable})
+        return pd.DataFrame(rows)
+
+    def plot(self, *, rhos=None, coefficients=None, ax=None):
+        """Planned private SE against the total budget, with the non-private (sampling) SE as a line.
+
+        One panel per coefficient (default: the endogenous ones), log-log. Filled markers are budgets whose
+        planning fits had reliable intervals, hollow ones budgets where they did not (there the SE describes the
+        fit's spread poorly; read :attr:`spread` and :attr:`p_near_singular`); the plan's budget is marked.
+        Needs matplotlib.
+
+        Parameters
+        ----------
+        rhos : sequence of float, optional
+            Budgets of the curve (:meth:`curve`).
+        coefficients : str or sequence of str, optional
+            Coefficients to draw (default: the endogenous regressors).
+        ax : matplotlib Axes or sequence of Axes, optional
+            Where to draw, one per coefficient; a new figure otherwise.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+        """
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("SEPlan.plot needs matplotlib: pip install matplotlib (or dpivreg[plot]).") from exc
+        names = list(self.se.index)
+        chosen = list(self.population.endog) if coefficients is None else (
+            [coefficients] if isinstance(coefficients, str) else list(coefficients))
+        unknown = [c for c in chosen if c not in names]
+        if unknown or not chosen:
+            raise ValueError(f"coefficients must name coefficients of the plan ({names}), got {coefficients!r}.")
+        if ax is None:
+            fig, axes = plt.subplots(1, len(chosen), figsize=(4.2 * len(chosen), 3.4), squeeze=False)
+            axes = list(axes[0])
+        else:
+            axes = list(np.atleast_1d(ax))
+            if len(axes) != len(chosen):
+                raise ValueError(f"ax must hold one Axes per coefficient ({len(chosen)}), got {len(axes)}.")
+            fig = axes[0].figure
+        table = self.curve(rhos)
+        for axis, name in zip(axes, chosen):
+            part = table[table.coefficient == name]
+            axis.plot(part.rho, part.se, color="C0", lw=1.2, label="planned private SE")
+            good, bad = part[part.reliable], part[~part.reliable]
+            axis.plot(good.rho, good.se, "o", color="C0", ms=4)
+            axis.plot(bad.rho, bad.se, "o", mfc="none", color="C0", ms=5, label="intervals unreliable")
+            axis.axhline(self.se_sampling[name], color="0.3", ls="--", lw=1,
+                         label="non-private 2SLS SE (sampling only)")
+            if math.isfinite(self.rho):
+                axis.plot([self.rho], [self.se[name]], "*", color="C3", ms=10, label=f"plan: rho = {_fmt(self.rho)}")
+            if self.target is not None and name in self.target.index:
+                axis.axhline(self.target[name], color="C3", ls=":", lw=1, label="target SE")
+            axis.set(xscale="log", yscale="log", xlabel="total rho (zCDP)", ylabel="standard error", title=name)
+        axes[0].legend(fontsize="small", frameon=False)
+        fig.tight_layout()
+        return fig
 
     def __repr__(self) -> str:
         se = ", ".join(f"{k}={_fmt(v)}" for k, v in self.se.items())
@@ -185,12 +301,55 @@ def _check_alpha(alpha) -> float:
     return alpha
 
 
-class _Evaluator:
-    """Planned variances at a budget on fixed synthetic data sets and fit seeds (common random numbers)."""
+@dataclass(frozen=True)
+class _Evaluation:
+    """The planning fits at one budget: per coefficient the sampling and noise variances (averaged over the draws)
+    and the robust spread; the share of near-singular simulated releases; whether every fit's intervals were
+    reliable."""
 
-    def __init__(self, population: SyntheticPopulation, n: int, draws: int, seed, fit_options: dict) -> None:
-        ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-        children = ss.spawn(2 * draws)
+    sampling: np.ndarray
+    noise: np.ndarray
+    spread: np.ndarray
+    near_singular: float
+    reliable: bool
+
+
+def mixture_spread(centres: np.ndarray, scale: float) -> float:
+    """IQR/1.349 of the equal mixture of N(cᵢ, scale²) over ``centres``: the normal sampling distribution convolved
+    with simulated privacy-noise deviations. A non-finite centre lies beyond both quartiles (alternately below and
+    above); inf when a quartile is. For normal centres N(0, s²) it is √(scale² + s²)."""
+    c = np.asarray(centres, dtype=float).ravel()
+    bad = ~np.isfinite(c)
+    c = c.copy()
+    c[bad] = np.where(np.arange(bad.sum()) % 2 == 0, -np.inf, np.inf)
+    finite = c[np.isfinite(c)]
+    if finite.size == 0 or not scale > 0 and finite.size < c.size:
+        return math.inf
+    if not scale > 0:
+        q25, q75 = np.percentile(finite, [25, 75])
+        return float((q75 - q25) / IQR_NORMAL)
+
+    def cdf(t: float) -> float:
+        return float(np.mean(stats.norm.cdf((t - c) / scale)))
+
+    lo, hi = float(finite.min()) - 10 * scale, float(finite.max()) + 10 * scale
+    quartiles = []
+    for p in (0.25, 0.75):
+        if not cdf(lo) < p < cdf(hi):
+            return math.inf
+        quartiles.append(optimize.brentq(lambda t: cdf(t) - p, lo, hi, xtol=1e-12 * (hi - lo)))
+    return (quartiles[1] - quartiles[0]) / IQR_NORMAL
+
+
+class _Evaluator:
+    """The planning fits at a budget on fixed synthetic data sets and fit seeds (common random numbers)."""
+
+    def __init__(self, population: SyntheticPopulation, n: int, draws: int, seed: np.random.SeedSequence,
+                 fit_options: dict) -> None:
+        # a fresh copy: spawning advances a SeedSequence, and a replay (SEPlan.curve) must draw the same children
+        fresh = np.random.SeedSequence(seed.entropy, spawn_key=seed.spawn_key, pool_size=seed.pool_size,
+                                       n_children_spawned=seed.n_children_spawned)
+        children = fresh.spawn(2 * draws)
         self.population, self.n, self.fit_options = population, n, fit_options
         self.data = [population.draw(n, seed=np.random.default_rng(c)) for c in children[:draws]]
         self.fit_seeds = [int(np.random.default_rng(c).integers(2**63 - 1)) for c in children[draws:]]
@@ -198,32 +357,39 @@ class _Evaluator:
         self.names: list[str] | None = None
         self.fits = 0
         self.notes: dict[float, list[str]] = {}
+        self.done: dict[float, _Evaluation] = {}
 
-    def variances(self, rho: float) -> tuple[np.ndarray, np.ndarray]:
-        """(sampling variance, noise variance) per coefficient, averaged over the draws."""
-
-        noise, sampling, names = [], [], None
+    def evaluate(self, rho: float) -> _Evaluation:
+        """The planning fits at total budget ``rho`` (once per budget)."""
+        if rho in self.done:
+            return self.done[rho]
+        deviations, noise, sampling, near_singular, reliable = [], [], [], [], True
+        notes = self.notes.setdefault(rho, [])
         for data, fit_seed in zip(self.data, self.fit_seeds):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 res = DPIV2SLS.from_formula(self.population.formula, data).fit(
                     rho=rho, bounds=self.population.bounds, seed=fit_seed, **self.fit_options)
                 inference = res.inference
-                cov_noise = np.diag(inference.cov_noise)
                 if self.sampling is None:
                     sampling.append(np.diag(np.asarray(res.benchmark.cov, dtype=float)))
             self.fits += 1
-            names = list(res.params.index)
-            notes = self.notes.setdefault(rho, [])
+            self.names = list(res.params.index)
             for w in caught:
                 text = f"{w.category.__name__}: {str(w.message).split('. ')[0]}."
                 if text not in notes:
                     notes.append(text)
-            noise.append(cov_noise)
+            deviations.append(inference.noise_draws)
+            noise.append(np.diag(inference.cov_noise))
+            near_singular.append(inference.near_singular)
+            reliable = reliable and inference.reliable
         if self.sampling is None:
             self.sampling = np.mean(sampling, axis=0)
-            self.names = names
-        return self.sampling, np.mean(noise, axis=0)
+        pooled = np.concatenate(deviations)
+        spread = np.array([mixture_spread(pooled[:, j], math.sqrt(self.sampling[j])) for j in range(pooled.shape[1])])
+        self.done[rho] = _Evaluation(self.sampling, np.mean(noise, axis=0), spread, float(np.mean(near_singular)),
+                                     reliable)
+        return self.done[rho]
 
 
 def _targets(target_se, target_width, alpha: float, names: list[str], endog: tuple[str, ...]) -> pd.Series | None:
@@ -299,11 +465,15 @@ def plan_se(
         Target width of the (1 − ``alpha``) interval instead, converted to SE = width / (2·z).
     alpha : float, default 0.05
         Level of the intervals (widths).
-    means, sds : mapping, optional
-        Guessed mean and SD of each variable, as a public summary table would give them. Defaults: the
-        midpoint of the bounds and a sixth of their range (the variable fills its bounds at ±3 SD); a binary
-        variable's mean is its share of ones (default 0.5) and its SD follows from it. Continuous variables
-        are drawn as normals clipped to their bounds with exactly these clipped mean and SD.
+    means, sds : mapping
+        Guessed mean and SD of each variable, as a public summary table would give them. **Required for every
+        regressor** (a binary one: its share of ones in ``means``, its SD follows from it): a coefficient's
+        planned SE scales as 1/SD of its regressor and the bounds give no lower bound on an SD, so no default
+        is safe. The outcome's may be left out: its mean is then the midpoint of its bounds and its SD 99% of
+        the largest the bounds allow, √((m − lo)(hi − m)) (the worst case: every planned SE scales with it).
+        Instruments default to the midpoint and a sixth of their range (share 0.5 when binary); their strength
+        is set by ``first_stage_r2``/``first_stage_f``. Continuous variables are drawn as normals clipped to
+        their bounds with exactly these clipped mean and SD.
     binary : mapping, optional
         ``{column: bool}``. Exogenous regressors and instruments with bounds (0, 1) are binary unless marked
         False here; the outcome and the endogenous regressors are always continuous.
@@ -348,6 +518,15 @@ def plan_se(
     Returns
     -------
     SEPlan
+        With the planned SE, its sampling and noise parts, the robust spread (IQR/1.349) and the probability
+        of a near-singular release; ``plot()`` draws the SE against ρ.
+
+    Warns
+    -----
+    PlanningWarning
+        When the planned budget is in the unreliable regime (the planning fits' intervals are flagged
+        unreliable, or at least 1% of their releases are near-singular), and when controls are planned
+        without their correlations with the endogenous regressors (``corr``), which understates their SEs.
 
     Raises
     ------
@@ -367,7 +546,9 @@ def plan_se(
     bracket of budgets known to miss and to meet it (geometric bisection when a step falls outside), until
     the noise variance at the smallest budget meeting the targets uses at least (1 − ``rtol``)² of the room
     the target leaves it. Every step is a fit on the same synthetic data
-    with the same seeds, so the returned budget's planned SE is a fit's, not an interpolation.
+    with the same seeds, so the returned budget's planned SE is a fit's, not an interpolation. A budget meets
+    the target only outside the unreliable regime (reliable intervals and fewer than 1% near-singular
+    releases).
 
     Examples
     --------
@@ -376,7 +557,8 @@ def plan_se(
     >>> p = plan_se("weeks ~ 1 + [kids ~ samesex]", n=31857, rho=2.6, bounds=LABSUP_BOUNDS,
     ...             means={"weeks": 22.7, "kids": 2.75, "samesex": 0.5},
     ...             sds={"weeks": 22.6, "kids": 0.98}, first_stage_r2=0.0013, seed=1)  # doctest: +SKIP
-    >>> p.se["kids"]  # doctest: +SKIP
+    >>> p.se["kids"], p.spread["kids"], p.p_near_singular  # doctest: +SKIP
+    >>> p.plot()  # doctest: +SKIP
     """
     started = time.perf_counter()
     n = check_count(n, "n", minimum=10, integral_floats=True)
@@ -410,83 +592,126 @@ def plan_se(
         first_stage_weights=first_stage_weights)
     coef_names = (["Intercept"] if population.intercept else []) + [*population.exog, *population.endog]
     target = _targets(target_se, target_width, alpha, coef_names, population.endog)
-    ev = _Evaluator(population, n, draws, seed, options)
+    seed_sequence = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    replay = (population, n, draws, seed_sequence, options)
+    ev = _Evaluator(*replay)
 
     search = None
     attainable = True
-    if rho is not None:
-        v_samp, v_noise = ev.variances(rho)
-        names = ev.names
-    else:
-        v_samp, v_noise = ev.variances(1.0)
-        names = ev.names
-        idx = [names.index(k) for k in target.index]
+    if rho is None:
+        first = ev.evaluate(1.0)
+        idx = [ev.names.index(k) for k in target.index]
         t2 = target.to_numpy() ** 2
-        evaluated: dict[float, np.ndarray] = {1.0: v_noise}
-        if np.any(v_samp[idx] >= t2):
+        if np.any(first.sampling[idx] >= t2):
             attainable, rho = False, math.inf
-            v_noise = np.zeros_like(v_noise)
         else:
-            rho, v_noise = _solve_rho(ev, v_samp, idx, t2, evaluated, rtol)
-            if not math.isfinite(rho):
-                attainable = False
-        rows = []
-        for r in sorted(evaluated):
-            se = np.sqrt(v_samp[idx] + evaluated[r][idx])
-            rows.append({"rho": r, **{k: s for k, s in zip(target.index, se)},
-                         "meets": bool(np.all(se <= target.to_numpy()))})
-        search = pd.DataFrame(rows)
+            rho = _solve_rho(ev, idx, t2, rtol)
+            attainable = math.isfinite(rho)
+        search = _search_table(ev, idx, target)
+    if math.isfinite(rho):
+        result = ev.evaluate(rho)
+    else:  # no budget attains the target: the sampling part alone
+        sampling = ev.evaluate(1.0).sampling
+        result = _Evaluation(sampling, np.zeros_like(sampling), np.sqrt(sampling), 0.0, True)
     notes = [f"at rho = {_fmt(rho)} the planning fits raised {text}" for text in ev.notes.get(rho, [])]
     if not attainable:
-        notes.append("the target SE is below the sampling SE (or not reached within rho <= "
+        notes.append("the target SE is below the sampling SE (or not reached with reliable intervals within rho <= "
                      f"{RHO_SEARCH[1]:g}): no budget attains it at this n.")
     elif has_target and rho <= RHO_SEARCH[0] * (1.0 + 1e-9):
         notes.append(f"the target is met already at the search's smallest budget, rho = {RHO_SEARCH[0]:g}: the "
                      "smallest rho that meets it may be smaller still.")
-    index = pd.Index(names)
+    notes += _flattery_warnings(population, result, rho, corr)
+    index = pd.Index(ev.names)
     return SEPlan(
-        se=pd.Series(np.sqrt(v_samp + v_noise), index=index, name="se"),
-        se_sampling=pd.Series(np.sqrt(v_samp), index=index, name="se_sampling"),
-        se_noise=pd.Series(np.sqrt(v_noise), index=index, name="se_noise"),
+        se=pd.Series(np.sqrt(result.sampling + result.noise), index=index, name="se"),
+        se_sampling=pd.Series(np.sqrt(result.sampling), index=index, name="se_sampling"),
+        se_noise=pd.Series(np.sqrt(result.noise), index=index, name="se_noise"),
         rho=float(rho), n=n, formula=formula, alpha=alpha, target=target, attainable=attainable, search=search,
         population=population, draws=draws, fits=ev.fits, seconds=time.perf_counter() - started, seed=seed,
-        notes=tuple(notes),
+        notes=tuple(notes), spread=pd.Series(result.spread, index=index, name="spread"),
+        p_near_singular=result.near_singular, reliable=result.reliable, _replay=replay,
     )
 
 
-def _solve_rho(ev: _Evaluator, v_samp: np.ndarray, idx: list[int], t2: np.ndarray, evaluated: dict,
-               rtol: float, max_steps: int = 12) -> tuple[float, np.ndarray]:
-    """Smallest total ρ whose planned SE meets every target (safeguarded secant in log ρ).
+def _flattery_warnings(population: SyntheticPopulation, result: _Evaluation, rho: float, corr) -> list[str]:
+    """Warn (:class:`PlanningWarning`) where the plan would flatter the fit; return the messages as notes."""
+    messages = []
+    if not result.reliable or result.near_singular >= NEAR_SINGULAR_WARN:
+        messages.append(
+            f"at rho = {_fmt(rho)} the planned fits are in the unreliable regime: "
+            + ("their intervals are flagged unreliable and " if not result.reliable else "")
+            + f"{100 * result.near_singular:.3g}% of their releases are near-singular (their first stage lies within "
+            "its own noise of a singular matrix). Such a release puts the estimate orders of magnitude away, so the "
+            "fit's SD has a heavy tail that no standard error describes; read the plan's spread (IQR/1.349) and "
+            "p_near_singular, and plan a larger rho.")
+    pairs = [(w, e) for w in population.exog if w not in population.binary for e in population.endog]
+    if pairs and not corr:
+        messages.append(
+            "corr was not given: the exogenous coefficients' SEs are planned for controls uncorrelated with the "
+            "endogenous regressor(s). A control correlated with one inherits part of its instrumented variance, so "
+            "their planned SEs can be far too small (labour supply, educ and age: 8.8 and 6.2 times); give the guessed "
+            "correlations, e.g. corr={(" + repr(pairs[0][0]) + ", " + repr(pairs[0][1]) + "): -0.3}.")
+    for message in messages:
+        warnings.warn(message, PlanningWarning, stacklevel=3)
+    return messages
 
-    ``evaluated`` holds ``{rho: noise variances}`` (the fit at ρ = 1 on entry) and receives every step.
-    Returns the smallest evaluated ρ that meets the targets and its noise variances (ρ = inf if none does
-    within :data:`RHO_SEARCH`).
+
+def _search_table(ev: _Evaluator, idx: list[int], target: pd.Series) -> pd.DataFrame:
+    """Every budget the search evaluated: the targeted coefficients' planned SEs and whether they meet the target."""
+    rows = []
+    for r in sorted(ev.done):
+        e = ev.done[r]
+        se = np.sqrt(e.sampling[idx] + e.noise[idx])
+        rows.append({"rho": r, **{k: v for k, v in zip(target.index, se)}, "reliable": e.reliable,
+                     "p_near_singular": e.near_singular, "meets": _meets(e, idx, target.to_numpy() ** 2)})
+    return pd.DataFrame(rows)
+
+
+def _meets(e: _Evaluation, idx: list[int], t2: np.ndarray) -> bool:
+    """The planned SEs are within their targets AND the planning fits are out of the unreliable regime (reliable
+    intervals, fewer than :data:`NEAR_SINGULAR_WARN` near-singular releases): there the SE does not describe the fit,
+    and a plan that ignored it would return a budget whose real fits report SEs many times the target."""
+    return bool(e.reliable and e.near_singular < NEAR_SINGULAR_WARN and np.all(e.sampling[idx] + e.noise[idx] <= t2))
+
+
+def _solve_rho(ev: _Evaluator, idx: list[int], t2: np.ndarray, rtol: float, max_steps: int = 12) -> float:
+    """Smallest total ρ whose planned SEs meet every target with reliable intervals (safeguarded secant in log ρ).
+
+    The evaluator holds the fit at ρ = 1 on entry and receives every step. Returns the smallest evaluated ρ that
+    meets the targets (:func:`_meets`; ρ = inf if none does within :data:`RHO_SEARCH`).
     """
-    room = t2 - v_samp[idx]  # the noise variance each target allows (> 0)
+    room = t2 - ev.done[1.0].sampling[idx]  # the noise variance each target allows (> 0)
 
-    def g(v_noise: np.ndarray) -> float:
+    def g(e: _Evaluation) -> float:
         """Largest log(noise variance / allowed noise variance) over the targets: <= 0 meets them all."""
-        return float(np.max(np.log(np.maximum(v_noise[idx], 1e-300) / room)))
+        return float(np.max(np.log(np.maximum(e.noise[idx], 1e-300) / room)))
 
-    def close(v_noise: np.ndarray) -> bool:
+    def close(e: _Evaluation) -> bool:
         """The binding target's noise variance uses all but a share of about 2·rtol of the room it has.
 
         (A criterion on the SE itself would stop far above the smallest budget when the sampling SE is
         most of the target: the SE is then nearly flat in ρ.)"""
-        return g(v_noise) >= 2.0 * math.log(1 - rtol)
+        return g(e) >= 2.0 * math.log(1 - rtol)
 
-    xs = {math.log(r): g(v) for r, v in evaluated.items()}
     x_min, x_max = math.log(RHO_SEARCH[0]), math.log(RHO_SEARCH[1])
     for _ in range(max_steps):
-        meet = [x for x, gx in xs.items() if gx <= 0]
-        miss = [x for x, gx in xs.items() if gx > 0]
+        xs = {math.log(r): g(e) for r, e in ev.done.items()}
+        ok = {math.log(r): _meets(e, idx, t2) for r, e in ev.done.items()}
+        meet = [x for x in xs if ok[x]]
+        miss = [x for x in xs if not ok[x]]
         hi, lo = (min(meet) if meet else None), (max(miss) if miss else None)
-        if hi is not None and (close(evaluated[math.exp(hi)]) or (lo is not None and hi - lo < math.log1p(rtol))):
+        if hi is not None and (close(ev.done[math.exp(hi)]) or (lo is not None and hi - lo < math.log1p(rtol))):
             break
         if hi is not None and lo is not None:  # regula falsi inside the bracket, bisection if it strays
-            x_new = lo - xs[lo] * (hi - lo) / (xs[hi] - xs[lo])
-            if not lo + 0.1 * (hi - lo) <= x_new <= hi - 0.1 * (hi - lo):
-                x_new = 0.5 * (lo + hi)
+            x_new = 0.5 * (lo + hi)
+            if xs[lo] > 0 and xs[hi] < xs[lo]:
+                x_new = lo - xs[lo] * (hi - lo) / (xs[hi] - xs[lo])
+                if not lo + 0.1 * (hi - lo) <= x_new <= hi - 0.1 * (hi - lo):
+                    x_new = 0.5 * (lo + hi)
+        elif hi is None and xs[lo] <= 0:  # within the targets but unreliable: a larger budget, four times larger
+            if lo >= x_max:
+                return math.inf
+            x_new = lo + math.log(4.0)
         else:  # one side only: a power law through the last two points (slope -1 with one point)
             last = sorted(xs)[:2] if lo is None else sorted(xs)[-2:]
             slope = -1.0
@@ -499,7 +724,7 @@ def _solve_rho(ev: _Evaluator, v_samp: np.ndarray, idx: list[int], t2: np.ndarra
             if hi is None:
                 x_new = min(max(x_new, x0 + step[0]), x0 + step[1])
                 if x0 >= x_max:
-                    return math.inf, evaluated[math.exp(x0)]
+                    return math.inf
             else:
                 x_new = max(min(x_new, x0 - step[0]), x0 - step[1])
                 if x0 <= x_min:
@@ -507,11 +732,6 @@ def _solve_rho(ev: _Evaluator, v_samp: np.ndarray, idx: list[int], t2: np.ndarra
         x_new = min(max(x_new, x_min), x_max)
         if any(abs(x_new - x) < 1e-9 for x in xs):
             break
-        r_new = math.exp(x_new)
-        _, evaluated[r_new] = ev.variances(r_new)
-        xs[x_new] = g(evaluated[r_new])
-    meet = [x for x, gx in xs.items() if gx <= 0]
-    if not meet:
-        return math.inf, evaluated[max(evaluated)]
-    r = math.exp(min(meet))
-    return r, evaluated[r]
+        ev.evaluate(math.exp(x_new))
+    meet = [r for r, e in ev.done.items() if _meets(e, idx, t2)]
+    return min(meet) if meet else math.inf
