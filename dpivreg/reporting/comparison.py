@@ -32,6 +32,7 @@ from dpivreg._validation import check_flag
 from dpivreg.errors import InferenceUnavailableError, PrivacyLeakWarning
 from dpivreg.reporting.release import FitRelease
 from dpivreg.reporting.results import DPIVResults, DPIVSummary
+from dpivreg.reporting.summary import Typeset, html_text, latex_text, math_label, power_of_ten
 from dpivreg.reporting.tables import format_number as _fmt
 
 __all__ = ["PRECISIONS", "DPIVComparison", "compare"]
@@ -39,6 +40,8 @@ __all__ = ["PRECISIONS", "DPIVComparison", "compare"]
 Precision = Literal["std_errors", "tstats", "pvalues"]
 PRECISIONS = ("std_errors", "tstats", "pvalues")
 _STAR_LEVELS = ((0.01, "***"), (0.05, "**"), (0.10, "*"))
+#: The HTML table's rule between the settings and the coefficients.
+_HTML_RULE = 'style="border-top: 1px solid"'
 
 
 def _as_named(results) -> dict[str, DPIVResults | FitRelease]:
@@ -190,18 +193,35 @@ class DPIVComparison:
             ("No. Observations", [str(res.nobs) if res.privacy.unit is None else f"~{res.nobs} (private)"
                                   for res in fits]),
             ("Cov. Est.", [res.cov_type if not _statistic(res, "bse").isna().all() else "none" for res in fits]),
-            ("Iterations T", [str(setting(res, "T")) if res.estimator == "DP-2S-GD" else "" for res in fits]),
-            ("rho (zCDP)", [_fmt(res.privacy.rho) for res in fits]),
-            ("epsilon", [f"{_fmt(res.epsilon)} (delta {res.delta:g})" for res in fits]),
+            (math_label("Iterations T"), [str(setting(res, "T")) if res.estimator == "DP-2S-GD" else ""
+                                          for res in fits]),
+            (math_label("rho (zCDP)"), [_fmt(res.privacy.rho) for res in fits]),
+            self._epsilon_row(),
             ("Private", ["yes" if res.is_private else "NO" for res in fits]),
             ("Noise sampler", [res.privacy.sampler for res in fits]),
         ]
         for res in self._benchmarks.values():
             d, bench = res.design, res.benchmark
             values = [d.dependent_name, "IV2SLS", ", ".join(d.instrument_names), "", str(bench.nobs), bench.cov_type,
-                      "", "NON-PRIVATE", "", "NO"]
-            rows = [(key, cells + [value]) for (key, cells), value in zip(rows, values)]
+                      "", "NON-PRIVATE", "", "NO", ""]
+            rows = [(key, cells + [value]) for (key, cells), value in zip(rows, values, strict=True)]
         return rows
+
+    def _epsilon_row(self) -> tuple[str, list[str]]:
+        """ε of each fit; the δ it is at in the label when the fits share one (a narrower table), else in each cell."""
+        fits = self._results.values()
+        deltas = {res.delta for res in fits}
+        if len(deltas) == 1:
+            delta = power_of_ten(deltas.pop())
+            label = Typeset(f"epsilon (delta {delta})", rf"$\varepsilon$ ($\delta$ = {delta.latex})",
+                            f"ε (δ = {delta.html})")
+            return label, [_fmt(res.epsilon) for res in fits]
+        cells = []
+        for res in fits:
+            eps, delta = _fmt(res.epsilon), power_of_ten(res.delta)
+            cells.append(Typeset(f"{eps} (delta {delta})", rf"{eps} ($\delta$ = {delta.latex})",
+                                 f"{eps} (δ = {delta.html})"))
+        return math_label("epsilon"), cells
 
     def _table(self) -> SimpleTable:
         below = {"std_errors": self.std_errors, "tstats": self.tstats, "pvalues": self.pvalues}[self._precision]
@@ -212,6 +232,7 @@ class DPIVComparison:
         for key, cells in self._info_rows():
             data.append(cells)
             stubs.append(key)
+        settings = len(data)
         for name in params.index:
             top, bottom = [], []
             for col in self._results:
@@ -226,7 +247,19 @@ class DPIVComparison:
             data += [top, bottom]
             stubs += [name, ""]
         title = "Model Comparison" + (" (NON-PRIVATE benchmark beside the fits)" if self._benchmarks else "")
-        return SimpleTable(data, headers=headers, stubs=stubs, title=title, txt_fmt=copy.deepcopy(fmt_params))
+        table = SimpleTable(data, headers=headers, stubs=stubs, title=title,
+                            txt_fmt={**copy.deepcopy(fmt_params), "settings_dec_below": "-"},
+                            ltx_fmt={"settings_dec_below": r"\midrule"}, csv_fmt={"settings_dec_below": None})
+        # a rule between the settings and the coefficients: below the last settings row (row 0 is the header) in
+        # text and LaTeX, above the first coefficient row in HTML (statsmodels draws no rule below an HTML row)
+        table[settings].dec_below = "settings_dec_below"
+        # the benchmark headers on lines of their own in LaTeX and HTML (statsmodels keeps only a header's text)
+        first = len(table[0]) - len(self._benchmarks)
+        for cell, label in zip(table[0][first:], self._benchmarks, strict=True):
+            cell.data = _stacked_header(label)
+        table[settings + 1].add_format("html", data_fmts=[f"<td {_HTML_RULE}>%s</td>"],
+                                       stub=f"<th {_HTML_RULE}>%s</th>")
+        return table
 
     def _notes(self) -> list[str]:
         what = {"std_errors": "private standard errors", "tstats": "z statistics",
@@ -248,9 +281,14 @@ class DPIVComparison:
 
     @property
     def summary(self) -> DPIVSummary:
-        """The table as a statsmodels ``Summary`` (``as_text``, ``as_latex``, ``as_html``, ``as_csv``)."""
+        r"""The table as a statsmodels ``Summary`` (``as_text``, ``as_latex``, ``as_html``, ``as_csv``).
+
+        A rule separates the settings from the coefficients. ``as_latex`` needs the packages ``booktabs``,
+        ``graphicx`` and ``amssymb``: it shrinks a table wider than the line to the line width (``\resizebox``), sets
+        the benchmark's headers on lines of their own, and ρ, ε, δ and T as mathematics."""
         smry = DPIVSummary()
         smry.non_private = bool(self._benchmarks)
+        smry.remedy = "compare(..., benchmark=False)"
         smry.tables.append(self._table())
         smry.add_extra_txt(self._notes())
         return smry
@@ -310,6 +348,15 @@ def compare(results, *, benchmark: bool = True, precision: Precision = "std_erro
                       "private; the notes list the leaks.", PrivacyLeakWarning, stacklevel=2)
     precision = spelled
     return DPIVComparison(named, benchmark=benchmark, precision=precision, stars=stars)
+
+
+def _stacked_header(label: str) -> Typeset:
+    """A benchmark column's header ("NON-PRIVATE IV2SLS (name)") on lines of its own in LaTeX and HTML: the column
+    is as narrow as its numbers."""
+    fit = label.removeprefix("NON-PRIVATE IV2SLS").strip()  # "(name)" when there are several benchmarks
+    lines = ["NON-PRIVATE", "IV2SLS"] + ([fit] if fit else [])
+    latex = r"\begin{tabular}[b]{@{}c@{}}" + r"\\".join(map(latex_text, lines)) + r"\end{tabular}"
+    return Typeset(label, latex, "<br/>".join(map(html_text, lines)))
 
 
 def _unit_label(unit) -> str:
