@@ -1,5 +1,5 @@
 """The layout of a comparison (issue 42, item 6): its LaTeX within the text width of the standard article, a rule
-between the settings and the coefficients, mathematics typeset.
+between the settings and the coefficients, mathematics typeset, and ``compare(...).plot()``.
 
 The fits are those of tests/test_publish.py (n = 1,500): three of one design and one of another, so that a
 4-fit comparison with the benchmark has six columns of numbers, two of them NON-PRIVATE.
@@ -8,13 +8,21 @@ The fits are those of tests/test_publish.py (n = 1,500): three of one design and
 from __future__ import annotations
 
 import re
+import sys
 import warnings
 
+import matplotlib
+import numpy as np
 import pytest
 from latex import ARTICLE, compile_latex, overfull_hboxes
+from matplotlib.container import ErrorbarContainer
+from scipy import stats
 from test_publish import BOUNDS, FIT, F, _frame
 
 from dpivreg import DPIV2SLS, PrivacyLeakWarning, compare
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
 #: The shrink-to-the-line wrapper of a table (graphicx's \resizebox), to typeset it at its natural width instead.
 SHRINK = re.compile(r"\\resizebox\{[^\n]*\}\{!\}\{%\n")
@@ -27,6 +35,13 @@ def four():
     return {"rho = 2.6": model.fit(**FIT), "rho = 0.5": model.fit(rho=0.5, bounds=BOUNDS, seed=4),
             "no w": DPIV2SLS.from_formula("y ~ 1 + [x ~ z]", frame).fit(rho=2.6, bounds=BOUNDS, seed=5),
             "rho = 10": model.fit(rho=10.0, bounds=BOUNDS, seed=6)}
+
+
+@pytest.fixture
+def figures():
+    """Closes the figures a test draws."""
+    yield
+    plt.close("all")
 
 
 def _latex(summary) -> str:
@@ -126,3 +141,100 @@ def test_names_are_text_not_mathematics(four, tmp_path):
     assert r"\textbf{rho}" in tex and r"\textbf{a\_1 \& 50\%}" in tex
     compile_latex(tex, tmp_path, "names", preamble=ARTICLE)
     assert "<th>a_1 &amp; 50%</th>" in table.summary.as_html()
+
+
+# ---------------------------------------------------------------------------------------- the plot
+def _bars(fig) -> dict[str, list[ErrorbarContainer]]:
+    return {ax.get_title(): [c for c in ax.containers if isinstance(c, ErrorbarContainer)] for ax in fig.axes}
+
+
+def _interval(container: ErrorbarContainer) -> tuple[float, float, float]:
+    """(estimate, lower, upper) of one drawn estimate."""
+    (segment,) = container.lines[2][0].get_segments()
+    return float(container.lines[0].get_xdata()[0]), float(segment[0, 0]), float(segment[1, 0])
+
+
+def _texts(fig) -> list[str]:
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    ticks = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
+    return [t.get_text() for legend in legends for t in legend.get_texts()] + ticks
+
+
+def test_the_plot_draws_each_estimate_and_its_private_interval(four, figures):
+    table = compare(four, benchmark=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)  # no benchmark: nothing to warn of
+        fig = table.plot()
+    assert isinstance(fig, matplotlib.figure.Figure)
+    bars = _bars(fig)
+    assert list(bars) == ["Intercept", "w", "x"]
+    assert [len(b) for b in bars.values()] == [4, 3, 4]  # "no w" has no w
+    for name, drawn in bars.items():
+        fits = [res for res in four.values() if name in res.params.index]
+        for container, res in zip(drawn, fits):
+            ci = res.conf_int(level=0.95)
+            np.testing.assert_allclose(_interval(container), (res.params[name], *ci.loc[name]), rtol=1e-12)
+    texts = _texts(fig)
+    assert "private estimate, 95% interval" in texts and not [t for t in texts if "NON-PRIVATE" in t]
+
+
+def test_the_benchmark_is_drawn_marked_non_private_and_warns(four, figures):
+    table = compare(four)
+    with pytest.warns(PrivacyLeakWarning, match="the plot holds the NON-PRIVATE IV2SLS benchmark") as caught:
+        fig = table.plot()
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    assert [len(b) for b in _bars(fig).values()] == [6, 4, 6]  # two benchmark designs; "no w"'s has no w
+    texts = _texts(fig)
+    assert "IV2SLS (NON-PRIVATE)" in texts and "NON-PRIVATE IV2SLS (no w)" in texts
+    estimate, lower, upper = _interval(_bars(fig)["x"][4])
+    bench = four["rho = 2.6"].benchmark
+    np.testing.assert_allclose((estimate, lower, upper), (bench.params["x"], *bench.conf_int(0.95).loc["x"]))
+    assert _bars(fig)["x"][4].lines[2][0].get_linestyle() != _bars(fig)["x"][0].lines[2][0].get_linestyle()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        public = table.plot(benchmark=False)  # the publishable picture of the validation table
+    assert not [t for t in _texts(public) if "NON-PRIVATE" in t]
+
+
+def test_the_level_sets_the_width_of_the_intervals(four, figures):
+    table = compare(four, benchmark=False)
+    wide, narrow = (_bars(table.plot(level=level, coefficients=["x"]))["x"] for level in (0.95, 0.5))
+    ratio = [(w[2] - w[1]) / (n[2] - n[1]) for w, n in zip(map(_interval, wide), map(_interval, narrow))]
+    np.testing.assert_allclose(ratio, stats.norm.ppf(0.975) / stats.norm.ppf(0.75), rtol=1e-10)
+    assert "private estimate, 50% interval" in _texts(table.plot(level=0.5))
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"level": 95}, ValueError, "level must lie in"),
+    ({"level": 0.0}, ValueError, "level must lie in"),
+    ({"coefficients": "educ"}, ValueError, r"unknown coefficient\(s\) 'educ': the comparison's coefficients are "
+                                           "'Intercept', 'w', 'x'"),
+    ({"coefficients": []}, ValueError, "coefficients is empty"),
+    ({"coefficients": ["x", "x"]}, ValueError, "twice"),
+    ({"coefficients": 3}, TypeError, "coefficients must be a name"),
+    ({"benchmark": "yes"}, TypeError, "benchmark must be True or False"),
+])
+def test_the_plot_refuses_bad_options_clearly(four, kwargs, error, match, figures):
+    with pytest.raises(error, match=match):
+        compare(four, benchmark=False).plot(**kwargs)
+
+
+def test_the_plot_takes_release_records_and_given_axes(four, figures):
+    record = four["rho = 0.5"].release()
+    table = compare({"record": record, "fit": four["rho = 2.6"]})
+    fig, axes = plt.subplots(1, 2)
+    with pytest.warns(PrivacyLeakWarning):
+        assert table.plot(ax=axes, coefficients=["x", "w"]) is fig
+    assert [ax.get_title() for ax in axes] == ["x", "w"]
+    np.testing.assert_allclose(_interval(_bars(fig)["x"][0]), (record.params["x"], *record.conf_int(0.95).loc["x"]))
+    with pytest.raises(ValueError, match="one Axes per coefficient plotted"):
+        table.plot(ax=axes[0], benchmark=False)
+    with pytest.raises(ValueError, match="none of the fits has a benchmark"):
+        compare([record], benchmark=False).plot(benchmark=True)
+
+
+def test_the_plot_without_matplotlib_names_the_extra(four, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ImportError, match=r"pip install dpivreg\[plot\]"):
+        compare(four, benchmark=False).plot()
