@@ -21,7 +21,7 @@ import copy
 import warnings
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
@@ -32,13 +32,21 @@ from dpivreg._validation import check_flag
 from dpivreg.errors import InferenceUnavailableError, PrivacyLeakWarning
 from dpivreg.reporting.release import FitRelease
 from dpivreg.reporting.results import DPIVResults, DPIVSummary
+from dpivreg.reporting.summary import Typeset, html_text, latex_text, math_label, power_of_ten
+from dpivreg.reporting.tables import check_level, warn_benchmark_export
 from dpivreg.reporting.tables import format_number as _fmt
+
+if TYPE_CHECKING:  # matplotlib is optional: imported by plot() when it draws
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = ["PRECISIONS", "DPIVComparison", "compare"]
 
 Precision = Literal["std_errors", "tstats", "pvalues"]
 PRECISIONS = ("std_errors", "tstats", "pvalues")
 _STAR_LEVELS = ((0.01, "***"), (0.05, "**"), (0.10, "*"))
+#: The HTML table's rule between the settings and the coefficients.
+_HTML_RULE = 'style="border-top: 1px solid"'
 
 
 def _as_named(results) -> dict[str, DPIVResults | FitRelease]:
@@ -81,7 +89,7 @@ class DPIVComparison:
     """Private fits side by side; build with :func:`compare`.
 
     Attributes are DataFrames indexed by regressor (the union, in order of first appearance) with one column
-    per fit; a regressor a fit does not have is NaN.
+    per fit; a regressor a fit does not have is NaN. :attr:`summary` is the table, :meth:`plot` the picture.
     """
 
     def __init__(self, results: dict[str, DPIVResults | FitRelease], *, benchmark: bool, precision: str,
@@ -137,11 +145,14 @@ class DPIVComparison:
         """The δ each fit reports ε at."""
         return pd.Series({name: res.delta for name, res in self._results.items()}, name="delta")
 
-    @cached_property
+    @property
     def _benchmarks(self) -> dict[str, DPIVResults]:
-        """One fit per distinct design with a benchmark: column label → that fit."""
-        if not self._benchmark:
-            return {}
+        """The benchmark columns the comparison shows (none with ``benchmark=False``): column label → fit."""
+        return self._benchmark_fits if self._benchmark else {}
+
+    @cached_property
+    def _benchmark_fits(self) -> dict[str, DPIVResults]:
+        """One fit per distinct design with a benchmark (the results, not the records): column label → that fit."""
         fits = {name: res for name, res in self._results.items() if isinstance(res, DPIVResults)}
         first: dict = {}
         for name, res in fits.items():
@@ -190,18 +201,35 @@ class DPIVComparison:
             ("No. Observations", [str(res.nobs) if res.privacy.unit is None else f"~{res.nobs} (private)"
                                   for res in fits]),
             ("Cov. Est.", [res.cov_type if not _statistic(res, "bse").isna().all() else "none" for res in fits]),
-            ("Iterations T", [str(setting(res, "T")) if res.estimator == "DP-2S-GD" else "" for res in fits]),
-            ("rho (zCDP)", [_fmt(res.privacy.rho) for res in fits]),
-            ("epsilon", [f"{_fmt(res.epsilon)} (delta {res.delta:g})" for res in fits]),
+            (math_label("Iterations T"), [str(setting(res, "T")) if res.estimator == "DP-2S-GD" else ""
+                                          for res in fits]),
+            (math_label("rho (zCDP)"), [_fmt(res.privacy.rho) for res in fits]),
+            self._epsilon_row(),
             ("Private", ["yes" if res.is_private else "NO" for res in fits]),
             ("Noise sampler", [res.privacy.sampler for res in fits]),
         ]
         for res in self._benchmarks.values():
             d, bench = res.design, res.benchmark
             values = [d.dependent_name, "IV2SLS", ", ".join(d.instrument_names), "", str(bench.nobs), bench.cov_type,
-                      "", "NON-PRIVATE", "", "NO"]
-            rows = [(key, cells + [value]) for (key, cells), value in zip(rows, values)]
+                      "", "NON-PRIVATE", "", "NO", ""]
+            rows = [(key, cells + [value]) for (key, cells), value in zip(rows, values, strict=True)]
         return rows
+
+    def _epsilon_row(self) -> tuple[str, list[str]]:
+        """ε of each fit; the δ it is at in the label when the fits share one (a narrower table), else in each cell."""
+        fits = self._results.values()
+        deltas = {res.delta for res in fits}
+        if len(deltas) == 1:
+            delta = power_of_ten(deltas.pop())
+            label = Typeset(f"epsilon (delta {delta})", rf"$\varepsilon$ ($\delta$ = {delta.latex})",
+                            f"ε (δ = {delta.html})")
+            return label, [_fmt(res.epsilon) for res in fits]
+        cells = []
+        for res in fits:
+            eps, delta = _fmt(res.epsilon), power_of_ten(res.delta)
+            cells.append(Typeset(f"{eps} (delta {delta})", rf"{eps} ($\delta$ = {delta.latex})",
+                                 f"{eps} (δ = {delta.html})"))
+        return math_label("epsilon"), cells
 
     def _table(self) -> SimpleTable:
         below = {"std_errors": self.std_errors, "tstats": self.tstats, "pvalues": self.pvalues}[self._precision]
@@ -212,6 +240,7 @@ class DPIVComparison:
         for key, cells in self._info_rows():
             data.append(cells)
             stubs.append(key)
+        settings = len(data)
         for name in params.index:
             top, bottom = [], []
             for col in self._results:
@@ -226,7 +255,19 @@ class DPIVComparison:
             data += [top, bottom]
             stubs += [name, ""]
         title = "Model Comparison" + (" (NON-PRIVATE benchmark beside the fits)" if self._benchmarks else "")
-        return SimpleTable(data, headers=headers, stubs=stubs, title=title, txt_fmt=copy.deepcopy(fmt_params))
+        table = SimpleTable(data, headers=headers, stubs=stubs, title=title,
+                            txt_fmt={**copy.deepcopy(fmt_params), "settings_dec_below": "-"},
+                            ltx_fmt={"settings_dec_below": r"\midrule"}, csv_fmt={"settings_dec_below": None})
+        # a rule between the settings and the coefficients: below the last settings row (row 0 is the header) in
+        # text and LaTeX, above the first coefficient row in HTML (statsmodels draws no rule below an HTML row)
+        table[settings].dec_below = "settings_dec_below"
+        # the benchmark headers on lines of their own in LaTeX and HTML (statsmodels keeps only a header's text)
+        first = len(table[0]) - len(self._benchmarks)
+        for cell, label in zip(table[0][first:], self._benchmarks, strict=True):
+            cell.data = _stacked_header(label)
+        table[settings + 1].add_format("html", data_fmts=[f"<td {_HTML_RULE}>%s</td>"],
+                                       stub=f"<th {_HTML_RULE}>%s</th>")
+        return table
 
     def _notes(self) -> list[str]:
         what = {"std_errors": "private standard errors", "tstats": "z statistics",
@@ -248,12 +289,129 @@ class DPIVComparison:
 
     @property
     def summary(self) -> DPIVSummary:
-        """The table as a statsmodels ``Summary`` (``as_text``, ``as_latex``, ``as_html``, ``as_csv``)."""
+        r"""The table as a statsmodels ``Summary`` (``as_text``, ``as_latex``, ``as_html``, ``as_csv``).
+
+        A rule separates the settings from the coefficients. ``as_latex`` needs the packages ``booktabs``,
+        ``graphicx`` and ``amssymb``: it shrinks a table wider than the line to the line width (``\resizebox``), sets
+        the benchmark's headers on lines of their own, and ρ, ε, δ and T as mathematics."""
         smry = DPIVSummary()
         smry.non_private = bool(self._benchmarks)
+        smry.remedy = "compare(..., benchmark=False)"
         smry.tables.append(self._table())
         smry.add_extra_txt(self._notes())
         return smry
+
+    # ------------------------------------------------------------------ the picture
+    def plot(self, *, level: float = 0.95, ax: Axes | Sequence[Axes] | None = None,
+             coefficients: str | Sequence[str] | None = None, benchmark: bool | None = None) -> Figure:
+        """A coefficient plot: each fit's private estimate and its private interval, a panel per coefficient.
+
+        The fits are the rows of each panel, in the table's order (a fit without inference shows its estimate
+        alone); each panel has its own scale, so that an intercept and a slope are both legible. With the
+        benchmark, each distinct design's IV2SLS estimate and interval follow below a thin line, drawn as hollow
+        grey squares with dashed intervals and labelled ``IV2SLS (NON-PRIVATE)`` in the legend, and the call
+        warns with a :class:`~dpivreg.PrivacyLeakWarning`, as the table's exports do. Needs matplotlib
+        (``pip install dpivreg[plot]``).
+
+        Parameters
+        ----------
+        level : float, default 0.95
+            Coverage of the intervals, in (0, 1): the private intervals are ``conf_int(level=level)`` of each fit
+            (normal approximation, including the privacy noise), the benchmark's its normal interval.
+        ax : matplotlib.axes.Axes or sequence of Axes, optional
+            Where to draw: one Axes per coefficient plotted. By default a new figure with up to three panels a
+            row.
+        coefficients : str or sequence of str, optional
+            The coefficients to plot, in this order (default: all, in the table's order).
+        benchmark : bool, optional
+            Draw the NON-PRIVATE IV2SLS benchmark; by default as the comparison does (``compare(...,
+            benchmark=...)``). ``False`` gives a publishable picture of a comparison made with the benchmark.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+            The figure drawn on (that of ``ax`` when given).
+
+        Raises
+        ------
+        ValueError
+            For a ``level`` outside (0, 1), a coefficient the comparison does not have, ``benchmark=True`` when
+            no fit has a benchmark (release records hold none), or a number of Axes that is not the number of
+            coefficients.
+        ImportError
+            Without matplotlib.
+
+        Examples
+        --------
+        >>> fits = {f"rho = {r}": model.fit(rho=r, bounds=LABSUP_BOUNDS) for r in (0.5, 2.6, 10)}  # doctest: +SKIP
+        >>> compare(fits, benchmark=False).plot(level=0.9).savefig("coefficients.pdf")  # doctest: +SKIP
+        """
+        level = check_level(level)
+        names = self._plot_names(coefficients)
+        show = self._benchmark if benchmark is None else check_flag(benchmark, "benchmark")
+        benchmarks = self._benchmark_fits if show else {}
+        if benchmark and not benchmarks:
+            raise ValueError("benchmark=True, but none of the fits has a benchmark: a release record (FitRelease) "
+                             "holds none; compare the fits' results (DPIVResults) to draw it.")
+        plt = _pyplot()
+        if ax is None:
+            columns = min(len(names), 3)
+            rows = -(-len(names) // columns)
+            height = 0.32 * (len(self._results) + len(benchmarks)) + 0.9
+            fig, grid = plt.subplots(rows, columns, sharey=True, squeeze=False, layout="constrained",
+                                     figsize=(1.8 + 2.8 * columns, height * rows + 0.5))
+            axes = list(grid.flat)
+            for unused in axes[len(names):]:
+                fig.delaxes(unused)
+        else:
+            axes = [ax] if not isinstance(ax, (Sequence, np.ndarray)) else list(np.ravel(ax))
+            if len(axes) != len(names):
+                raise ValueError(f"ax: give one Axes per coefficient plotted ({len(names)}), got {len(axes)}.")
+            fig = axes[0].figure
+        if benchmarks:
+            warn_benchmark_export("the plot", "plot(benchmark=False)", stacklevel=2)
+        lines = [(name, res.params, _private_interval(res, level), False) for name, res in self._results.items()]
+        lines += [(label, res.benchmark.params, res.benchmark.conf_int(level), True)
+                  for label, res in benchmarks.items()]
+        labels = [label + (" (no interval)" if ci.isna().all(axis=None) else "") for label, _, ci, _ in lines]
+        handles = {}
+        for panel, name in zip(axes, names):
+            handles.update(_draw_panel(panel, name, lines))
+            panel.set_yticks(range(len(lines)), labels)
+            for tick, (*_, nonprivate) in zip(panel.get_yticklabels(), lines):
+                tick.set_color(_BENCHMARK_STYLE["color"] if nonprivate else "black")
+            panel.set_ylim(len(lines) - 0.5, -0.5)  # the first fit on top
+            if benchmarks:
+                panel.axhline(len(self._results) - 0.5, color="0.8", linewidth=0.8)
+            panel.set_title(name)
+        legend = {False: f"private estimate, {100 * level:g}% interval", True: "IV2SLS (NON-PRIVATE)"}
+        kinds = sorted(handles)
+        if ax is None:
+            fig.legend([handles[k] for k in kinds], [legend[k] for k in kinds], loc="outside lower center",
+                       ncols=len(kinds), frameon=False)
+        else:
+            axes[0].legend([handles[k] for k in kinds], [legend[k] for k in kinds], fontsize="small")
+        return fig
+
+    def _plot_names(self, coefficients) -> list[str]:
+        """The coefficients to plot (all by default), checked against the comparison's."""
+        known = list(self.params.index)
+        if coefficients is None:
+            return known
+        if isinstance(coefficients, str):
+            coefficients = [coefficients]
+        elif not isinstance(coefficients, Sequence):
+            raise TypeError(f"coefficients must be a name or a list of names, got {type(coefficients).__name__}.")
+        chosen = list(coefficients)
+        if not chosen:
+            raise ValueError("coefficients is empty: name at least one, or leave it out to plot them all.")
+        unknown = [c for c in chosen if c not in known]
+        if unknown:
+            raise ValueError(f"unknown coefficient(s) {', '.join(map(repr, unknown))}: the comparison's coefficients "
+                             f"are {', '.join(map(repr, known))}.")
+        if len(set(chosen)) < len(chosen):
+            raise ValueError(f"coefficients names one twice: {chosen!r}.")
+        return chosen
 
     def __str__(self) -> str:
         return self.summary.as_text()
@@ -285,8 +443,8 @@ def compare(results, *, benchmark: bool = True, precision: Precision = "std_erro
     Returns
     -------
     DPIVComparison
-        ``summary`` (text, LaTeX, HTML), and ``params``, ``std_errors``, ``tstats``, ``pvalues``, ``nobs``,
-        ``rho``, ``epsilon`` as pandas objects.
+        ``summary`` (text, LaTeX, HTML), ``plot()`` (a coefficient plot), and ``params``, ``std_errors``,
+        ``tstats``, ``pvalues``, ``nobs``, ``rho``, ``epsilon`` as pandas objects.
 
     Examples
     --------
@@ -310,6 +468,59 @@ def compare(results, *, benchmark: bool = True, precision: Precision = "std_erro
                       "private; the notes list the leaks.", PrivacyLeakWarning, stacklevel=2)
     precision = spelled
     return DPIVComparison(named, benchmark=benchmark, precision=precision, stars=stars)
+
+
+#: How the plot draws a private estimate and a NON-PRIVATE benchmark.
+_PRIVATE_STYLE = {"fmt": "o", "color": "tab:blue", "elinewidth": 2.0, "capsize": 3, "markersize": 6}
+_BENCHMARK_STYLE = {"fmt": "s", "color": "0.35", "markerfacecolor": "white", "elinewidth": 1.2, "capsize": 3,
+                    "markersize": 6}
+
+
+def _pyplot():
+    """matplotlib.pyplot, or an ImportError that names the extra to install."""
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError("DPIVComparison.plot needs matplotlib, which is not installed; install it with "
+                          "`pip install dpivreg[plot]` (or `pip install matplotlib`).") from exc
+    return plt
+
+
+def _private_interval(res: DPIVResults | FitRelease, level: float) -> pd.DataFrame:
+    """A fit's private interval at ``level``; NaN for a fit that made no inference."""
+    try:
+        return res.conf_int(level=level)
+    except InferenceUnavailableError:
+        return pd.DataFrame({"lower": np.nan, "upper": np.nan}, index=res.params.index)
+
+
+def _draw_panel(panel: Axes, name: str, lines: list) -> dict:
+    """One coefficient's panel: an estimate (and its interval, when there is one) on each row of ``lines``
+    ``(label, params, intervals, nonprivate)``; a dotted line at zero when an interval reaches it. Returns a
+    drawn container of each kind (private, NON-PRIVATE), for the legend."""
+    drawn, ends = {}, []
+    for row, (_, params, ci, nonprivate) in enumerate(lines):
+        if name not in params.index or np.isnan(params[name]):
+            continue  # the fit does not have this coefficient
+        estimate, lower, upper = params[name], ci.loc[name, "lower"], ci.loc[name, "upper"]
+        xerr = None if np.isnan(lower) else [[estimate - lower], [upper - estimate]]
+        container = panel.errorbar([estimate], [row], xerr=xerr, **(_BENCHMARK_STYLE if nonprivate else _PRIVATE_STYLE))
+        if nonprivate and xerr is not None:
+            container.lines[2][0].set_linestyle("--")
+        drawn.setdefault(nonprivate, container)
+        ends += [estimate] if xerr is None else [lower, upper]
+    if ends and min(ends) <= 0 <= max(ends):
+        panel.axvline(0.0, color="0.6", linewidth=0.8, linestyle=":", zorder=0)
+    return drawn
+
+
+def _stacked_header(label: str) -> Typeset:
+    """A benchmark column's header ("NON-PRIVATE IV2SLS (name)") on lines of its own in LaTeX and HTML: the column
+    is as narrow as its numbers."""
+    fit = label.removeprefix("NON-PRIVATE IV2SLS").strip()  # "(name)" when there are several benchmarks
+    lines = ["NON-PRIVATE", "IV2SLS"] + ([fit] if fit else [])
+    latex = r"\begin{tabular}[b]{@{}c@{}}" + r"\\".join(map(latex_text, lines)) + r"\end{tabular}"
+    return Typeset(label, latex, "<br/>".join(map(html_text, lines)))
 
 
 def _unit_label(unit) -> str:

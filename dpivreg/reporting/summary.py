@@ -11,20 +11,21 @@ NON-PRIVATE. :class:`DPIVSummary` typesets the tables for ``as_text``, ``as_html
 from __future__ import annotations
 
 import copy
+import html
+import re
 import unicodedata
-import warnings
 
 import numpy as np
 from statsmodels.iolib.summary import Summary
 from statsmodels.iolib.table import SimpleTable
 from statsmodels.iolib.tableformatting import fmt_2cols, fmt_params
 
-from dpivreg.errors import PrivacyLeakWarning
 from dpivreg.estimation.moments import NOISE_FLOOR, means_at_bounds, unresolved_directions
 from dpivreg.estimation.working_scale import free_columns
-from dpivreg.reporting.tables import format_number
+from dpivreg.reporting.tables import format_number, warn_benchmark_export
 
-__all__ = ["DPIVSummary", "SummaryWriter", "WEAK_F"]
+__all__ = ["DPIVSummary", "SummaryWriter", "Typeset", "WEAK_F", "html_text", "latex_text", "math_label",
+           "power_of_ten"]
 
 #: First-stage F below which the summary warns of weak instruments (Staiger & Stock 1997's rule of thumb, the
 #: figure Stock & Yogo's tables are usually summarised by).
@@ -36,9 +37,11 @@ _fmt = format_number
 _SAMPLER_LABELS = {"secure": "secure", "seeded": "seeded", "mixed": "mixed",
                    "none": "none (no noise)"}
 
+#: Characters that LaTeX's text mode does not print as themselves (``<``, ``>`` and ``|`` print other glyphs in the
+#: default OT1 encoding).
 _LATEX_ESCAPES = str.maketrans({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                                 "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-                                "^": r"\textasciicircum{}"})
+                                "^": r"\textasciicircum{}", "<": r"$<$", ">": r"$>$", "|": r"$|$"})
 
 
 #: Non-ASCII symbols of the summary as LaTeX (math mode); ``\lesssim`` needs the ``amssymb`` package.
@@ -49,28 +52,159 @@ _LATEX_SYMBOLS = str.maketrans({"κ": r"$\kappa$", "Θ": r"$\Theta$", "β": r"$\
                                 "≲": r"$\lesssim$", "×": r"$\times$", "−": "-", "…": r"\ldots{}", "–": "--",
                                 "≈": r"$\approx$", "·": r"$\cdot$"})
 
+#: The formulas that the summaries' labels and notes print in plain text, as (LaTeX, HTML).
+_FORMULAS = {
+    "κ^(T/2)": (r"$\kappa^{T/2}$", "κ<sup>T/2</sup>"),
+    "Theta^(T)": (r"$\Theta^{(T)}$", "Θ<sup>(T)</sup>"),
+    "k^2 rho": (r"$k^{2}\rho$", "k<sup>2</sup>ρ"),
+    "κ_β, κ_Θ": (r"$\kappa_\beta$, $\kappa_\Theta$", "κ<sub>β</sub>, κ<sub>Θ</sub>"),
+    "T condition": (r"$T$ condition", "<i>T</i> condition"),
+    "n condition": (r"$n$ condition", "<i>n</i> condition"),
+    "T ≲ ρ1 n²/(p(√q+√τ)⁶)": (r"$T \lesssim \rho_1 n^{2}/(p(\sqrt{q}+\sqrt{\tau})^{6})$",
+                              "<i>T</i> ≲ ρ<sub>1</sub> <i>n</i>²/(<i>p</i>(√<i>q</i>+√τ)⁶)"),
+}
+_FORMULA = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, sorted(_FORMULAS, key=len, reverse=True))) + r")(?!\w)")
+
+#: The parameters that the summaries' own labels name in ASCII ("rho1 (zCDP):", "Iterations T"), as (LaTeX, HTML).
+_PARAMETERS = {"rho": (r"\rho", "ρ"), "epsilon": (r"\varepsilon", "ε"), "delta": (r"\delta", "δ"),
+               "eta": (r"\eta", "η"), "alpha": (r"\alpha", "α"), "gamma": (r"\gamma", "γ"), "T": ("T", "<i>T</i>")}
+_PARAMETER = re.compile(r"\b(rho|epsilon|delta|eta|alpha|gamma|T)(\d|_[a-z]+)?\b")
+
+#: The width a table is typeset at: its own, or the line's if it is wider (graphicx's ``\resizebox`` shrinks it).
+_FIT_WIDTH = "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%\n"
+_TABULAR = re.compile(r"\\begin\{tabular\}.*?\\end\{tabular\}", re.DOTALL)
+_HELD = re.compile("\ue000(\\d+)\ue001")
+
+
+class Typeset(str):
+    """Text of a summary table with its own LaTeX and HTML spellings (mathematics, a header on several lines).
+
+    The string itself is the plain text, which ``as_text`` and ``as_csv`` print; ``as_latex`` prints :attr:`latex`
+    and ``as_html`` :attr:`html` (both already escaped)."""
+
+    latex: str
+    html: str
+
+    def __new__(cls, text: str, latex: str, html: str) -> Typeset:
+        self = super().__new__(cls, text)
+        self.latex, self.html = latex, html
+        return self
+
+    def __getnewargs__(self) -> tuple[str, str, str]:
+        return str(self), self.latex, self.html
+
+
+def _formulas(text: str, plain, typeset: int) -> str:
+    """``text`` with each formula of :data:`_FORMULAS` in its spelling ``typeset`` (0 LaTeX, 1 HTML) and the rest
+    through ``plain``."""
+    out, last = [], 0
+    for found in _FORMULA.finditer(text):
+        out += [plain(text[last:found.start()]), _FORMULAS[found.group()][typeset]]
+        last = found.end()
+    return "".join(out + [plain(text[last:])])
+
+
+def latex_text(text: str) -> str:
+    """Text of a summary in LaTeX: special characters escaped, its formulas and Greek letters as mathematics."""
+    if isinstance(text, Typeset):
+        return text.latex
+    return _formulas(str(text), lambda part: part.translate(_LATEX_ESCAPES).translate(_LATEX_SYMBOLS), 0)
+
+
+def html_text(text: str) -> str:
+    """Text of a summary in HTML: ``<``, ``>`` and ``&`` escaped, its formulas with ``<sup>`` and ``<sub>``."""
+    if isinstance(text, Typeset):
+        return text.html
+    return _formulas(str(text), lambda part: html.escape(part, quote=False), 1)
+
+
+def math_label(text: str) -> Typeset:
+    """One of the summaries' own labels ("rho1 (zCDP):", "Iterations T") with the parameters it names as
+    mathematics (ρ₁, T) in LaTeX and HTML; the plain text is ``text``. Never for a user's names."""
+    latex, markup, last = [], [], 0
+    for found in _PARAMETER.finditer(text):
+        command, glyph = _PARAMETERS[found.group(1)]
+        index = (found.group(2) or "").lstrip("_")
+        latex += [latex_text(text[last:found.start()]),
+                  f"${command}" + (f"_{{{index}}}" if index.isdigit() else rf"_{{\mathrm{{{index}}}}}" if index
+                                   else "") + "$"]
+        markup += [html_text(text[last:found.start()]), glyph + (f"<sub>{index}</sub>" if index else "")]
+        last = found.end()
+    return Typeset(text, "".join(latex + [latex_text(text[last:])]), "".join(markup + [html_text(text[last:])]))
+
+
+def power_of_ten(value: float) -> Typeset:
+    """A number as ``f"{value:g}"`` prints it, with LaTeX and HTML spellings that write an exponent as a power of
+    ten (1e-05 as 10⁻⁵, 2.5e-06 as 2.5 × 10⁻⁶)."""
+    text = f"{value:g}"
+    mantissa, _, exponent = text.partition("e")
+    if not exponent:
+        return Typeset(text, text, text)
+    power = int(exponent)
+    if mantissa == "1":
+        return Typeset(text, f"$10^{{{power}}}$", f"10<sup>{power}</sup>".replace("-", "−"))
+    return Typeset(text, rf"${mantissa} \times 10^{{{power}}}$", f"{mantissa} × 10<sup>{power}</sup>".replace("-", "−"))
+
+
+def _with_cells(table: SimpleTable, render, output) -> str:
+    """``output(table)`` with each cell's text replaced by ``render(text)`` for the call; the table is left as it
+    was."""
+    cells = [cell for row in table for cell in row]
+    kept = [cell.data for cell in cells]
+    try:
+        for cell in cells:
+            if isinstance(cell.data, str):
+                cell.data = render(cell.data)
+        return output(table)
+    finally:
+        for cell, data in zip(cells, kept):
+            cell.data = data
+
+
+def latex_table(table: SimpleTable) -> str:
+    r"""A table as a centred ``tabular``, shrunk to the line width when it is wider (``\resizebox``, package
+    ``graphicx``), each cell through :func:`latex_text` (statsmodels escapes only some of them)."""
+    held: list[str] = []
+
+    def hold(text: str) -> str:  # statsmodels' own escaping would undo the LaTeX: it sees a placeholder
+        held.append(latex_text(text))
+        return f"\ue000{len(held) - 1}\ue001"
+
+    tabular = _with_cells(table, hold, lambda t: t.as_latex_tabular(center=False))
+    tabular = _TABULAR.sub(lambda found: _FIT_WIDTH + found.group() + "}", tabular)
+    return "\\begin{center}\n" + _HELD.sub(lambda found: held[int(found.group(1))], tabular) + "\n\\end{center}"
+
+
+def _ascii(latex: str) -> str:
+    """A character without a LaTeX spelling above (a user's column name, say): its Unicode name, in ASCII."""
+    return "".join(c if ord(c) < 128 else f"[{unicodedata.name(c, hex(ord(c)))}]" for c in latex)
+
 
 class DPIVSummary(Summary):
-    """A statsmodels ``Summary`` whose ``as_latex`` typesets each table on its own.
+    """A statsmodels ``Summary`` whose ``as_latex`` typesets each table on its own, within the line width.
 
     statsmodels merges all tables into one LaTeX tabular, which fails for tables of different
-    widths (our top block, parameter table and bound block). A summary that holds the NON-PRIVATE benchmark
+    widths (our top block, parameter table and bound block). Labels that are mathematics (:class:`Typeset`, and the
+    formulas of the notes) are typeset as such in LaTeX and HTML. A summary that holds the NON-PRIVATE benchmark
     (``non_private``) warns with a :class:`~dpivreg.PrivacyLeakWarning` when exported for a paper (``as_latex``,
     ``as_html``, ``as_csv``); printing it (``as_text``) is the data holder's validation view.
     """
 
     non_private = False
+    #: The call that leaves the benchmark out, for the warning.
+    remedy = "summary(benchmark=False)"
 
     def _warn_export(self, what: str) -> None:
         if self.non_private:
-            warnings.warn(f"the summary's {what} holds the NON-PRIVATE IV2SLS benchmark columns: computed from the raw "
-                          "data without noise; do not publish them (summary(benchmark=False) leaves them out).",
-                          PrivacyLeakWarning, stacklevel=3)
+            warn_benchmark_export(f"the summary's {what}", self.remedy, stacklevel=3)
 
     def as_html(self) -> str:
         """The tables and notes as HTML (a :class:`~dpivreg.PrivacyLeakWarning` if it holds the benchmark)."""
         self._warn_export("HTML")
-        return super().as_html()
+        tables = "\n".join(_with_cells(table, html_text, SimpleTable.as_html) for table in self.tables)
+        if self.extra_txt is None:
+            return tables
+        return tables + "<br/><br/>" + html_text(self.extra_txt).replace("\n", "<br/>")
 
     def as_csv(self) -> str:
         """The tables and notes as CSV (a :class:`~dpivreg.PrivacyLeakWarning` if it holds the benchmark)."""
@@ -78,19 +212,15 @@ class DPIVSummary(Summary):
         return super().as_csv()
 
     def as_latex(self) -> str:
-        r"""The tables as LaTeX ``tabular`` environments, then the notes, in ASCII: special characters
-        escaped and the summary's Greek letters and symbols as LaTeX math. Compiles with the packages
-        ``booktabs`` (the tables' rules) and ``amssymb`` (``\lesssim``). A
-        :class:`~dpivreg.PrivacyLeakWarning` if it holds the NON-PRIVATE benchmark."""
+        r"""The tables as LaTeX ``tabular`` environments, each centred and shrunk to the line width when it is
+        wider, then the notes; in ASCII, special characters escaped, the Greek letters, symbols and formulas as
+        LaTeX math. Compiles with the packages ``booktabs`` (the tables' rules), ``graphicx`` (``\resizebox``) and
+        ``amssymb`` (``\lesssim``). A :class:`~dpivreg.PrivacyLeakWarning` if it holds the NON-PRIVATE benchmark."""
         self._warn_export("LaTeX")
-        tables = "\n".join(table.as_latex_tabular() for table in self.tables).replace("^", r"\textasciicircum{}")
-        latex = tables
+        latex = "\n".join(latex_table(table) for table in self.tables)
         if self.extra_txt is not None:
-            latex += "\n\n" + self.extra_txt.translate(_LATEX_ESCAPES).replace("\n", " \\newline\n ")
-        latex = latex.translate(_LATEX_SYMBOLS)
-        # a character without a LaTeX spelling above (a user's column name, say): its Unicode name, in ASCII
-        return "".join(c if ord(c) < 128 else f"[{unicodedata.name(c, hex(ord(c)))}]" for c in latex)
-
+            latex += "\n\n" + latex_text(self.extra_txt).replace("\n", " \\newline\n ")
+        return _ascii(latex)
 
 
 def _percent(share: float) -> str:
@@ -119,11 +249,11 @@ _UNRESOLVED_REGRESSORS = (
 def _budget_rows(priv, delta: float) -> list[tuple[str, str]]:
     """The budget block's last lines: the total ρ spent, δ, ε by the three conversions and the noise sampler."""
     return [
-        ("Total rho (spent):", _fmt(priv.rho)),
-        ("delta:", f"{delta:g}"),
-        ("epsilon (exact Gauss.):", _fmt(priv.epsilon(delta))),
-        ("epsilon (CKS 2020):", _fmt(priv.epsilon(delta, "cks"))),
-        ("epsilon (paper formula):", _fmt(priv.epsilon(delta, "bun-steinke"))),
+        (math_label("Total rho (spent):"), _fmt(priv.rho)),
+        (math_label("delta:"), power_of_ten(delta)),
+        (math_label("epsilon (exact Gauss.):"), _fmt(priv.epsilon(delta))),
+        (math_label("epsilon (CKS 2020):"), _fmt(priv.epsilon(delta, "cks"))),
+        (math_label("epsilon (paper formula):"), _fmt(priv.epsilon(delta, "bun-steinke"))),
         ("Noise sampler:", _SAMPLER_LABELS[priv.sampler]),
     ]
 
@@ -134,7 +264,9 @@ def two_column_table(left: list[tuple[str, str]], right: list[tuple[str, str]], 
     left, right = left + [("", "")] * (rows - len(left)), right + [("", "")] * (rows - len(right))
     table = SimpleTable([[v] for _, v in left], txt_fmt=copy.deepcopy(fmt_2cols), title=title,
                         stubs=[k for k, _ in left])
-    table.extend_right(SimpleTable([[v] for _, v in right], stubs=["  " + k for k, _ in right]))
+    # the right column's labels indented in the text (a Typeset label keeps its LaTeX and HTML)
+    stubs = [Typeset("  " + k, k.latex, k.html) if isinstance(k, Typeset) else "  " + k for k, _ in right]
+    table.extend_right(SimpleTable([[v] for _, v in right], stubs=stubs))
     return table
 
 
@@ -238,32 +370,32 @@ class SummaryWriter:
         if s.method == "moments":
             left += [("Method:", "2SLS on released second moments"),
                      ("Preprocessing:", self._preprocess_label()), ("Bounds:", self._scaling_label())]
-            right = [("rho (zCDP, moments):", _fmt(priv.rho0))]
+            right = [(math_label("rho (zCDP, moments):"), _fmt(priv.rho0))]
             if priv.rho_of("rho_clip"):
-                right.append(("rho_clip (zCDP, clipping):", _fmt(priv.rho_of("rho_clip"))))
+                right.append((math_label("rho_clip (zCDP, clipping):"), _fmt(priv.rho_of("rho_clip"))))
         else:
             left += [
-                ("Iterations T:", f"{s.T} ({s.T_source})"),
+                (math_label("Iterations T:"), f"{s.T} ({s.T_source})"),
                 ("Method:", s.method),
                 ("Start:", {"moments": "warm (private moments)", "zero": "zero (the Algorithm)"}[s.init]),
                 ("Schedule:", s.schedule),
                 ("Preprocessing:", self._preprocess_label()),
-                ("Step size eta:", f"{_fmt(s.eta)} ({s.eta_source})"),
-                ("Step size alpha:", f"{_fmt(s.alpha)} ({s.alpha_source})"),
-                ("Clip gamma1, gamma2:", f"{_fmt(s.clip1)}, {_fmt(s.clip2)}"),
+                (math_label("Step size eta:"), f"{_fmt(s.eta)} ({s.eta_source})"),
+                (math_label("Step size alpha:"), f"{_fmt(s.alpha)} ({s.alpha_source})"),
+                (math_label("Clip gamma1, gamma2:"), f"{_fmt(s.clip1)}, {_fmt(s.clip2)}"),
                 ("Clip rule:", s.clip_source),
                 ("Bounds:", self._scaling_label()),
             ]
             right = [
                 ("Calibration:", s.calibration),
-                ("rho0 (zCDP, preprocessing):", _fmt(priv.rho0)),
-                ("rho_clip (zCDP, clipping):", _fmt(priv.rho_of("rho_clip"))),
-                ("rho1 (zCDP):", budget(s.rho1, priv.rho1)),
-                ("rho2 (zCDP):", budget(s.rho2, priv.rho2)),
+                (math_label("rho0 (zCDP, preprocessing):"), _fmt(priv.rho0)),
+                (math_label("rho_clip (zCDP, clipping):"), _fmt(priv.rho_of("rho_clip"))),
+                (math_label("rho1 (zCDP):"), budget(s.rho1, priv.rho1)),
+                (math_label("rho2 (zCDP):"), budget(s.rho2, priv.rho2)),
             ]
-        right.append(("rho_inf (zCDP, inference):", _fmt(priv.rho_of("rho_inf"))))
+        right.append((math_label("rho_inf (zCDP, inference):"), _fmt(priv.rho_of("rho_inf"))))
         if self.results._first_stage_meat is not None:
-            right.append(("rho_diag (zCDP, first-stage meat):", _fmt(priv.rho_of("rho_diag"))))
+            right.append((math_label("rho_diag (zCDP, first-stage meat):"), _fmt(priv.rho_of("rho_diag"))))
         right += _budget_rows(priv, self.results.delta)
         return left, right
 

@@ -23,7 +23,7 @@ from dpivreg._validation import check_flag
 from dpivreg.errors import PrivacyLeakWarning
 from dpivreg.privacy.accounting import PrivacyBudget
 
-__all__ = ["PrivateTable", "check_level", "format_number", "size_text"]
+__all__ = ["PrivateTable", "check_level", "format_number", "size_text", "warn_benchmark_export"]
 
 
 def check_level(level) -> float:
@@ -31,6 +31,14 @@ def check_level(level) -> float:
     if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), e.g. 0.95 for 95% intervals; got {level!r}.")
     return float(level)
+
+
+def warn_benchmark_export(what: str, remedy: str, *, stacklevel: int) -> None:
+    """The :class:`~dpivreg.PrivacyLeakWarning` of an export that holds the NON-PRIVATE IV2SLS benchmark: ``what``
+    names the export, ``remedy`` the call that leaves the benchmark out; ``stacklevel`` as ``warnings.warn``'s, counted
+    from the function that calls this one."""
+    warnings.warn(f"{what} holds the NON-PRIVATE IV2SLS benchmark: computed from the raw data without noise; do not "
+                  f"publish it ({remedy} leaves it out).", PrivacyLeakWarning, stacklevel=stacklevel + 1)
 
 
 def _called_by_statsmodels() -> bool:
@@ -187,9 +195,7 @@ class PrivateTable:
     def _warn_unpublishable(self, what: str, benchmark: bool, stacklevel: int) -> None:
         """A PrivacyLeakWarning when an export carries NON-PRIVATE numbers or the fit leaked."""
         if benchmark:
-            warnings.warn(f"{what} holds the NON-PRIVATE IV2SLS benchmark columns: computed from the raw data "
-                          "without noise; do not publish them (benchmark=False leaves them out).",
-                          PrivacyLeakWarning, stacklevel=stacklevel + 1)
+            warn_benchmark_export(what, "benchmark=False", stacklevel=stacklevel + 1)
         if self.leaks:
             warnings.warn(f"{what} is of a fit with privacy leaks: " + " ".join(self.leaks), PrivacyLeakWarning,
                           stacklevel=stacklevel + 1)
