@@ -379,3 +379,14 @@ def test_curve_and_plot(base):
         base.plot(coefficients="q")
     with pytest.raises(ValueError, match="rhos"):
         base.curve([-1.0])
+
+
+def test_with_error_sd_the_outcome_keeps_its_guessed_mean():
+    """With error_sd the outcome's latent normal sets only its centre; the worst-case SD (for a plan without any
+    outcome guess) must not move it (an outcome at mean 2.4 in (-10, 14) was drawn around the wrong centre)."""
+    bounds = {"y": (-10.0, 14.0), "w": (-5.0, 15.0), "x": (-3.0, 7.0), "z": (-4.0, 4.0)}
+    pop = synthetic_population(FORMULA, bounds=bounds, means={"y": 2.4, "w": 5.0, "x": 2.1},
+                               sds={"w": 2.0, "x": 1.0}, coef={"x": -1.0, "w": 0.3}, error_sd=1.5,
+                               first_stage_r2=0.05, corr={("w", "x"): 0.0})
+    y = pop.draw(50_000, seed=1)["y"]
+    assert abs(y.mean() - 2.4) < 0.05 and y.between(-10, 14).all() and y.std() < 3.0

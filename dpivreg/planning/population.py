@@ -444,6 +444,13 @@ def synthetic_population(
                                  "in a plan; a binary outcome or endogenous regressor is planned as a continuous "
                                  "one (leave it out of binary).")
             is_binary[v] = False
+    if error_sd is not None:
+        if dep in sds_in:
+            raise ValueError(f"give error_sd or sds[{dep!r}], not both: with error_sd the outcome's SD follows "
+                             "from the coefficients and the error.")
+        error_sd = as_real(error_sd, "error_sd", "a positive number")
+        if not (math.isfinite(error_sd) and error_sd > 0):
+            raise ValueError(f"error_sd must be a finite number > 0, got {error_sd!r}.")
     _require_regressor_guesses([*exog, *endog], is_binary, means_in, sds_in)
     mean_of, sd_of, latent = {}, {}, {}
     for v in variables:
@@ -457,7 +464,12 @@ def synthetic_population(
                                  "give its mean (the share of ones) only.")
             s = math.sqrt(m * (1 - m))
         else:
-            default = WORST_CASE_SHARE * math.sqrt((m - lo) * (hi - m)) if v == dep else (hi - lo) / 6.0
+            default = (hi - lo) / 6.0
+            if v == dep:
+                largest = WORST_CASE_SHARE * math.sqrt((m - lo) * (hi - m))
+                # with error_sd the outcome's SD follows from the coefficients and the error when drawn, and its
+                # latent normal sets only its centre: take the error's SD for it, not the worst case
+                default = largest if error_sd is None else min(error_sd, largest)
             s = as_real(sds_in.get(v, default), f"sds[{v!r}]", "a positive number")
             if not (math.isfinite(s) and s > 0):
                 raise ValueError(f"sds[{v!r}] must be a finite number > 0, got {s!r}.")
@@ -487,13 +499,6 @@ def synthetic_population(
     if not abs(endogeneity) < 1 / math.sqrt(len(endog)):
         raise ValueError(f"endogeneity must lie strictly between ±{1 / math.sqrt(len(endog)):.4g} (the error's "
                          f"correlation with each of {len(endog)} first-stage errors), got {endogeneity!r}.")
-    if error_sd is not None:
-        if dep in sds_in:
-            raise ValueError(f"give error_sd or sds[{dep!r}], not both: with error_sd the outcome's SD follows "
-                             "from the coefficients and the error.")
-        error_sd = as_real(error_sd, "error_sd", "a positive number")
-        if not (math.isfinite(error_sd) and error_sd > 0):
-            raise ValueError(f"error_sd must be a finite number > 0, got {error_sd!r}.")
     coef_of = {v: as_real(coef_in.get(v, 0.0), f"coef[{v!r}]", "a number") for v in (*exog, *endog)}
     corr_of = _check_corr(corr, exog, endog, is_binary)
     weights_of = _first_stage_weights(first_stage_weights, endog, instruments)
