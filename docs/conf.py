@@ -27,6 +27,12 @@ extensions = [
     "numpydoc",
 ]
 
+# The paper every page discusses, linked once here: a page cites it as `the paper`_ (or with its own text,
+# `arXiv:2509.22794 <the paper_>`_) at its first mention. A link in the page, not a fetch: the build stays offline.
+rst_epilog = """
+.. _the paper: https://arxiv.org/abs/2509.22794
+"""
+
 # No network access at build time: no intersphinx.
 templates_path: list[str] = []
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
