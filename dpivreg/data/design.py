@@ -292,7 +292,7 @@ class IVDesign(BoundaryFacts, _DesignNames):
         return state
 
     def __setstate__(self, state: dict) -> None:
-        """Unpickle, also a design pickled before the blocks moved to ``_blocks`` (dpivreg 0.1)."""
+        """Unpickle, also a design pickled with its blocks as attributes of their own (not in ``_blocks``)."""
         state = dict(state)
         state.setdefault("_blocks", {name: state.pop(name) for name in _BLOCKS if name in state})
         self.__dict__.update(state)
