@@ -211,7 +211,7 @@ class IVDesign(BoundaryFacts, _DesignNames):
     derived: Mapping[tuple[str, int], DerivedColumn] | None = field(default=None, repr=False)
 
     # By identity, as the docstring says (eq=False alone would inherit BoundaryFacts' comparison of the facts, and
-    # two designs of different data compared equal; found by review).
+    # two designs of different data would compare equal).
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
@@ -375,7 +375,7 @@ class IVDesign(BoundaryFacts, _DesignNames):
 
 def _block_property(name: str) -> property:
     """``IVDesign.<name>``: the block with float64 columns. A column held as uint8 (0/1 values) is widened in a new
-    frame (arithmetic on uint8 wraps around, 0 − 1 = 255; found by review), and derived columns are computed into
+    frame (arithmetic on uint8 wraps around, 0 − 1 = 255), and derived columns are computed into
     it at each read (:meth:`IVDesign._held`); a block with neither is the block."""
 
     def read(design: IVDesign) -> pd.DataFrame:
