@@ -27,6 +27,12 @@ extensions = [
     "numpydoc",
 ]
 
+# The paper every page discusses, linked once here: a page cites it as `the paper`_ (or with its own text,
+# `arXiv:2509.22794 <the paper_>`_) at its first mention. A link in the page, not a fetch: the build stays offline.
+rst_epilog = """
+.. _the paper: https://arxiv.org/abs/2509.22794
+"""
+
 # No network access at build time: no intersphinx.
 templates_path: list[str] = []
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
@@ -104,6 +110,7 @@ def _inline_csv(path: str, options: list[str]) -> list[str]:
 
 
 def _generated_content(app, docname, source):
+    _quoted_output(app, docname, source)
     if docname not in _GENERATED_DOCS:
         return
     require = os.environ.get("DPIVREG_DOCS_REQUIRE_GENERATED") == "1"
@@ -149,6 +156,29 @@ def _generated_content(app, docname, source):
             ])
         out.extend(reversed(trailing))
     source[0] = "\n".join(out)
+
+
+# -- quoted output, generated -------------------------------------------------------------
+# A warning, an error, a summary's lines or a fit's cautions that a page quotes are not copied into the page: the
+# page says ``.. dpivreg-output:: <name>`` and the hook above replaces that line by what the code prints now, from
+# the scenarios of docs/_quoted.py (a scenario that stops producing its quote stops the build). Such a page is read
+# again whenever a module of the package changes, so an incremental build does not keep an old message either.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _quoted  # noqa: E402
+
+
+def _package_modules() -> list[str]:
+    root = os.path.dirname(os.path.abspath(dpivreg.__file__))
+    return sorted(os.path.join(folder, name) for folder, _, names in os.walk(root)
+                  for name in names if name.endswith(".py"))
+
+
+def _quoted_output(app, docname, source):
+    text, names = _quoted.expand(source[0])
+    if names:
+        for path in _package_modules():
+            app.env.note_dependency(path)
+        source[0] = text
 
 
 # -- wide tables scroll ------------------------------------------------------------------

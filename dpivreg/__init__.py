@@ -69,6 +69,6 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """0.1's module paths as attributes (``dpivreg.theory`` after ``import dpivreg``), deprecated: see
+    """The deprecated flat module paths as attributes (``dpivreg.theory`` after ``import dpivreg``): see
     :mod:`dpivreg._aliases`."""
     return _aliases.moved_attribute(name)

@@ -1,9 +1,9 @@
-"""dpivreg 0.1's flat module paths, kept for one release: ``import dpivreg.design`` gives :mod:`dpivreg.data.design`
-itself (the same module object, so classes and functions are the same objects) with a ``DeprecationWarning`` that
-names the new path. A module that was split (``dpivreg.design``, ``dpivreg.theory``, ``dpivreg.units``, …) or whose
-warnings moved to :mod:`dpivreg.errors` has an alias that looks names up in each of its parts in turn.
-``dpivreg.privacy``, ``dpivreg.inference`` and ``dpivreg.planning`` are packages now and export their former
-modules' public names themselves (the simulation names of ``dpivreg.inference`` with a ``DeprecationWarning``: the
+"""The deprecated flat module paths: ``import dpivreg.design`` gives :mod:`dpivreg.data.design` itself (the same
+module object, so classes and functions are the same objects) with a ``DeprecationWarning`` that names the module to
+import instead. A flat path whose names live in several modules (``dpivreg.design``, ``dpivreg.theory``,
+``dpivreg.units``, …, or in :mod:`dpivreg.errors` for their warnings) has an alias that looks names up in each of
+them in turn. ``dpivreg.privacy``, ``dpivreg.inference`` and ``dpivreg.planning`` are packages that export their
+modules' public names themselves (the simulation names in ``dpivreg.inference`` with a ``DeprecationWarning``: the
 simulation is in :mod:`dpivreg.estimation.simulation`).
 """
 
@@ -16,7 +16,7 @@ import sys
 import types
 import warnings
 
-#: Former module (under ``dpivreg.``) -> its module now.
+#: Deprecated flat module (under ``dpivreg.``) -> the module, or the modules, that hold its names.
 MOVED = {
     "validation": "dpivreg._validation",
     "mechanisms": "dpivreg.privacy.mechanisms",
@@ -64,7 +64,7 @@ class _SplitModule(types.ModuleType):
 
     def __setattr__(self, attr: str, value) -> None:
         """A name one of the parts holds is set there (``dpivreg.engine.PROGRESS_SECONDS = 0`` reaches
-        :mod:`dpivreg.progress`, as in 0.1); anything else on the alias itself."""
+        :mod:`dpivreg.progress`); anything else on the alias itself."""
         if not attr.startswith("__") and attr != "_parts":
             for part in self._parts:
                 if hasattr(part, attr):
@@ -77,7 +77,7 @@ class _SplitModule(types.ModuleType):
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``dpivreg.<former module>`` and loads it as the module it moved to (see :data:`MOVED`)."""
+    """Finds ``dpivreg.<flat module>`` and loads it as the module that holds its names (see :data:`MOVED`)."""
 
     def __init__(self) -> None:
         self._original_specs: dict[int, object] = {}
@@ -92,8 +92,8 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         target = MOVED[spec.name.partition(".")[2]]
         targets = (target,) if isinstance(target, str) else target
         new = " and ".join(targets)
-        warnings.warn(f"{spec.name} moved to {new} in dpivreg 0.2; the old path is an alias for this release only: "
-                      f"import {new} instead.", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"{spec.name} is a deprecated alias of {new}: import {new} instead.", DeprecationWarning,
+                      stacklevel=2)
         if len(targets) > 1:
             return _SplitModule(spec.name, [importlib.import_module(part) for part in targets])
         module = importlib.import_module(target)
@@ -111,8 +111,8 @@ def install() -> None:
 
 
 def moved_attribute(name: str):
-    """``dpivreg.<former module>`` as an attribute of the package (0.1 reached ``dpivreg.theory`` after ``import
-    dpivreg``): imported through the finder, so it warns as ``import dpivreg.theory`` does."""
+    """``dpivreg.<flat module>`` as an attribute of the package (``dpivreg.theory`` after ``import dpivreg``):
+    imported through the finder, so it warns as ``import dpivreg.theory`` does."""
     if name not in MOVED:
         raise AttributeError(f"module 'dpivreg' has no attribute {name!r}")
     return importlib.import_module(f"dpivreg.{name}")

@@ -282,7 +282,10 @@ Parameters
 rho1, rho2 : float
     zCDP budgets of the first stage (Θ path) and the second stage (β path), > 0.
     ``numpy.inf`` means no noise in that stage: the fit is then NOT private. Give both, or
-    ``rho`` instead.
+    ``rho`` instead. They are not the fit's total: the fit's other releases (``rho0``, ``rho_clip``,
+    ``rho_inf`` below) get their default shares of rho1 + rho2 on top, 0.3·(rho1 + rho2) at row level, so
+    ``rho1=1, rho2=1`` spends ρ = 2.6 in total (``res.privacy.rho``; more with a privacy unit, see ``rho0``).
+    ``rho=`` or ``epsilon=`` with ``delta=`` set the total instead.
 T : int, optional
     Number of iterations. Default, from the warm start with the adaptive clipping and finite
     budgets: the shortest of the candidates 3, 4, 6, 8 and 12 whose simulated privacy-noise error of

@@ -237,7 +237,7 @@ def test_moved_modules_warn_and_are_the_new_modules():
         saved = sys.modules.pop(name, None)
         try:
             first = new if isinstance(new, str) else new[0]
-            with pytest.warns(DeprecationWarning, match=rf"{name} moved to {first}"):
+            with pytest.warns(DeprecationWarning, match=rf"{name} is a deprecated alias of {first}"):
                 alias = importlib.import_module(name)
         finally:
             sys.modules.pop(name, None)
@@ -261,7 +261,7 @@ def test_old_module_paths_as_package_attributes_and_assignments_through_them():
 
     saved_module, saved_attribute = sys.modules.pop("dpivreg.theory", None), vars(dpivreg).pop("theory", None)
     try:  # as in a fresh interpreter: not imported yet, so the package's __getattr__ is asked
-        with pytest.warns(DeprecationWarning, match="dpivreg.theory moved to"):
+        with pytest.warns(DeprecationWarning, match="dpivreg.theory is a deprecated alias of"):
             assert dpivreg.theory.plan is dpivreg.plan
     finally:
         if saved_module is not None:
@@ -309,7 +309,7 @@ def test_the_simulation_names_of_0_1_inference_warn():
 def _newcomer_table() -> list[tuple[str, str, str]]:
     """(question, file, name) rows of docs/architecture.rst's "A newcomer's questions" table."""
     text = ARCHITECTURE.read_text(encoding="utf-8")
-    table = text.split("A newcomer's questions", 1)[1].split("\nMoved in 0.2", 1)[0]
+    table = text.split("A newcomer's questions", 1)[1].split("\nDeprecated flat module paths", 1)[0]
     rows = re.findall(r"\* - (.+?)\n\s+- ``(.+?)``\n\s+- ``(.+?)``", table)
     return [row for row in rows if row[0] != "question"]
 

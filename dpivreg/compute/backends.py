@@ -438,7 +438,7 @@ class _PlacedBlocks:
     On a 2-worker LocalCluster a pass over 10⁷ rows in 50 blocks took 0.30 s this way against 0.44 s with one
     task per block (the threaded scheduler: 0.23 s; ``benchmarks/cluster_pass.py``): the scheduler's cost per
     task, not the kernels, made the difference. That cost is about 5 ms a task on a 2-core machine (8 tasks
-    that do nothing: 38–45 ms a pass), so a worker's blocks are one task, not one per 8 blocks as before.
+    that do nothing: 38–45 ms a pass), so a worker's blocks are one task, not one per 8 blocks.
     """
 
     def __init__(self, client, blocks: list[tuple], groups: list[tuple[str, list[int]]], endog_from: int) -> None:
@@ -497,7 +497,7 @@ def balanced_owners(owners: list[str], rows: list[int], threads: dict[str, int])
     Persisted blocks are rarely spread evenly (a 10-block array on a 2-worker LocalCluster was held 7/3 and
     4/6), and a pass waits for its busiest worker. A moved block is fetched by the first pass that runs on its
     new worker; the cluster's active memory manager then drops one of the two replicas, the one on the worker
-    with more memory, usually the old one (otherwise a later pass fetches the block again, at most once per
+    with more memory, usually the one it moved from (otherwise a later pass fetches the block again, at most once per
     run of the memory manager, every 2 s by default).
 
     Parameters

@@ -147,7 +147,7 @@ def unrolled_kernel(q: int, p_endog: int, width: int, k_lead: int, grouped: bool
     directory = kernel_cache_directory()
     try:
         path = _written_source(directory or _process_directory(), name, source)
-    except (OSError, UnicodeError):  # found by review: a bad cache file must not stop a fit
+    except (OSError, UnicodeError):  # a bad cache file must not stop a fit
         path = _written_source(_process_directory(), name, source)
     spec = importlib.util.spec_from_file_location(f"dpivreg_generated_{name}", path)
     module = importlib.util.module_from_spec(spec)

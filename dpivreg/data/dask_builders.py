@@ -71,7 +71,7 @@ class _FormulaicBuilder:
     def check_levels(self, data: pd.DataFrame) -> None:
         """Raise, as the pandas design does, for a value of ``data`` outside the levels of a category that reads it
         (``self.levels``: block, block formula, column, levels); formulaic would code it as the reference level,
-        silently (found by review). The values are compared directly: formulaic's warning of them cannot be read
+        silently. The values are compared directly: formulaic's warning of them cannot be read
         reliably in a partition's thread (the warnings filters are the process's)."""
         for block, text, column, levels in self.levels:
             present = pd.unique(data[column].dropna())
@@ -86,8 +86,8 @@ class _FormulaicBuilder:
     def _categories_as_levels(self, data: pd.DataFrame) -> pd.DataFrame:
         """``data`` with each category column whose categories differ from a factor's declared levels given those
         levels (its values lie in them, :meth:`check_levels`): the same coding, without the deprecation warning
-        pandas gives formulaic for categories outside the levels in every partition (found by review; the pandas
-        design drops that warning, which a partition's thread cannot catch safely). A column read with two sets of
+        pandas gives formulaic for categories outside the levels in every partition (the pandas design drops that
+        warning, which a partition's thread cannot catch safely). A column read with two sets of
         levels is left as it is."""
         wanted: dict[Hashable, tuple] = {}
         for _, _, column, levels in self.levels:
@@ -275,7 +275,7 @@ def _formulaic_builder(sample: pd.DataFrame, parts: _FormulaParts, context: Mapp
 @contextlib.contextmanager
 def _quiet_sample():
     """Building on the synthetic sample (in the caller's thread): its made-up values may lie outside a category's
-    declared levels, which formulaic and pandas warn of (found by review: a pandas deprecation leaked to users)."""
+    declared levels, which formulaic and pandas warn of (a pandas deprecation warning users should not see)."""
     from formulaic.errors import DataMismatchWarning  # noqa: PLC0415
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):

@@ -20,7 +20,7 @@ replays, :mod:`dpivreg.data.formula_replay`):
   table's rows at the block's category codes.
 
 :func:`derived_terms` offers a recipe only when it reproduces formulaic's matrix on the rows formulaic built
-(the design's first rows) bit for bit; every other term is built and held as before. The recipe keeps the data's
+(the design's first rows) bit for bit; every other term is built by formulaic and held. The recipe keeps the data's
 columns through a pandas lazy copy (copy-on-write), so a later write into the caller's frame copies *their*
 column and leaves the design's values as they were. Writes into a NumPy array that the caller's frame itself
 views bypass pandas and reach the recipe, as they reach the shared plain columns

@@ -211,7 +211,7 @@ class IVDesign(BoundaryFacts, _DesignNames):
     derived: Mapping[tuple[str, int], DerivedColumn] | None = field(default=None, repr=False)
 
     # By identity, as the docstring says (eq=False alone would inherit BoundaryFacts' comparison of the facts, and
-    # two designs of different data compared equal; found by review).
+    # two designs of different data would compare equal).
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
@@ -292,7 +292,7 @@ class IVDesign(BoundaryFacts, _DesignNames):
         return state
 
     def __setstate__(self, state: dict) -> None:
-        """Unpickle, also a design pickled before the blocks moved to ``_blocks`` (dpivreg 0.1)."""
+        """Unpickle, also a design pickled with its blocks as attributes of their own (not in ``_blocks``)."""
         state = dict(state)
         state.setdefault("_blocks", {name: state.pop(name) for name in _BLOCKS if name in state})
         self.__dict__.update(state)
@@ -375,7 +375,7 @@ class IVDesign(BoundaryFacts, _DesignNames):
 
 def _block_property(name: str) -> property:
     """``IVDesign.<name>``: the block with float64 columns. A column held as uint8 (0/1 values) is widened in a new
-    frame (arithmetic on uint8 wraps around, 0 − 1 = 255; found by review), and derived columns are computed into
+    frame (arithmetic on uint8 wraps around, 0 − 1 = 255), and derived columns are computed into
     it at each read (:meth:`IVDesign._held`); a block with neither is the block."""
 
     def read(design: IVDesign) -> pd.DataFrame:

@@ -265,8 +265,8 @@ def _levels_problem(expression: str, data: pd.DataFrame, context: Mapping[str, A
 
 def given_levels(node: ast.expr, context: Mapping[str, Any]) -> bool:
     """Whether ``C(..., levels=<node>)`` gives its levels: not ``None``, as written or as the value of the expression in
-    ``context`` (found by review: ``levels=L`` with ``L = None`` reads the
-    levels from the rows; so does ``levels=F(L)`` returning None). An expression that cannot be evaluated in
+    ``context`` (``levels=L`` with ``L = None`` reads the levels from the rows; so does ``levels=F(L)`` returning
+    None). An expression that cannot be evaluated in
     ``context`` (it reads a column: checked elsewhere) is taken as given."""
     if isinstance(node, ast.Constant):
         return node.value is not None

@@ -3,9 +3,9 @@ privacy-noise part and the assembled standard errors (:mod:`~dpivreg.inference.p
 (:mod:`~dpivreg.inference.diagnostics`) and the Anderson–Rubin set (:mod:`~dpivreg.inference.anderson_rubin`).
 
 The names of :mod:`~dpivreg.inference.private` are importable from here as well. Imports the estimation stage and
-below, never reporting or the model. The privacy-noise simulation that 0.1's ``dpivreg.inference`` held
-(``simulate_fit``, ``simulation_kernel``, …) is in :mod:`dpivreg.estimation.simulation` (the estimator's T and
-estimator choices use it too); its names still resolve here for one release, with a ``DeprecationWarning``.
+below, never reporting or the model. The privacy-noise simulation (``simulate_fit``, ``simulation_kernel``, …) is
+in :mod:`dpivreg.estimation.simulation` (the estimator's T and estimator choices use it too); its names resolve here
+as deprecated aliases, with a ``DeprecationWarning``.
 """
 
 import warnings
@@ -25,14 +25,14 @@ from dpivreg.inference.private import (
 
 __all__ = ["MAX_BIAS_SE", "MC_TOLERANCE", "MIN_REPLICATIONS", "PrivateInference", "moment_inference",
            "noise_covariance", "private_inference", "residual_variance_release", "sampling_release",
-           # deprecated here (module __getattr__ below): 0.1's names of the simulation
+           # deprecated here (module __getattr__ below): the names of the simulation
            *_simulation.__all__]
 
 
 def __getattr__(name: str):
-    """0.1's names of the noise simulation, moved to :mod:`dpivreg.estimation.simulation` (deprecated here)."""
+    """The names of the noise simulation, which lives in :mod:`dpivreg.estimation.simulation` (deprecated here)."""
     if name in _simulation.__all__:
-        warnings.warn(f"dpivreg.inference.{name} moved to dpivreg.estimation.simulation.{name} in dpivreg 0.2; the old "
-                      "name is an alias for this release only.", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"dpivreg.inference.{name} is a deprecated alias of dpivreg.estimation.simulation.{name}: "
+                      "import it from there.", DeprecationWarning, stacklevel=2)
         return getattr(_simulation, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

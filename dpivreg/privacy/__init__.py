@@ -3,7 +3,7 @@ the budget, ε at δ), the Gaussian mechanisms with their sensitivities (:mod:`~
 privacy units' pure logic (:mod:`~dpivreg.privacy.units`: who is protected, how rows group into units).
 
 The accountant's names are importable from here as well (``from dpivreg.privacy import PrivacyBudget``), and
-:class:`~dpivreg.errors.PrivacyLeakWarning` (defined in :mod:`dpivreg.errors`), as from 0.1's ``dpivreg.privacy``.
+:class:`~dpivreg.errors.PrivacyLeakWarning` (defined in :mod:`dpivreg.errors`).
 Imports only :mod:`dpivreg.errors` and :mod:`dpivreg._validation` besides itself.
 """
 
