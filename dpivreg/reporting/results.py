@@ -36,8 +36,10 @@ from dpivreg.errors import InferenceUnavailableError, PrivacyLeakWarning
 from dpivreg.estimation import theory, tuning
 from dpivreg.estimation.engine import DP2SGDPath
 from dpivreg.estimation.working_scale import WorkingScale
+from dpivreg.inference import iv_tests
 from dpivreg.inference.anderson_rubin import anderson_rubin_set
 from dpivreg.inference.diagnostics import cragg_donald, first_stage_diagnostics, released_grams
+from dpivreg.inference.iv_tests import EffectiveF, TestStatistic
 from dpivreg.inference.private import PrivateInference
 from dpivreg.privacy.accounting import PrivacyBudget
 from dpivreg.reporting.release import FitRelease, record_time
@@ -338,6 +340,86 @@ class DPIVResults(PrivateTable):
         jacobian = self._scale.beta_jacobian()
         return anderson_rubin_set(*self._ar_grams, variable=d.endog_names[0], n_exog=k, q=len(d.z_names),
                                   n=self.nobs, to_original=float(jacobian[k, k]), level=level)
+
+    # ------------------------------------------------------------------ IV specification tests
+    def _test_layout(self) -> tuple[int, int, int, int]:
+        d = self.design
+        return len(d.z_names), len(d.exog_names), len(d.endog_names), self.nobs
+
+    @cached_property
+    def _overidentification(self) -> tuple[TestStatistic, TestStatistic]:
+        return iv_tests.overidentification_tests(self._released_moments("Sargan's test"), *self._test_layout(),
+                                                 constant=self._scale.constant_index is not None)
+
+    @property
+    def sargan(self) -> TestStatistic:
+        """Sargan's test of over-identification (homoskedastic errors), as linearmodels' ``sargan``: ``stat``,
+        ``pval``, ``dist``, ``null``, with ``lower``/``upper`` the 95% interval for the privacy noise. Post-processing
+        of the moment release: no privacy cost (:mod:`dpivreg.inference.iv_tests`). Raises
+        :class:`~dpivreg.errors.InferenceUnavailableError` for an exactly identified model."""
+        return self._overidentification[0]
+
+    @property
+    def basmann(self) -> TestStatistic:
+        """Basmann's test of over-identification (homoskedastic errors), as linearmodels' ``basmann``; see
+        :attr:`sargan`."""
+        return self._overidentification[1]
+
+    @cached_property
+    def wooldridge_overid(self) -> TestStatistic:
+        """The heteroskedasticity-robust test of over-identification (Wooldridge's score test; linearmodels'
+        ``wooldridge_overid``, Stata's score χ² of ``estat overid`` after ``vce(robust)``; the two-step GMM J), from
+        the moment release and the robust standard errors' released meat (cluster-robust with
+        ``cov_type="clustered"``): no extra privacy cost (:mod:`dpivreg.inference.iv_tests`)."""
+        if self.cov_type == "unadjusted":
+            raise InferenceUnavailableError(
+                "the robust over-identification test uses the released meat of the robust standard errors, which "
+                "cov_type='unadjusted' does not release: refit with cov_type='robust' (the default), or use the "
+                "homoskedastic res.sargan.")
+        inference = self.inference
+        meat = iv_tests.structural_meat(inference.meat, inference.releases)
+        return iv_tests.robust_overidentification_test(self._released_moments("The robust over-identification test"),
+                                                       meat, *self._test_layout(),
+                                                       constant=self._scale.constant_index is not None,
+                                                       clustered=self.cov_type == "clustered")
+
+    def durbin(self, variables: str | list[str] | None = None) -> TestStatistic:
+        """Durbin's test of exogeneity of ``variables`` (all endogenous regressors by default), as linearmodels'
+        ``durbin()``: χ²(number tested), homoskedastic errors, with a 95% interval for the privacy noise.
+        Post-processing of the moment release: no privacy cost (:mod:`dpivreg.inference.iv_tests`)."""
+        return self._endogeneity(variables)[0]
+
+    def wu_hausman(self, variables: str | list[str] | None = None) -> TestStatistic:
+        """The Wu–Hausman test of exogeneity of ``variables`` (all endogenous regressors by default), as
+        linearmodels' ``wu_hausman()``: F(number tested, n − k − p − number tested), homoskedastic errors; see
+        :meth:`durbin`."""
+        return self._endogeneity(variables)[1]
+
+    def _endogeneity(self, variables) -> tuple[TestStatistic, TestStatistic]:
+        q, k, _, n = self._test_layout()
+        return iv_tests.endogeneity_tests(self._released_moments("The endogeneity tests"),
+                                          list(self.design.endog_names), q, k, n, variables,
+                                          constant=self._scale.constant_index is not None)
+
+    @cached_property
+    def effective_f(self) -> EffectiveF:
+        """Montiel Olea and Pflueger's (2013) effective first-stage F (heteroskedasticity-robust instrument
+        strength; HC0) of the endogenous regressor, with its simplified critical value for a worst-case bias of 10%
+        at 5% (``critical_value``, ``weak``) and a 95% interval for the privacy noise. From the moment release and
+        the first stage's released meat (``fit(rho_diag=...)``; :mod:`dpivreg.inference.iv_tests`). With one
+        instrument it is the robust first-stage Wald statistic."""
+        d = self.design
+        if len(d.endog_names) != 1:
+            raise InferenceUnavailableError(
+                f"the effective F is defined for one endogenous regressor; this model has {len(d.endog_names)} "
+                f"({', '.join(d.endog_names)}): res.cragg_donald measures their joint strength.")
+        if self._first_stage_meat is None:
+            raise InferenceUnavailableError(
+                "the effective F needs the first stage's released meat, which this fit did not make: refit with "
+                "fit(rho_diag=...) (a share of the budget for the robust first-stage statistics).")
+        q, k, _, n = self._test_layout()
+        return iv_tests.effective_f(self._released_moments("The effective F"), self._first_stage_meat,
+                                    d.endog_names[0], q, k, n)
 
     def _released_moments(self, what: str):
         moments = self._scale.moments
