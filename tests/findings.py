@@ -1,6 +1,6 @@
 """Assertions on the findings of checks that read the data (:class:`dpivreg.DataCheckWarning`).
 
-A constant or duplicate instrument, collinear columns or a column outside its bounds no longer stops a fit (a refusal
+A constant or duplicate instrument, collinear columns or a column outside its bounds does not stop a fit (a refusal
 one row can flip is not private): building the design warns the data holder and records the finding in
 ``design.data_findings``; ``fit(check_data=True)`` refuses on it."""
 
