@@ -411,11 +411,15 @@ def test_the_meat_is_taken_at_the_released_estimate(method):
     np.testing.assert_array_equal(seen["beta"], res.engine_path.beta_final)
 
 
-def test_a_meat_budget_too_small_to_see_any_bin_warns():
+def test_a_meat_budget_too_small_to_see_any_bin_warns_and_the_caution_travels():
     frame = _heteroskedastic_frame(n=500)
     with pytest.warns(UserWarning, match="robust meat's histogram showed no bin"):
-        DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame).fit(
+        res = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame).fit(
             rho1=1.0, rho2=1.0, rho_inf=1e-7, seed=0, bounds=BOUNDS, cov_type="robust")
+    # the very wide standard errors are qualified wherever they go, not only in the fit-time warning
+    caution = [c for c in res.cautions if c.startswith("CAUTION: The robust meat's histogram showed no bin")]
+    assert len(caution) == 1
+    assert caution[0] in res.to_markdown() and caution[0] in res.release().to_json()
 
 
 @pytest.mark.parametrize("n_exog, p_endog", [(0, 1), (2, 1), (1, 3)])

@@ -21,6 +21,7 @@ from dpivreg import SEPlan, plan_se
 from dpivreg.datasets import LABSUP_BOUNDS
 from dpivreg.estimation.moments import central_covariance
 from dpivreg.inference.private import near_singular_share
+from dpivreg.planning import se_plan
 from dpivreg.planning.population import iv_formula, synthetic_population
 from dpivreg.planning.se_plan import mixture_spread
 
@@ -211,7 +212,8 @@ def test_first_stage_weights_set_the_overlap_of_the_first_stages():
     formula = "y ~ 1 + [x1 + x2 ~ z1 + z2 + z3]"
     bounds = {c: (-8.0, 8.0) for c in ("y", "x1", "x2", "z1", "z2", "z3")}
     weights = {"x1": {"z1": 0.5, "z2": 0.1, "z3": 0.2}, "x2": {"z1": 0.15, "z2": 0.35, "z3": 0.15}}
-    guesses = {"means": {"x1": 0.0, "x2": 0.0}, "sds": {"x1": 1.0, "x2": 1.0}}
+    guesses = {"means": {"x1": 0.0, "x2": 0.0, "z1": 0.0, "z2": 0.0, "z3": 0.0},
+               "sds": {"x1": 1.0, "x2": 1.0, "z1": 1.0, "z2": 1.0, "z3": 1.0}}
     pop = synthetic_population(formula, bounds=bounds, first_stage_r2=0.3, first_stage_weights=weights, **guesses)
     data = pop.draw(200_000, seed=1)
     Z = np.column_stack([np.ones(len(data)), data[["z1", "z2", "z3"]].to_numpy()])
@@ -235,7 +237,8 @@ def test_first_stage_weights_are_checked(weights, error, words):
     bounds = {c: (-8.0, 8.0) for c in ("y", "x1", "x2", "z1", "z2", "z3")}
     with pytest.raises(error) as caught:
         synthetic_population("y ~ 1 + [x1 + x2 ~ z1 + z2 + z3]", bounds=bounds, first_stage_r2=0.3,
-                             first_stage_weights=weights, means={"x1": 0.0, "x2": 0.0}, sds={"x1": 1.0, "x2": 1.0})
+                             first_stage_weights=weights, means={"x1": 0.0, "x2": 0.0, "z1": 0.0, "z2": 0.0, "z3": 0.0},
+                             sds={"x1": 1.0, "x2": 1.0, "z1": 1.0, "z2": 1.0, "z3": 1.0})
     assert words in str(caught.value)
 
 
@@ -248,26 +251,28 @@ def test_first_stage_weights_are_checked(weights, error, words):
     ({"sds": "x"}, "'x': means and sds"),
     ({"means": "x"}, "'x': means and sds"),
     ({"sds": "w"}, "'w': means and sds"),
+    ({"sds": "z"}, "'z': means and sds"),
 ])
 def test_every_regressor_needs_its_guessed_mean_and_sd(drop, words):
     """The bounds give no lower bound on a regressor's SD, and a planned SE scales as 1/SD: no default is safe."""
     guesses = {k: dict(v) if isinstance(v, dict) else v for k, v in GUESS.items()}
     for key, column in drop.items():
         del guesses[key][column]
-    with pytest.raises(ValueError, match="needs the guessed mean and SD of every regressor") as caught:
+    with pytest.raises(ValueError, match="needs the guessed mean and SD of every regressor and instrument") as caught:
         plan_se(FORMULA, n=10_000, rho=1.0, bounds=BOUNDS, **guesses)
     assert words in str(caught.value) and "public summary table" in str(caught.value)
 
 
 def test_a_binary_regressor_needs_its_share_and_the_outcome_takes_its_worst_case():
     bounds = {**BOUNDS, "w": (0.0, 1.0)}
-    guesses = {"means": {"x": 0.0}, "sds": {"x": 1.0}, "first_stage_r2": 0.05}
+    guesses = {"means": {"x": 0.0, "z": 0.0}, "sds": {"x": 1.0, "z": 1.0}, "first_stage_r2": 0.05}
     with pytest.raises(ValueError, match="'w': its share of ones in means"):
         synthetic_population(FORMULA, bounds=bounds, **guesses)
-    pop = synthetic_population(FORMULA, bounds=bounds, **{**guesses, "means": {"x": 0.0, "w": 0.3}})
+    pop = synthetic_population(FORMULA, bounds=bounds, **{**guesses, "means": {"x": 0.0, "w": 0.3, "z": 0.0}})
     # no guess for the outcome: 99% of the largest SD its bounds allow, sqrt((m - lo)(hi - m)) at the midpoint
     assert pop.means["y"] == 0.0 and pop.sds["y"] == pytest.approx(0.99 * 10.0, rel=1e-12)
-    given = synthetic_population(FORMULA, bounds=bounds, **{**guesses, "means": {"x": 0.0, "w": 0.3, "y": 5.0}})
+    given = synthetic_population(FORMULA, bounds=bounds,
+                                 **{**guesses, "means": {"x": 0.0, "w": 0.3, "y": 5.0, "z": 0.0}})
     assert given.sds["y"] == pytest.approx(0.99 * math.sqrt(15.0 * 5.0), rel=1e-12)
 
 
@@ -297,20 +302,23 @@ def test_mixture_spread_exact_values():
 
 
 def test_near_singular_share_exact_values():
-    """A release is near-singular when its full first stage [I_exog | Θᵢ] is within ‖Θᵢ − Θ‖₂ of a singular matrix
-    (its smallest singular value, Eckart-Young)."""
+    """A release is near-singular when its excluded instruments' block Θ_z,ᵢ is within ‖Θ_z,ᵢ − Θ_z‖₂ of a
+    rank-deficient matrix (its smallest singular value, Eckart-Young); the exogenous rows cannot make it singular."""
     theta = np.array([[1.0]])
     draws = np.array([1.5, 0.4, np.nan, -0.2, 0.55]).reshape(5, 1, 1)
     # σ_min = |θᵢ|, noise |θᵢ - 1|: 1.5 > 0.5 no; 0.4 <= 0.6 yes; nan yes; 0.2 <= 1.2 yes; 0.55 > 0.45 no
     assert near_singular_share(draws, theta, 0) == pytest.approx(3 / 5)
-    # with an exogenous column: [[1, a], [0, b]]
+    # an exogenous row (the first) and one excluded instrument: only the excluded row counts, however noisy the other
     theta2 = np.array([[0.0], [1.0]])
-    draws2 = np.array([[[0.0], [0.3]], [[0.1], [1.2]]])
-    smallest = [np.linalg.svd(np.array([[1.0, a], [0.0, b]]), compute_uv=False)[-1]
-                for a, b in ((0.0, 0.3), (0.1, 1.2))]
-    noise = [0.7, math.hypot(0.1, 0.2)]
-    expected = np.mean([s <= e for s, e in zip(smallest, noise)])
-    assert near_singular_share(draws2, theta2, 1) == pytest.approx(expected) and expected == 0.5
+    draws2 = np.array([[[5.0], [0.3]], [[-9.0], [1.2]]])
+    # excluded: 0.3 <= 0.7 yes; 1.2 > 0.2 no (the full matrices' σ_min against the whole noise would flag both)
+    assert near_singular_share(draws2, theta2, 1) == pytest.approx(0.5)
+    full = [np.linalg.svd(np.array([[1.0, a], [0.0, b]]), compute_uv=False)[-1] for a, b in ((5.0, 0.3), (-9.0, 1.2))]
+    assert all(sv <= np.hypot(a, b - 1.0) for sv, (a, b) in zip(full, ((5.0, 0.3), (-9.0, 1.2))))
+    # two endogenous regressors, two excluded instruments: a draw whose columns are nearly parallel
+    theta3 = np.eye(2)
+    draws3 = np.array([[[1.0, 0.9], [0.0, 0.1]], [[1.1, 0.0], [0.0, 0.9]]])
+    assert near_singular_share(draws3, theta3, 0) == pytest.approx(0.5)
     assert near_singular_share(np.empty((0, 1, 1)), theta, 0) == 0.0
 
 
@@ -327,7 +335,7 @@ def test_fits_carry_their_noise_draws_in_original_units(method):
     assert 0.0 <= res.inference.near_singular <= 1.0
 
 
-WEAK = {"means": {"y": 0.0, "x": 0.0}, "sds": {"y": 1.0, "x": 1.0}, "first_stage_r2": 0.003}
+WEAK = {"means": {"y": 0.0, "x": 0.0, "z": 0.0}, "sds": {"y": 1.0, "x": 1.0, "z": 1.0}, "first_stage_r2": 0.003}
 WEAK_FORMULA, WEAK_BOUNDS = "y ~ 1 + [x ~ z]", {"y": (-4.0, 4.0), "x": (-4.0, 4.0), "z": (-4.0, 4.0)}
 
 
@@ -344,10 +352,22 @@ def test_the_unreliable_regime_warns_and_reports_its_near_singular_releases():
     np.testing.assert_allclose(high.spread, high.se, rtol=0.05)
 
 
-def test_a_missing_correlation_of_a_control_warns():
+def test_a_missing_correlation_of_a_control_warns_for_each_pair():
     guesses = {k: v for k, v in GUESS.items() if k != "corr"}
-    with pytest.warns(dpivreg.PlanningWarning, match="corr was not given"):
+    with pytest.warns(dpivreg.PlanningWarning, match=r"no correlation for .*\('w', 'x'\)"):
         plan_se(FORMULA, n=10_000, rho=1.0, bounds=BOUNDS, seed=3, draws=1, **guesses)
+    # a correlation between the controls alone does not cover a control and the endogenous regressor
+    formula = "y ~ 1 + w + v + [x ~ z]"
+    bounds = {**BOUNDS, "v": (0.0, 1.0)}  # v binary: a binary control inherits variance just the same
+    means, sds = {**GUESS["means"], "v": 0.4}, GUESS["sds"]
+    with pytest.warns(dpivreg.PlanningWarning, match=r"\('v', 'x'\)") as caught:
+        plan_se(formula, n=10_000, rho=1.0, bounds=bounds, seed=3, draws=1, means=means, sds=sds,
+                first_stage_r2=0.05, corr={("w", "x"): 0.2})
+    assert "('w', 'x')" not in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dpivreg.PlanningWarning)
+        plan_se(formula, n=10_000, rho=1.0, bounds=bounds, seed=3, draws=1, means=means, sds=sds,
+                first_stage_r2=0.05, corr={("w", "x"): 0.2, ("v", "x"): 0.0})
 
 
 def test_a_target_is_met_only_outside_the_unreliable_regime():
@@ -357,7 +377,10 @@ def test_a_target_is_met_only_outside_the_unreliable_regime():
     flattering = search[(search.x <= 0.75) & ~search.reliable]
     assert not flattering.empty, search  # the test can tell the rule from an SE-only one
     assert p.reliable and p.p_near_singular < 0.01 and p.se["x"] <= 0.75
-    assert not search[search.rho < p.rho].meets.any()
+    assert not (search[search.rho > p.rho].meets == False).any()  # noqa: E712 - nothing above it misses
+    assert search.set_index("rho").loc[p.rho, "confirmed"] == 1.0  # further fits with fresh seeds agree
+    checked_below = search[(search.rho < p.rho) & search.confirmed.notna()]
+    assert (checked_below.confirmed < 1.0).all()  # raised by half while fresh seeds still fell in the regime
     assert (search.meets == (search.x <= 0.75) & search.reliable & (search.p_near_singular < 0.01)).all()
 
 
@@ -385,8 +408,41 @@ def test_with_error_sd_the_outcome_keeps_its_guessed_mean():
     """With error_sd the outcome's latent normal sets only its centre; the worst-case SD (for a plan without any
     outcome guess) must not move it (an outcome at mean 2.4 in (-10, 14) was drawn around the wrong centre)."""
     bounds = {"y": (-10.0, 14.0), "w": (-5.0, 15.0), "x": (-3.0, 7.0), "z": (-4.0, 4.0)}
-    pop = synthetic_population(FORMULA, bounds=bounds, means={"y": 2.4, "w": 5.0, "x": 2.1},
-                               sds={"w": 2.0, "x": 1.0}, coef={"x": -1.0, "w": 0.3}, error_sd=1.5,
+    pop = synthetic_population(FORMULA, bounds=bounds, means={"y": 2.4, "w": 5.0, "x": 2.1, "z": 0.0},
+                               sds={"w": 2.0, "x": 1.0, "z": 1.0}, coef={"x": -1.0, "w": 0.3}, error_sd=1.5,
                                first_stage_r2=0.05, corr={("w", "x"): 0.0})
     y = pop.draw(50_000, seed=1)["y"]
     assert abs(y.mean() - 2.4) < 0.05 and y.between(-10, 14).all() and y.std() < 3.0
+
+
+def test_budgets_where_the_fit_fails_are_in_the_unreliable_regime_not_a_crash():
+    """At n = 2,000 a budget of 1e-4 leaves a moment release that resolves nothing and the fit's inference refuses;
+    the search and the curve treat that budget as unmet instead of raising."""
+    bounds = {"y": (-20.0, 20.0), "x": (-16.0, 16.0), "z": (-10.0, 10.0)}
+    guesses = {"means": {"x": 0.0, "z": 0.0}, "sds": {"x": 4.0, "z": 2.5, "y": 5.0}, "first_stage_r2": 0.9}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpivreg.PlanningWarning)
+        p = plan_se("y ~ 1 + [x ~ z]", n=2000, target_se=50.0, bounds=bounds, seed=2, **guesses)
+        assert p.attainable and math.isfinite(p.rho) and p.reliable
+        curve = p.curve([1e-6, p.rho])
+    failed = curve[curve.rho == 1e-6]
+    assert not failed.reliable.any() and np.isinf(failed.se).all()
+
+
+def test_a_target_no_reliable_budget_meets_says_why(monkeypatch):
+    monkeypatch.setattr(se_plan, "NEAR_SINGULAR_WARN", -1.0)  # every budget counts as unreliable
+    with pytest.warns(dpivreg.PlanningWarning, match="unreliable regime"):
+        p = _plan(target_se=0.5)
+    assert not p.attainable and p.rho == math.inf and p.unattainable.startswith("no budget up to rho")
+    assert "sampling SE alone" not in p.summary() and "NOT attainable" in p.summary()
+    assert p.se_noise["x"] > 0  # the SEs at the largest budget evaluated, not the sampling part alone
+
+
+def test_plot_takes_a_grid_of_axes(base):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, grid = plt.subplots(1, 2, squeeze=False)
+    assert base.plot(coefficients=["w", "x"], rhos=[1.0], ax=grid) is fig
+    plt.close(fig)

@@ -141,8 +141,9 @@ class PrivateInference:
         The simulated private estimates minus the plug-in solution, in original units: the privacy noise's
         distribution, heavy tails included (post-processing of releases). None when not simulated.
     near_singular : float
-        Share of the simulated releases whose first stage lies within its own privacy noise of a singular matrix
-        (:func:`near_singular_share`): how often a release of these data makes the estimate a ratio over noise.
+        Share of the simulated releases whose excluded instruments' first stage lies within its own privacy noise of
+        a rank-deficient matrix (:func:`near_singular_share`): how often a release of these data makes the estimate a
+        ratio over noise.
     """
 
     cov: np.ndarray
@@ -457,23 +458,23 @@ class _Draws:
 
 
 def near_singular_share(theta_draws: np.ndarray, theta: np.ndarray, n_exog: int) -> float:
-    """Share of simulated first stages that lie within their own privacy noise of a singular matrix.
+    """Share of simulated first stages that lie within their own privacy noise of a rank-deficient one.
 
-    Each simulated release's full first stage Θ̄ᵢ = [I_exog | Θᵢ] (working scale, q × p) is at distance
-    σ_min(Θ̄ᵢ) from the nearest singular matrix (Eckart–Young); its privacy noise is Eᵢ = Θᵢ − Θ, Θ the plug-in
-    first stage. Where σ_min(Θ̄ᵢ) ≤ ‖Eᵢ‖₂ the release cannot be told from a singular first stage and the estimate
-    solved from it is a ratio over noise: these are the releases that land orders of magnitude away. A
-    non-finite draw counts as near-singular. Post-processing of simulated draws only.
+    The full first stage [I_exog | Θ] (working scale) has full rank exactly when the excluded instruments' block
+    Θ_z (rows n_exog onwards, (q − n_exog) × p_endog) has full column rank: the exogenous rows cannot make it singular.
+    Θ_z,ᵢ of a simulated release is at distance σ_min(Θ_z,ᵢ) from the nearest rank-deficient matrix (Eckart–Young); its
+    privacy noise is Eᵢ = Θ_z,ᵢ − Θ_z, Θ the plug-in first stage. Where σ_min(Θ_z,ᵢ) ≤ ‖Eᵢ‖₂ the release cannot be told
+    from an unidentified first stage and the estimate solved from it is a ratio over noise. A non-finite draw counts
+    as near-singular. Post-processing of simulated draws only.
     """
     theta_draws = np.asarray(theta_draws, dtype=float)
     if theta_draws.shape[0] == 0:
         return 0.0
-    r, q, _ = theta_draws.shape
-    finite = np.all(np.isfinite(theta_draws), axis=(1, 2))
-    safe = np.where(finite[:, None, None], theta_draws, theta[None])
-    full = np.concatenate([np.broadcast_to(np.eye(q, n_exog), (r, q, n_exog)), safe], axis=2)
-    smallest = np.linalg.svd(full, compute_uv=False)[:, -1]
-    noise = np.linalg.norm(safe - theta[None], ord=2, axis=(1, 2))
+    excluded = theta_draws[:, n_exog:, :]
+    finite = np.all(np.isfinite(excluded), axis=(1, 2))
+    safe = np.where(finite[:, None, None], excluded, theta[None, n_exog:, :])
+    smallest = np.linalg.svd(safe, compute_uv=False)[:, -1]
+    noise = np.linalg.norm(safe - theta[None, n_exog:, :], ord=2, axis=(1, 2))
     return float(np.mean(~finite | (smallest <= noise)))
 
 

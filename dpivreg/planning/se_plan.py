@@ -1,8 +1,8 @@
 """Planning in the coefficients' units: the private standard error to expect, and the budget a target needs.
 
 :func:`plan_se` answers, before any data access, the two questions an applied user asks of a private
-fit: *what standard error will each coefficient have at this budget?* and *what is the smallest budget
-for a target standard error (or confidence-interval width)?* It plans by simulation, the standard way
+fit: *what standard error will each coefficient have at this budget?* and *what budget meets a target
+standard error (or confidence-interval width)?* It plans by simulation, the standard way
 to do a power analysis:
 
 1. From public inputs only — the formula, n, the public bounds, and a-priori guesses (each variable's
@@ -14,13 +14,14 @@ to do a power analysis:
    V_sampling is the robust (HC0) 2SLS covariance of the synthetic sample (computed exactly: the data are
    synthetic, so nothing is private and no budget is spent), V_noise the fit's privacy-noise covariance
    (``res.inference.cov_noise``, the parametric bootstrap of the whole fit, in original units).
-4. For a target, V(ρ) = V_sampling + V_noise(ρ) is solved for the smallest total ρ by a safeguarded
-   secant search in log ρ (below), each step a fit at the candidate ρ on the *same* synthetic data sets
-   and fit seeds (common random numbers), so the answer's planned SE is itself a fit's: the last step
-   verifies it.
+4. For a target, V(ρ) = V_sampling + V_noise(ρ) is solved for a total ρ by a safeguarded secant search in
+   log ρ (below), each step a fit at the candidate ρ on the *same* synthetic data sets and fit seeds (common
+   random numbers), so the answer's planned SE is itself a fit's; the answer lies above every evaluated
+   budget that misses, and further fits with fresh seeds confirm it is out of the unreliable regime.
 
 No private data are touched, so a plan costs no privacy budget. Its cost is computation: ``draws`` fits
-per budget evaluated (one at a given ρ; typically 4 to 8 budgets for a target), a few seconds per fit at
+per budget evaluated (one budget at a given ρ; for a target the search's budgets and 8 fits per
+confirmation), a few seconds per fit at
 n = 10⁶. The accuracy of the planned SE against the realised private SE (the standard deviation of the
 private estimate over repeated data draws and noise) is measured by ``benchmarks/plan_accuracy.py`` and
 tabulated in the docs' planning page.
@@ -43,7 +44,8 @@ import pandas as pd
 from scipy import optimize, stats
 
 from dpivreg._validation import as_real, check_count, check_rho
-from dpivreg.errors import PlanningWarning
+from dpivreg.data.cross_products import iv2sls_benchmark
+from dpivreg.errors import DivergenceError, InferenceOverflowError, InferenceUnavailableError, PlanningWarning
 from dpivreg.model import DPIV2SLS
 from dpivreg.planning.population import SyntheticPopulation, _check_keys, _mapping, synthetic_population
 
@@ -55,6 +57,8 @@ RHO_SEARCH = (1e-4, 1e6)
 IQR_NORMAL = 2.0 * stats.norm.ppf(0.75)
 #: A plan warns (:class:`~dpivreg.errors.PlanningWarning`) when at least this share of its releases is near-singular.
 NEAR_SINGULAR_WARN = 0.01
+#: Further planning fits (fresh seeds) that must all be out of the unreliable regime at a budget returned for a target.
+CONFIRM_SEEDS = 8
 
 
 # --------------------------------------------------------------------------------------------------
@@ -82,8 +86,9 @@ class SEPlan:
     se_sampling, se_noise : pandas.Series
         Its two parts: the 2SLS sampling SE (no privacy) and the privacy-noise SE.
     rho : float
-        The total zCDP budget planned for (``fit(rho=...)``); the smallest one meeting the target when
-        a target was given (``inf`` when none does: the sampling SE alone is above it).
+        The total zCDP budget planned for (``fit(rho=...)``); with a target, the budget the search settled on
+        (the smallest evaluated one meeting it above every evaluated miss, confirmed with fresh seeds); ``inf``
+        when none does (:attr:`unattainable` says why).
     n : int
     formula : str
     alpha : float
@@ -92,6 +97,9 @@ class SEPlan:
         The target SE of each targeted coefficient (a target width is converted to an SE).
     attainable : bool
         Whether the target can be met at any budget (True without a target).
+    unattainable : str
+        Why not, when it cannot: the sampling SE alone is above the target, or no budget met it outside the
+        unreliable regime.
     search : pandas.DataFrame or None
         Every budget evaluated for a target: ``rho`` and, per targeted coefficient, the planned SE.
     population : SyntheticPopulation
@@ -113,9 +121,9 @@ class SEPlan:
         dominate the private estimate's variance, this is the scale that describes a typical fit.
     p_near_singular : float
         Planned probability that a release is near-singular: the share of the planning fits' simulated releases
-        whose first stage lies within its own privacy noise of a singular matrix
+        whose excluded instruments' first stage lies within its own privacy noise of a rank-deficient matrix
         (:func:`dpivreg.inference.private.near_singular_share`). Such a release puts the estimate orders of
-        magnitude away; with R fits, about R·p of them will.
+        magnitude away. (Fits can land far for other reasons too: see the docs' planning page.)
     reliable : bool
         Whether every planning fit at :attr:`rho` had reliable intervals
         (:attr:`dpivreg.inference.private.PrivateInference.reliable`). A target is met only at such budgets.
@@ -141,6 +149,7 @@ class SEPlan:
     p_near_singular: float = 0.0
     reliable: bool = True
     _replay: tuple | None = field(default=None, repr=False, compare=False)
+    unattainable: str = ""
 
     @property
     def width(self) -> pd.Series:
@@ -181,10 +190,9 @@ class SEPlan:
         if self.target is not None:
             tgt = ", ".join(f"{k} {_fmt(v)}" for k, v in self.target.items())
             if self.attainable:
-                lines.append(f"  target SE : {tgt} -> smallest total rho {_fmt(self.rho)}")
+                lines.append(f"  target SE : {tgt} -> total rho {_fmt(self.rho)} (confirmed with fresh seeds)")
             else:
-                lines.append(f"  target SE : {tgt} -> NOT attainable at n = {self.n:,}: the sampling SE alone "
-                             "is above it (a larger n is needed)")
+                lines.append(f"  target SE : {tgt} -> NOT attainable at n = {self.n:,}: {self.unattainable}")
         table = self.to_frame().to_string(float_format=_fmt)
         lines += ["", table, ""]
         if self.search is not None:
@@ -266,7 +274,7 @@ class SEPlan:
             fig, axes = plt.subplots(1, len(chosen), figsize=(4.2 * len(chosen), 3.4), squeeze=False)
             axes = list(axes[0])
         else:
-            axes = list(np.atleast_1d(ax))
+            axes = list(np.ravel(ax))
             if len(axes) != len(chosen):
                 raise ValueError(f"ax must hold one Axes per coefficient ({len(chosen)}), got {len(axes)}.")
             fig = axes[0].figure
@@ -316,18 +324,18 @@ class _Evaluation:
 
 def mixture_spread(centres: np.ndarray, scale: float) -> float:
     """IQR/1.349 of the equal mixture of N(cᵢ, scale²) over ``centres``: the normal sampling distribution convolved
-    with simulated privacy-noise deviations. A non-finite centre lies beyond both quartiles (alternately below and
-    above); inf when a quartile is. For normal centres N(0, s²) it is √(scale² + s²)."""
-    c = np.asarray(centres, dtype=float).ravel()
-    bad = ~np.isfinite(c)
-    c = c.copy()
-    c[bad] = np.where(np.arange(bad.sum()) % 2 == 0, -np.inf, np.inf)
-    finite = c[np.isfinite(c)]
-    if finite.size == 0 or not scale > 0 and finite.size < c.size:
-        return math.inf
+    with simulated privacy-noise deviations. An infinite centre lies beyond the quartile on its side, a NaN one
+    beyond one of them (alternately below and above); inf when a quartile is. For normal centres N(0, s²) it is
+    √(scale² + s²)."""
+    c = np.array(centres, dtype=float).ravel()
+    unsigned = np.isnan(c)  # a NaN draw has no side: alternately below and above
+    c[unsigned] = np.where(np.arange(unsigned.sum()) % 2 == 0, -np.inf, np.inf)
     if not scale > 0:
-        q25, q75 = np.percentile(finite, [25, 75])
-        return float((q75 - q25) / IQR_NORMAL)
+        q25, q75 = np.quantile(c, [0.25, 0.75], method="inverted_cdf")
+        return float((q75 - q25) / IQR_NORMAL) if np.isfinite(q25) and np.isfinite(q75) else math.inf
+    finite = c[np.isfinite(c)]
+    if finite.size == 0:
+        return math.inf
 
     def cdf(t: float) -> float:
         return float(np.mean(stats.norm.cdf((t - c) / scale)))
@@ -337,7 +345,8 @@ def mixture_spread(centres: np.ndarray, scale: float) -> float:
     for p in (0.25, 0.75):
         if not cdf(lo) < p < cdf(hi):
             return math.inf
-        quartiles.append(optimize.brentq(lambda t: cdf(t) - p, lo, hi, xtol=1e-12 * (hi - lo)))
+        # the tolerance is the sampling scale's, not the bracket's: a far centre would otherwise coarsen it
+        quartiles.append(optimize.brentq(lambda t: cdf(t) - p, lo, hi, xtol=1e-9 * scale, maxiter=500))
     return (quartiles[1] - quartiles[0]) / IQR_NORMAL
 
 
@@ -358,38 +367,72 @@ class _Evaluator:
         self.fits = 0
         self.notes: dict[float, list[str]] = {}
         self.done: dict[float, _Evaluation] = {}
+        self.confirmations: dict[float, float] = {}
+
+    def sampling_variances(self) -> np.ndarray:
+        """The exact robust 2SLS variances of the synthetic samples, averaged over the draws (they are synthetic:
+        nothing is private), and the coefficients' names."""
+        if self.sampling is None:
+            variances = []
+            for data in self.data:
+                benchmark = iv2sls_benchmark(DPIV2SLS.from_formula(self.population.formula, data).design)
+                variances.append(np.diag(np.asarray(benchmark.cov, dtype=float)))
+                self.names = list(benchmark.params.index)
+            self.sampling = np.mean(variances, axis=0)
+        return self.sampling
+
+    def _fit(self, data: pd.DataFrame, rho: float, seed: int, notes: list[str]):
+        """One planning fit's inference, or None where the fit or its inference fails at this budget (e.g. a moment
+        release that resolves nothing): such a budget is in the unreliable regime."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                res = DPIV2SLS.from_formula(self.population.formula, data).fit(
+                    rho=rho, bounds=self.population.bounds, seed=seed, **self.fit_options)
+                inference = res.inference
+            except (InferenceUnavailableError, InferenceOverflowError, DivergenceError) as exc:
+                inference = None
+                caught.append(warnings.WarningMessage(str(exc), type(exc), "", 0))
+        self.fits += 1
+        for w in caught:
+            text = f"{w.category.__name__}: {str(w.message).split('. ')[0]}."
+            if text not in notes:
+                notes.append(text)
+        return inference
 
     def evaluate(self, rho: float) -> _Evaluation:
         """The planning fits at total budget ``rho`` (once per budget)."""
         if rho in self.done:
             return self.done[rho]
-        deviations, noise, sampling, near_singular, reliable = [], [], [], [], True
+        sampling = self.sampling_variances()
         notes = self.notes.setdefault(rho, [])
-        for data, fit_seed in zip(self.data, self.fit_seeds):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                res = DPIV2SLS.from_formula(self.population.formula, data).fit(
-                    rho=rho, bounds=self.population.bounds, seed=fit_seed, **self.fit_options)
-                inference = res.inference
-                if self.sampling is None:
-                    sampling.append(np.diag(np.asarray(res.benchmark.cov, dtype=float)))
-            self.fits += 1
-            self.names = list(res.params.index)
-            for w in caught:
-                text = f"{w.category.__name__}: {str(w.message).split('. ')[0]}."
-                if text not in notes:
-                    notes.append(text)
-            deviations.append(inference.noise_draws)
-            noise.append(np.diag(inference.cov_noise))
-            near_singular.append(inference.near_singular)
-            reliable = reliable and inference.reliable
-        if self.sampling is None:
-            self.sampling = np.mean(sampling, axis=0)
-        pooled = np.concatenate(deviations)
-        spread = np.array([mixture_spread(pooled[:, j], math.sqrt(self.sampling[j])) for j in range(pooled.shape[1])])
-        self.done[rho] = _Evaluation(self.sampling, np.mean(noise, axis=0), spread, float(np.mean(near_singular)),
-                                     reliable)
+        inferences = [self._fit(data, rho, seed, notes) for data, seed in zip(self.data, self.fit_seeds)]
+        if any(inference is None for inference in inferences):
+            failed = np.full_like(sampling, np.inf)
+            self.done[rho] = _Evaluation(sampling, failed, failed, 1.0, False)
+            return self.done[rho]
+        pooled = np.concatenate([inference.noise_draws for inference in inferences])
+        spread = np.array([mixture_spread(pooled[:, j], math.sqrt(sampling[j])) for j in range(pooled.shape[1])])
+        self.done[rho] = _Evaluation(
+            sampling, np.mean([np.diag(inference.cov_noise) for inference in inferences], axis=0), spread,
+            float(np.mean([inference.near_singular for inference in inferences])),
+            all(inference.reliable for inference in inferences))
         return self.done[rho]
+
+    def confirmed(self, rho: float, seeds: int = CONFIRM_SEEDS) -> bool:
+        """Whether ``seeds`` further planning fits at ``rho``, with fresh seeds on the first synthetic data set, all
+        have reliable intervals and fewer than :data:`NEAR_SINGULAR_WARN` near-singular releases (recorded in
+        :attr:`confirmations`)."""
+        if rho not in self.confirmations:
+            rng = np.random.default_rng([*self.fit_seeds[:1], 7])
+            ok = 0
+            notes = self.notes.setdefault(rho, [])
+            for seed in rng.integers(2**63 - 1, size=seeds):
+                inference = self._fit(self.data[0], rho, int(seed), notes)
+                ok += bool(inference is not None and inference.reliable
+                           and inference.near_singular < NEAR_SINGULAR_WARN)
+            self.confirmations[rho] = ok / seeds
+        return self.confirmations[rho] == 1.0
 
 
 def _targets(target_se, target_width, alpha: float, names: list[str], endog: tuple[str, ...]) -> pd.Series | None:
@@ -441,7 +484,7 @@ def plan_se(
     """Plan a private fit: the standard error of each coefficient at a budget, or the budget for a target.
 
     Give ``rho`` for the planned SEs at that total budget, or ``target_se`` / ``target_width`` for the
-    smallest total budget that meets the target (as statsmodels' ``solve_power`` solves for the one
+    total budget that meets the target (as statsmodels' ``solve_power`` solves for the one
     quantity left out). Only public inputs and guesses are used: the plan draws synthetic data from them
     (:class:`SyntheticPopulation`) and runs the package's default fit on it, so it touches no private data
     and costs no privacy budget. See the module docstring and the docs' planning page for the method and
@@ -467,13 +510,12 @@ def plan_se(
         Level of the intervals (widths).
     means, sds : mapping
         Guessed mean and SD of each variable, as a public summary table would give them. **Required for every
-        regressor** (a binary one: its share of ones in ``means``, its SD follows from it): a coefficient's
-        planned SE scales as 1/SD of its regressor and the bounds give no lower bound on an SD, so no default
-        is safe. The outcome's may be left out: its mean is then the midpoint of its bounds and its SD 99% of
-        the largest the bounds allow, √((m − lo)(hi − m)) (the worst case: every planned SE scales with it).
-        Instruments default to the midpoint and a sixth of their range (share 0.5 when binary); their strength
-        is set by ``first_stage_r2``/``first_stage_f``. Continuous variables are drawn as normals clipped to
-        their bounds with exactly these clipped mean and SD.
+        regressor and instrument** (a binary one: its share of ones in ``means``, its SD follows from it): a
+        coefficient's planned SE scales as 1/SD of its regressor, an instrument's spread inside its bounds sets
+        how much of it the privacy noise drowns, and the bounds give no lower bound on an SD, so no default is
+        safe. The outcome's may be left out: its mean is then the midpoint of its bounds and its SD 99% of the
+        largest the bounds allow, √((m − lo)(hi − m)) (the worst case: every planned SE scales with it).
+        Continuous variables are drawn as normals clipped to their bounds with exactly these clipped mean and SD.
     binary : mapping, optional
         ``{column: bool}``. Exogenous regressors and instruments with bounds (0, 1) are binary unless marked
         False here; the outcome and the endogenous regressors are always continuous.
@@ -540,7 +582,7 @@ def plan_se(
     -----
     Planned variance V(ρ) = V_sampling + V_noise(ρ). V_sampling is the robust 2SLS covariance of the
     synthetic samples (exact: they are synthetic), V_noise(ρ) the fits' privacy-noise covariance
-    (``res.inference.cov_noise``). For a target the smallest ρ is found by a safeguarded secant search
+    (``res.inference.cov_noise``). For a target a ρ is found by a safeguarded secant search
     on log V_noise against log ρ (the Gaussian mechanisms make V_noise roughly proportional to 1/ρ): a
     first fit at ρ = 1, then steps to the ρ where the local power law meets the target, kept inside the
     bracket of budgets known to miss and to meet it (geometric bisection when a step falls outside), until
@@ -548,7 +590,8 @@ def plan_se(
     the target leaves it. Every step is a fit on the same synthetic data
     with the same seeds, so the returned budget's planned SE is a fit's, not an interpolation. A budget meets
     the target only outside the unreliable regime (reliable intervals and fewer than 1% near-singular
-    releases).
+    releases); the budget returned is the smallest that meets it above every evaluated budget that misses,
+    raised by half until :data:`CONFIRM_SEEDS` further fits with fresh seeds are all out of that regime.
 
     Examples
     --------
@@ -592,78 +635,90 @@ def plan_se(
         first_stage_weights=first_stage_weights)
     coef_names = (["Intercept"] if population.intercept else []) + [*population.exog, *population.endog]
     target = _targets(target_se, target_width, alpha, coef_names, population.endog)
-    seed_sequence = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    given = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    # a copy: the caller may spawn from their SeedSequence later, which would change a replay (SEPlan.curve)
+    seed_sequence = np.random.SeedSequence(given.entropy, spawn_key=given.spawn_key, pool_size=given.pool_size,
+                                           n_children_spawned=given.n_children_spawned)
     replay = (population, n, draws, seed_sequence, options)
     ev = _Evaluator(*replay)
 
     search = None
-    attainable = True
+    unattainable = ""
     if rho is None:
-        first = ev.evaluate(1.0)
+        sampling = ev.sampling_variances()
         idx = [ev.names.index(k) for k in target.index]
         t2 = target.to_numpy() ** 2
-        if np.any(first.sampling[idx] >= t2):
-            attainable, rho = False, math.inf
+        if np.any(sampling[idx] >= t2):
+            rho, unattainable = math.inf, "the sampling SE alone is above it (a larger n is needed)"
         else:
+            ev.evaluate(1.0)
             rho = _solve_rho(ev, idx, t2, rtol)
-            attainable = math.isfinite(rho)
+            if not math.isfinite(rho):
+                unattainable = (f"no budget up to rho = {RHO_SEARCH[1]:g} met it outside the unreliable regime (the "
+                                "SEs shown are those at the largest budget evaluated)")
         search = _search_table(ev, idx, target)
     if math.isfinite(rho):
         result = ev.evaluate(rho)
-    else:  # no budget attains the target: the sampling part alone
-        sampling = ev.evaluate(1.0).sampling
+    elif unattainable.startswith("no budget"):
+        result = ev.evaluate(max(ev.done))
+    else:  # the sampling part alone is above the target
+        sampling = ev.sampling_variances()
         result = _Evaluation(sampling, np.zeros_like(sampling), np.sqrt(sampling), 0.0, True)
     notes = [f"at rho = {_fmt(rho)} the planning fits raised {text}" for text in ev.notes.get(rho, [])]
-    if not attainable:
-        notes.append("the target SE is below the sampling SE (or not reached with reliable intervals within rho <= "
-                     f"{RHO_SEARCH[1]:g}): no budget attains it at this n.")
+    if unattainable:
+        notes.append(f"the target is NOT attainable: {unattainable}.")
     elif has_target and rho <= RHO_SEARCH[0] * (1.0 + 1e-9):
         notes.append(f"the target is met already at the search's smallest budget, rho = {RHO_SEARCH[0]:g}: the "
                      "smallest rho that meets it may be smaller still.")
-    notes += _flattery_warnings(population, result, rho, corr)
+    notes += _flattery_warnings(population, result, rho if not unattainable else max(ev.done, default=rho))
     index = pd.Index(ev.names)
     return SEPlan(
         se=pd.Series(np.sqrt(result.sampling + result.noise), index=index, name="se"),
         se_sampling=pd.Series(np.sqrt(result.sampling), index=index, name="se_sampling"),
         se_noise=pd.Series(np.sqrt(result.noise), index=index, name="se_noise"),
-        rho=float(rho), n=n, formula=formula, alpha=alpha, target=target, attainable=attainable, search=search,
-        population=population, draws=draws, fits=ev.fits, seconds=time.perf_counter() - started, seed=seed,
-        notes=tuple(notes), spread=pd.Series(result.spread, index=index, name="spread"),
-        p_near_singular=result.near_singular, reliable=result.reliable, _replay=replay,
+        rho=float(rho), n=n, formula=formula, alpha=alpha, target=target, attainable=not unattainable,
+        search=search, population=population, draws=draws, fits=ev.fits, seconds=time.perf_counter() - started,
+        seed=seed, notes=tuple(notes), spread=pd.Series(result.spread, index=index, name="spread"),
+        p_near_singular=result.near_singular, reliable=result.reliable, _replay=replay, unattainable=unattainable,
     )
 
 
-def _flattery_warnings(population: SyntheticPopulation, result: _Evaluation, rho: float, corr) -> list[str]:
+def _flattery_warnings(population: SyntheticPopulation, result: _Evaluation, rho: float) -> list[str]:
     """Warn (:class:`PlanningWarning`) where the plan would flatter the fit; return the messages as notes."""
     messages = []
     if not result.reliable or result.near_singular >= NEAR_SINGULAR_WARN:
         messages.append(
             f"at rho = {_fmt(rho)} the planned fits are in the unreliable regime: "
             + ("their intervals are flagged unreliable and " if not result.reliable else "")
-            + f"{100 * result.near_singular:.3g}% of their releases are near-singular (their first stage lies within "
-            "its own noise of a singular matrix). Such a release puts the estimate orders of magnitude away, so the "
-            "fit's SD has a heavy tail that no standard error describes; read the plan's spread (IQR/1.349) and "
-            "p_near_singular, and plan a larger rho.")
-    pairs = [(w, e) for w in population.exog if w not in population.binary for e in population.endog]
-    if pairs and not corr:
+            + f"{100 * result.near_singular:.3g}% of their releases are near-singular (their excluded instruments' "
+            "first stage lies within its own noise of a rank-deficient one). Such a release puts the estimate orders "
+            "of magnitude away, so the fit's SD has a heavy tail that no standard error describes; read the plan's "
+            "spread (IQR/1.349) and p_near_singular, and plan a larger rho.")
+    given = population.corr
+    pairs = [(w, e) for w in population.exog for e in population.endog if (w, e) not in given and (e, w) not in given]
+    if pairs:
+        listed = ", ".join(f"({w!r}, {e!r})" for w, e in pairs)
         messages.append(
-            "corr was not given: the exogenous coefficients' SEs are planned for controls uncorrelated with the "
-            "endogenous regressor(s). A control correlated with one inherits part of its instrumented variance, so "
-            "their planned SEs can be far too small (labour supply, educ and age: 8.8 and 6.2 times); give the guessed "
-            "correlations, e.g. corr={(" + repr(pairs[0][0]) + ", " + repr(pairs[0][1]) + "): -0.3}.")
+            f"corr gives no correlation for the control(s) and endogenous regressor(s) {listed}: their SEs are "
+            "planned as if uncorrelated. A control correlated with an endogenous regressor inherits part of its "
+            "instrumented variance, so its planned SE can be far too small (labour supply at rho = 2.6, educ and "
+            "age: 8.8 and 6.2 times); give the guessed correlations, e.g. corr={(" + repr(pairs[0][0]) + ", "
+            + repr(pairs[0][1]) + "): -0.3}, or 0 where a control is known to be uncorrelated.")
     for message in messages:
         warnings.warn(message, PlanningWarning, stacklevel=3)
     return messages
 
 
 def _search_table(ev: _Evaluator, idx: list[int], target: pd.Series) -> pd.DataFrame:
-    """Every budget the search evaluated: the targeted coefficients' planned SEs and whether they meet the target."""
+    """Every budget the search evaluated: the targeted coefficients' planned SEs, whether they meet the target, and the
+    share of the further fits with fresh seeds out of the unreliable regime where that was checked."""
     rows = []
     for r in sorted(ev.done):
         e = ev.done[r]
         se = np.sqrt(e.sampling[idx] + e.noise[idx])
         rows.append({"rho": r, **{k: v for k, v in zip(target.index, se)}, "reliable": e.reliable,
-                     "p_near_singular": e.near_singular, "meets": _meets(e, idx, target.to_numpy() ** 2)})
+                     "p_near_singular": e.near_singular, "meets": _meets(e, idx, target.to_numpy() ** 2),
+                     "confirmed": ev.confirmations.get(r, math.nan)})
     return pd.DataFrame(rows)
 
 
@@ -675,16 +730,17 @@ def _meets(e: _Evaluation, idx: list[int], t2: np.ndarray) -> bool:
 
 
 def _solve_rho(ev: _Evaluator, idx: list[int], t2: np.ndarray, rtol: float, max_steps: int = 12) -> float:
-    """Smallest total ρ whose planned SEs meet every target with reliable intervals (safeguarded secant in log ρ).
+    """A budget whose planned SEs meet every target outside the unreliable regime (safeguarded secant in log ρ,
+    then :func:`_settled`); inf if none does within :data:`RHO_SEARCH`.
 
-    The evaluator holds the fit at ρ = 1 on entry and receives every step. Returns the smallest evaluated ρ that
-    meets the targets (:func:`_meets`; ρ = inf if none does within :data:`RHO_SEARCH`).
+    The evaluator holds the fit at ρ = 1 on entry and receives every step.
     """
     room = t2 - ev.done[1.0].sampling[idx]  # the noise variance each target allows (> 0)
 
     def g(e: _Evaluation) -> float:
         """Largest log(noise variance / allowed noise variance) over the targets: <= 0 meets them all."""
-        return float(np.max(np.log(np.maximum(e.noise[idx], 1e-300) / room)))
+        with np.errstate(divide="ignore"):
+            return float(np.max(np.log(np.maximum(e.noise[idx], 1e-300) / room)))
 
     def close(e: _Evaluation) -> bool:
         """The binding target's noise variance uses all but a share of about 2·rtol of the room it has.
@@ -695,43 +751,64 @@ def _solve_rho(ev: _Evaluator, idx: list[int], t2: np.ndarray, rtol: float, max_
 
     x_min, x_max = math.log(RHO_SEARCH[0]), math.log(RHO_SEARCH[1])
     for _ in range(max_steps):
-        xs = {math.log(r): g(e) for r, e in ev.done.items()}
-        ok = {math.log(r): _meets(e, idx, t2) for r, e in ev.done.items()}
-        meet = [x for x in xs if ok[x]]
-        miss = [x for x in xs if not ok[x]]
+        meet = [r for r, e in ev.done.items() if _meets(e, idx, t2)]
+        miss = [r for r, e in ev.done.items() if not _meets(e, idx, t2)]
         hi, lo = (min(meet) if meet else None), (max(miss) if miss else None)
-        if hi is not None and (close(ev.done[math.exp(hi)]) or (lo is not None and hi - lo < math.log1p(rtol))):
+        if hi is not None and (close(ev.done[hi]) or (lo is not None and math.log(hi / lo) < math.log1p(rtol))):
             break
-        if hi is not None and lo is not None:  # regula falsi inside the bracket, bisection if it strays
-            x_new = 0.5 * (lo + hi)
-            if xs[lo] > 0 and xs[hi] < xs[lo]:
-                x_new = lo - xs[lo] * (hi - lo) / (xs[hi] - xs[lo])
-                if not lo + 0.1 * (hi - lo) <= x_new <= hi - 0.1 * (hi - lo):
-                    x_new = 0.5 * (lo + hi)
-        elif hi is None and xs[lo] <= 0:  # within the targets but unreliable: a larger budget, four times larger
-            if lo >= x_max:
+        g_hi = None if hi is None else g(ev.done[hi])
+        g_lo = None if lo is None else g(ev.done[lo])
+        if hi is not None and lo is not None and lo < hi:  # regula falsi inside the bracket, bisection if it strays
+            a, b = math.log(lo), math.log(hi)
+            x_new = 0.5 * (a + b)
+            if math.isfinite(g_lo) and g_lo > 0 and g_hi < g_lo:
+                x_new = a - g_lo * (b - a) / (g_hi - g_lo)
+                if not a + 0.1 * (b - a) <= x_new <= b - 0.1 * (b - a):
+                    x_new = 0.5 * (a + b)
+        elif hi is None and not (math.isfinite(g_lo) and g_lo > 0):  # unreliable (or failed) only: four times more
+            if math.log(lo) >= x_max:
                 return math.inf
-            x_new = lo + math.log(4.0)
-        else:  # one side only: a power law through the last two points (slope -1 with one point)
-            last = sorted(xs)[:2] if lo is None else sorted(xs)[-2:]
+            x_new = math.log(lo) + math.log(4.0)
+        elif hi is None:  # every budget misses: a power law through the last two points (slope -1 with one point)
+            x0 = math.log(lo)
+            if x0 >= x_max:
+                return math.inf
+            last = sorted(ev.done)[-2:]
             slope = -1.0
-            if len(last) == 2 and last[1] != last[0]:
-                slope = (xs[last[1]] - xs[last[0]]) / (last[1] - last[0])
+            if len(last) == 2:
+                slope = (g(ev.done[last[1]]) - g(ev.done[last[0]])) / math.log(last[1] / last[0])
             slope = min(slope, -0.25) if math.isfinite(slope) else -1.0
-            x0 = lo if hi is None else hi
-            x_new = x0 - xs[x0] / slope
-            step = math.log(1.25), math.log(100.0)
-            if hi is None:
-                x_new = min(max(x_new, x0 + step[0]), x0 + step[1])
-                if x0 >= x_max:
-                    return math.inf
-            else:
-                x_new = max(min(x_new, x0 - step[0]), x0 - step[1])
-                if x0 <= x_min:
-                    break
+            x_new = min(max(x0 - g_lo / slope, x0 + math.log(1.25)), x0 + math.log(100.0))
+        else:  # every evaluated budget meets (or misses lie above): a smaller one
+            x0 = math.log(hi)
+            if x0 <= x_min:
+                break
+            last = sorted(ev.done)[:2]
+            slope = -1.0
+            if len(last) == 2:
+                slope = (g(ev.done[last[1]]) - g(ev.done[last[0]])) / math.log(last[1] / last[0])
+            slope = min(slope, -0.25) if math.isfinite(slope) else -1.0
+            x_new = max(min(x0 - g_hi / slope, x0 - math.log(1.25)), x0 - math.log(100.0))
         x_new = min(max(x_new, x_min), x_max)
-        if any(abs(x_new - x) < 1e-9 for x in xs):
+        if any(abs(x_new - math.log(r)) < 1e-9 for r in ev.done):
             break
         ev.evaluate(math.exp(x_new))
-    meet = [r for r, e in ev.done.items() if _meets(e, idx, t2)]
-    return min(meet) if meet else math.inf
+    return _settled(ev, idx, t2)
+
+
+def _settled(ev: _Evaluator, idx: list[int], t2: np.ndarray, tries: int = 8) -> float:
+    """The budget a target search returns: the smallest evaluated one that meets the targets and lies above every
+    evaluated budget that misses them (meeting them need not be monotone in ρ: the fit's own choice of estimator
+    changes with ρ), raised by half until :meth:`_Evaluator.confirmed` (further fits with fresh seeds all out of
+    the unreliable regime): two planning fits on one side of the regime's edge are a coin flip for a real fit."""
+    misses = [r for r, e in ev.done.items() if not _meets(e, idx, t2)]
+    floor = max(misses, default=0.0)
+    above = sorted(r for r, e in ev.done.items() if r > floor and _meets(e, idx, t2))
+    rho = above[0] if above else 4.0 * floor
+    for _ in range(tries):
+        if rho > RHO_SEARCH[1]:
+            return math.inf
+        if _meets(ev.evaluate(rho), idx, t2) and ev.confirmed(rho):
+            return rho
+        rho *= 1.5
+    return math.inf

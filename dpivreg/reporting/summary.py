@@ -473,7 +473,12 @@ class SummaryWriter:
         """The notes that qualify the estimate (computed from releases and public inputs, so publishable, and
         carried by every export): unreliable private standard errors, weak instruments, what the moment release
         cannot resolve."""
-        found = [self._unreliable_caution()] if self.results._inference is not None else []
+        inference = self.results._inference
+        found = [self._unreliable_caution()] if inference is not None else []
+        # the inference's other warnings (a meat whose histogram saw nothing above its noise: very wide standard
+        # errors; a simulated bias above 0.2 SE) qualify the standard errors as much
+        found += [f"CAUTION: {message[0].upper()}{message[1:]}" for message in (inference.warnings if inference else ())
+                  if not message.startswith("the private standard errors may be unreliable")]
         if self.results.scale.moments is not None and self.results._inference is not None:
             first_stage = self._first_stage_notes()
             weak = [note for note in first_stage if note.startswith("WEAK INSTRUMENTS")]
