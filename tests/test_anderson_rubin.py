@@ -262,7 +262,7 @@ def test_needs_one_endogenous_regressor_and_the_moment_release():
         warnings.simplefilter("ignore", UserWarning)
         plain = DPIV2SLS.from_formula(formula, frame).fit(rho=1.0, seed=0, bounds=bounds, preprocess="bounds",
                                                           inference=False)
-    with pytest.raises(InferenceUnavailableError, match="Anderson–Rubin set need the moment release"):
+    with pytest.raises(InferenceUnavailableError, match="Anderson–Rubin set: not available without the moment release"):
         plain.anderson_rubin()
 
 

@@ -20,6 +20,7 @@ from scipy import stats
 
 from dpivreg import DPIV2SLS, InferenceUnavailableError
 from dpivreg.inference import iv_tests
+from dpivreg.inference.diagnostics import _with_constant
 
 linearmodels = pytest.importorskip("linearmodels")
 
@@ -232,3 +233,37 @@ def test_private_tests_keep_their_size_where_the_naive_law_does_not():
     tolerance = 3 * math.sqrt(0.05 * 0.95 / SIZE_RUNS)
     assert np.all(np.abs(rates - 0.05) <= tolerance), rates
     assert np.all(naive / SIZE_RUNS > 0.3), naive / SIZE_RUNS
+
+
+def test_monotone_twins_share_the_simulated_pvalue_and_critical_values_come_from_it(private_fit):
+    res = private_fit
+    assert res.basmann.pval == res.sargan.pval and res.wu_hausman().pval == res.durbin().pval
+    t = res.sargan
+    assert t.critical_values["5%"] == pytest.approx(np.quantile(t.null_draws, 0.95, method="inverted_cdf"))
+    assert t.critical_values["5%"] > t.dist.ppf(0.95)  # the noise-free law's would reject too often
+    assert "simulated law under H0 with the privacy noise" in str(t)
+
+
+def test_a_residual_variance_the_release_cannot_resolve_is_refused(frame):
+    """Sargan's statistic divides by σ̂²: where the noise of the re-releases is as large as σ̂² itself the tests are
+    refused rather than reported as 1e301."""
+    exact = _exact("y ~ 1 + w + [x ~ z1 + z2]", frame)
+    moments = exact.scale.moments
+    point = _with_constant(moments, moments.matrix)
+    at = iv_tests._Layout(4, 2, 1)
+    _, sigma2 = iv_tests._moment_and_variance(point, at.Z, at.X, at.y)
+    rng = np.random.default_rng(0)
+    small = point + 1e-6 * float(sigma2) * rng.standard_normal((200, 1, 1)) * np.eye(point.shape[0])
+    assert iv_tests._require_resolved_variance(point, small, at.Z, at.X, at.y, "Sargan") == pytest.approx(sigma2)
+    shaken = point.copy()[None].repeat(200, axis=0)
+    shaken[:, at.y, at.y] += float(sigma2) * rng.standard_normal(200)  # a noise s.d. as large as σ̂²
+    with pytest.raises(InferenceUnavailableError, match="cannot tell from its noise"):
+        iv_tests._require_resolved_variance(point, shaken, at.Z, at.X, at.y, "Sargan's and Basmann's tests")
+
+
+@pytest.mark.parametrize(("lower", "upper", "weak", "possibly"), [
+    (1.0, 5.0, True, True), (5.0, 40.0, False, True), (30.0, 40.0, False, False)])
+def test_the_effective_f_weak_flags_read_the_noise_interval(lower, upper, weak, possibly):
+    f = iv_tests.EffectiveF("x", 20.0, 23.1, 1.0, lower, upper, "cost")
+    assert (f.weak, f.possibly_weak) == (weak, possibly)
+    assert ("WEAK" in str(f)) == weak and ("possibly weak" in str(f)) == (possibly and not weak)

@@ -348,8 +348,7 @@ class DPIVResults(PrivateTable):
 
     @cached_property
     def _overidentification(self) -> tuple[TestStatistic, TestStatistic]:
-        return iv_tests.overidentification_tests(self._released_moments("Sargan's test"), *self._test_layout(),
-                                                 constant=self._scale.constant_index is not None)
+        return iv_tests.overidentification_tests(self._released_moments("Sargan's test"), *self._test_layout())
 
     @property
     def sargan(self) -> TestStatistic:
@@ -380,7 +379,6 @@ class DPIVResults(PrivateTable):
         meat = iv_tests.structural_meat(inference.meat, inference.releases)
         return iv_tests.robust_overidentification_test(self._released_moments("The robust over-identification test"),
                                                        meat, *self._test_layout(),
-                                                       constant=self._scale.constant_index is not None,
                                                        clustered=self.cov_type == "clustered")
 
     def durbin(self, variables: str | list[str] | None = None) -> TestStatistic:
@@ -398,8 +396,7 @@ class DPIVResults(PrivateTable):
     def _endogeneity(self, variables) -> tuple[TestStatistic, TestStatistic]:
         q, k, _, n = self._test_layout()
         return iv_tests.endogeneity_tests(self._released_moments("The endogeneity tests"),
-                                          list(self.design.endog_names), q, k, n, variables,
-                                          constant=self._scale.constant_index is not None)
+                                          list(self.design.endog_names), q, k, n, variables)
 
     @cached_property
     def effective_f(self) -> EffectiveF:
@@ -425,8 +422,8 @@ class DPIVResults(PrivateTable):
         moments = self._scale.moments
         if moments is None:
             raise InferenceUnavailableError(
-                f"{what} need the moment release, which preprocess='bounds' does not make. Refit with "
-                "preprocess='private' (the default).")
+                f"{what}: not available without the moment release, which preprocess='bounds' does not make. Refit "
+                "with preprocess='private' (the default).")
         return moments
 
     @cached_property
