@@ -3,9 +3,10 @@
 Each column is one private fit (a :class:`~dpivreg.reporting.results.DPIVResults` or a saved
 :class:`~dpivreg.reporting.release.FitRelease`): its estimates with the private standard errors (or z statistics, or
 p-values) below them, the dependent variable, estimator, n, covariance, T, the budget spent (ρ, and ε at
-the fit's δ) and its IV tests in brief (the over-identification and Wu-Hausman p-values, the effective F). With ``benchmark=True`` (the default, as in ``summary()``) each distinct design also gets a
-column of the IV2SLS benchmark headed ``NON-PRIVATE IV2SLS`` (``*`` is kept for the optional significance
-stars); ``benchmark=False`` gives the publishable table.
+the fit's δ) and its IV tests in brief (the over-identification and Wu-Hausman p-values, the effective F). With
+``benchmark=True`` (the default, as in ``summary()``) each distinct design also gets a column of the IV2SLS benchmark
+headed ``NON-PRIVATE IV2SLS`` (``*`` is kept for the optional significance stars); ``benchmark=False`` gives the
+publishable table.
 
 statsmodels' ``summary_col`` also takes the results (``summary_col([res_a, res_b])``): it reads the model's
 ``exog_names`` and ``endog_names`` in statsmodels' meaning (all regressors; the dependent variable), which
