@@ -301,18 +301,20 @@ _TEST_COSTS = {iv_tests.FREE: "free (moment release, rho0)",
 def iv_tests_table(tests, *, exact: bool) -> SimpleTable:
     """The summary's IV tests block from an IV-tests table (:attr:`DPIVResults.iv_tests
     <dpivreg.reporting.results.DPIVResults.iv_tests>`): statistic, its privacy-noise interval, p-value, the effective
-    F's critical value, the law and the cost. ``exact``: from exact moments (no noise), labelled NOT private."""
+    F's critical value (a column only when the effective F is there), the law and the cost. ``exact``: from exact
+    moments (no noise), labelled NOT private."""
 
     def number(value: float, text) -> str:
         return "" if np.isnan(value) else text(value)
 
-    rows = [[_fmt(r["statistic"]), f"[{_fmt(r['lower'])}, {_fmt(r['upper'])}]",
-             number(r["pval"], lambda p: f"{p:.4f}"), number(r["critical_value"], _fmt), r["dist"],
-             math_label(_TEST_COSTS.get(r["cost"], r["cost"]))] for _, r in tests.iterrows()]
+    critical = bool(tests["critical_value"].notna().any())
+    rows = [[_fmt(r["statistic"]), f"[{_fmt(r['lower'])}, {_fmt(r['upper'])}]", number(r["pval"], lambda p: f"{p:.4f}")]
+            + ([number(r["critical_value"], _fmt)] if critical else [])
+            + [r["dist"], math_label(_TEST_COSTS.get(r["cost"], r["cost"]))] for _, r in tests.iterrows()]
+    headers = ["Statistic", "95% (noise)", "P-value"] + (["Crit. value"] if critical else []) + ["Dist.", "Cost"]
     title = ("IV tests (from exact moments: NOT private)" if exact
              else "IV tests (private: post-processing of releases)")
-    return SimpleTable(rows, headers=["Statistic", "95% (noise)", "P-value", "Crit. value", "Dist.", "Cost"],
-                       stubs=list(tests.index), txt_fmt=copy.deepcopy(fmt_params), title=title)
+    return SimpleTable(rows, headers=headers, stubs=list(tests.index), txt_fmt=copy.deepcopy(fmt_params), title=title)
 
 
 def _iv_tests_note(tests, *, exact: bool) -> str:
