@@ -105,6 +105,18 @@ def test_tests_that_do_not_apply_are_left_out(frame, just):
     assert "IV tests" not in bounds_only.to_markdown() and "#" not in bounds_only.to_csv()
 
 
+def test_clustered_errors_give_the_cluster_robust_test(frame):
+    clustered = frame.assign(g=np.arange(len(frame)) % 250)  # a public grouping of the rows: 250 clusters of 20
+    res = _fit(OVER, clustered, clusters="g")
+    assert res.cov_type == "clustered" and list(res.iv_tests.index) == ["Wooldridge overid (cluster-robust)",
+                                                                        *ROWS[1:4]]
+    assert res.iv_tests.iloc[0]["statistic"] == res.wooldridge_overid.stat
+    assert "(cluster-robust)" in res.wooldridge_overid.name
+    assert "correlation within clusters" in res.summary(benchmark=False).as_text()
+    table = compare({"g": res}, benchmark=False).summary.as_text()
+    assert f"{res.wooldridge_overid.pval:.4f} (cluster-robust)" in table
+
+
 def test_the_table_and_its_exports_are_post_processing(frame, monkeypatch):
     """With the design's row accessors set to raise, the table, the summary and every export still come, and the
     budget is what it was (the pattern of tests/test_iv_tests.py)."""
