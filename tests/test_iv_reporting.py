@@ -316,7 +316,7 @@ def _noise(row) -> str:
     return f"(95% noise interval [{format_number(row['lower'], 3)}, {format_number(row['upper'], 3)}])"
 
 
-def test_the_weak_instrument_note_uses_the_effective_f_and_its_critical_value():
+def test_the_weak_instrument_note_uses_the_effective_f_and_its_critical_value(tmp_path):
     """A first stage whose effective F is about 30: the rule of thumb (10) would not warn, since the F's noise
     interval lies above 10; MOP's critical value (23.1 with one instrument) lies inside it: possibly weak."""
     res = _weak_fit(0.04, 10.0, rho_diag=2.0)
@@ -330,6 +330,8 @@ def test_the_weak_instrument_note_uses_the_effective_f_and_its_critical_value():
         "intervals above may under-cover; the Anderson-Rubin set below")
     assert note in res.summary(benchmark=False).as_text() and note in res.to_markdown()
     assert any(c.startswith("Anderson-Rubin 95% set") for c in res.cautions)  # the set travels with the note
+    pdf = compile_latex(res.summary(benchmark=False).as_latex(), tmp_path, "weak", preamble=ARTICLE)
+    assert overfull_hboxes(pdf) == []  # the note and the block with the effective F typeset within the line
 
 
 def test_an_effective_f_whose_interval_lies_below_the_critical_value_is_certainly_weak():

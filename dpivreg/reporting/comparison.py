@@ -327,7 +327,7 @@ class DPIVComparison:
                      "privacy unit; a row-level rho costs a unit of k rows k^2 rho).")
         tests = self.iv_tests
         if tests[["overid_pval", "wu_hausman_pval", "effective_f"]].notna().any(axis=None):
-            notes.append("IV tests (post-processing of each fit's releases): the p-values of the over-identification "
+            notes.append("IV tests (post-processing of each fit's releases): the p-values of the overidentification "
                          "test (Wooldridge's robust score test where the fit released the robust meat, else Sargan's) "
                          "and of the Wu-Hausman test of exogeneity of the endogenous regressors, each against its law "
                          "under the null with the fit's privacy noise; the effective F (Montiel Olea-Pflueger) with c, "
