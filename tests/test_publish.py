@@ -84,10 +84,11 @@ def test_markdown_and_csv_carry_the_budget_and_round_trip(res, tmp_path):
     assert md.splitlines()[0].startswith("| regressor")
     assert f"rho = {_fmt(res.privacy.rho)} (zCDP)" in md and f"n = {res.nobs}" in md
     assert "NON-PRIVATE" not in md and "IV2SLS" not in md
-    back = pd.read_csv(io.StringIO(res.to_csv()), index_col=0)
+    # the IV tests follow the table as comment lines (tests/test_iv_reporting.py): read with comment="#"
+    back = pd.read_csv(io.StringIO(res.to_csv()), index_col=0, comment="#")
     pd.testing.assert_frame_equal(back, res.to_frame(), check_exact=True)
     res.to_csv(tmp_path / "table.csv")
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "table.csv", index_col=0), res.to_frame())
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "table.csv", index_col=0, comment="#"), res.to_frame())
 
 
 def test_publishable_outputs_hold_no_nonprivate_number(res):
@@ -150,8 +151,9 @@ def test_the_release_is_standard_json_with_named_fields(res):
         "format", "dependent", "formula", "endog_names", "instrument_names", "exog_names", "regressor_names", "nobs",
         "estimator", "params", "std_errors", "conf_int_95", "cov", "cov_type", "path", "first_stage_path", "releases",
         "budget_asked", "rho", "sampler", "delta", "epsilon", "settings", "scaling", "leaks", "inference_note",
-        "version", "created", "unit", "cautions", "digest"}  # "sampler": where the noise came from (issue 40), also in each
-    # release's grid; "digest": the SHA-256 of every other field, checked when read
+        "version", "created", "unit", "cautions", "iv_tests", "digest"}  # "sampler": where the noise came from (issue
+    # 40), also in each release's grid; "iv_tests": the IV tests (issue 41); "digest": the SHA-256 of every other field,
+    # checked when read
     assert data["scaling"]["x"] == {"centre": 0.0, "scale": 6.0, "source": "bounds"}
 
 
@@ -494,8 +496,15 @@ def test_cautions_travel_with_every_export(weak, tmp_path):
     assert f"weak: {first}"[:70] in compare({"weak": weak}, benchmark=False).summary.as_text().replace("\n", " ")
 
 
-def test_a_fit_without_cautions_exports_plain_csv(res):
-    assert res.cautions == () and "#" not in res.to_csv()
+def test_a_fit_without_cautions_exports_plain_csv(res, frame):
+    """A fit without cautions or leaks: the only comment lines are its IV tests; without the moment release (no IV
+    test either) the CSV is plain."""
+    comments = res.to_csv().splitlines()[len(res.params) + 1:]  # after the header and a line per coefficient
+    assert res.cautions == () and comments[0] == "# IV tests (post-processing of the releases), as CSV:"
+    assert len(comments) == 2 + len(res.iv_tests) and list(res.iv_tests.index) == ["Wu-Hausman exogeneity",
+                                                                                   "Durbin exogeneity"]
+    bounds_only = DPIV2SLS.from_formula(F, frame).fit(**FIT, preprocess="bounds", inference=False)
+    assert bounds_only.cautions == () and bounds_only.iv_tests.empty and "#" not in bounds_only.to_csv()
 
 
 @pytest.mark.parametrize("export", ["as_latex", "as_html", "as_csv"])

@@ -2,10 +2,11 @@
 
 Each column is one private fit (a :class:`~dpivreg.reporting.results.DPIVResults` or a saved
 :class:`~dpivreg.reporting.release.FitRelease`): its estimates with the private standard errors (or z statistics, or
-p-values) below them, the dependent variable, estimator, n, covariance, T and the budget spent (ρ, and ε at
-the fit's δ). With ``benchmark=True`` (the default, as in ``summary()``) each distinct design also gets a
-column of the IV2SLS benchmark headed ``NON-PRIVATE IV2SLS`` (``*`` is kept for the optional significance
-stars); ``benchmark=False`` gives the publishable table.
+p-values) below them, the dependent variable, estimator, n, covariance, T, the budget spent (ρ, and ε at
+the fit's δ) and its IV tests in brief (the over-identification and Wu-Hausman p-values, the effective F). With
+``benchmark=True`` (the default, as in ``summary()``) each distinct design also gets a column of the IV2SLS benchmark
+headed ``NON-PRIVATE IV2SLS`` (``*`` is kept for the optional significance stars); ``benchmark=False`` gives the
+publishable table.
 
 statsmodels' ``summary_col`` also takes the results (``summary_col([res_a, res_b])``): it reads the model's
 ``exog_names`` and ``endog_names`` in statsmodels' meaning (all regressors; the dependent variable), which
@@ -33,7 +34,15 @@ from dpivreg.errors import InferenceUnavailableError, PrivacyLeakWarning
 from dpivreg.reporting.release import FitRelease
 from dpivreg.reporting.results import DPIVResults, DPIVSummary
 from dpivreg.reporting.summary import Typeset, html_text, latex_text, math_label, power_of_ten
-from dpivreg.reporting.tables import check_level, warn_benchmark_export
+from dpivreg.reporting.tables import (
+    EFFECTIVE_F,
+    OVERID_ROWS,
+    ROBUST_OVERID,
+    SARGAN,
+    WU_HAUSMAN,
+    check_level,
+    warn_benchmark_export,
+)
 from dpivreg.reporting.tables import format_number as _fmt
 
 if TYPE_CHECKING:  # matplotlib is optional: imported by plot() when it draws
@@ -146,6 +155,45 @@ class DPIVComparison:
         return pd.Series({name: res.delta for name, res in self._results.items()}, name="delta")
 
     @property
+    def iv_tests(self) -> pd.DataFrame:
+        """Each fit's IV tests in brief, one row per fit (from its ``iv_tests``, post-processing of its releases):
+        ``overid_test`` (the over-identification test shown: the robust one when the fit released the robust meat,
+        else Sargan's; empty when exactly identified), ``overid_pval``, ``wu_hausman_pval`` (endogeneity of all the
+        endogenous regressors), ``effective_f`` and ``effective_f_critical`` (Montiel Olea-Pflueger's critical value
+        for a worst-case bias of 10%); NaN where a fit has no such test."""
+        rows = {}
+        for name, res in self._results.items():
+            tests = res._iv_tests_frame
+            overid = next((test for test in OVERID_ROWS if test in tests.index), None)
+            rows[name] = {
+                "overid_test": "" if overid is None else overid,
+                "overid_pval": np.nan if overid is None else tests.loc[overid, "pval"],
+                "wu_hausman_pval": tests.loc[WU_HAUSMAN, "pval"] if WU_HAUSMAN in tests.index else np.nan,
+                "effective_f": tests.loc[EFFECTIVE_F, "statistic"] if EFFECTIVE_F in tests.index else np.nan,
+                "effective_f_critical": (tests.loc[EFFECTIVE_F, "critical_value"] if EFFECTIVE_F in tests.index
+                                         else np.nan)}
+        return pd.DataFrame.from_dict(rows, orient="index")
+
+    def _iv_test_rows(self) -> list[tuple[str, list[str]]]:
+        """The settings part's rows of the IV tests, those that some fit has; blank for a fit without the test and
+        for the benchmark's columns."""
+        tests, blank = self.iv_tests, [""] * len(self._benchmarks)
+        short = {SARGAN: "Sargan", **{name: kind.replace("clustered", "cluster-robust")
+                                      for kind, name in ROBUST_OVERID.items()}}
+        rows = []
+        if tests["overid_pval"].notna().any():
+            rows.append(("Overid. p-value", [f"{r.overid_pval:.4f} ({short[r.overid_test]})" if r.overid_test else ""
+                                             for r in tests.itertuples()] + blank))
+        if tests["wu_hausman_pval"].notna().any():
+            rows.append(("Wu-Hausman p-value", [f"{p:.4f}" if np.isfinite(p) else ""
+                                                for p in tests["wu_hausman_pval"]] + blank))
+        if tests["effective_f"].notna().any():
+            rows.append(("Effective F", [f"{_fmt(r.effective_f)} (c {_fmt(r.effective_f_critical, 3)})"
+                                         if np.isfinite(r.effective_f_critical) else ""
+                                         for r in tests.itertuples()] + blank))
+        return rows
+
+    @property
     def _benchmarks(self) -> dict[str, DPIVResults]:
         """The benchmark columns the comparison shows (none with ``benchmark=False``): column label → fit."""
         return self._benchmark_fits if self._benchmark else {}
@@ -237,7 +285,7 @@ class DPIVComparison:
         bench_params, bench_se = self.benchmark_params, self.benchmark_std_errors
         headers = list(self._results) + list(self._benchmarks)
         data, stubs = [], []
-        for key, cells in self._info_rows():
+        for key, cells in self._info_rows() + self._iv_test_rows():
             data.append(cells)
             stubs.append(key)
         settings = len(data)
@@ -277,6 +325,13 @@ class DPIVComparison:
             notes.append("Stars: *** p < 0.01, ** p < 0.05, * p < 0.1 (private p-values).")
         notes.append("Each fit's privacy is its own: fits of the same data compose, their rho add up (for the same "
                      "privacy unit; a row-level rho costs a unit of k rows k^2 rho).")
+        tests = self.iv_tests
+        if tests[["overid_pval", "wu_hausman_pval", "effective_f"]].notna().any(axis=None):
+            notes.append("IV tests (post-processing of each fit's releases): the p-values of the overidentification "
+                         "test (Wooldridge's robust score test where the fit released the robust meat, else Sargan's) "
+                         "and of the Wu-Hausman test of exogeneity of the endogenous regressors, each against its law "
+                         "under the null with the fit's privacy noise; the effective F (Montiel Olea-Pflueger) with c, "
+                         "its critical value for a worst-case bias of 10%.")
         if self._benchmarks:
             kinds = " or ".join(sorted({res.benchmark.cov_type for res in self._benchmarks.values()}))
             notes.append(f"NON-PRIVATE: the IV2SLS column(s) are computed from the raw data without noise ({kinds} "
@@ -444,7 +499,7 @@ def compare(results, *, benchmark: bool = True, precision: Precision = "std_erro
     -------
     DPIVComparison
         ``summary`` (text, LaTeX, HTML), ``plot()`` (a coefficient plot), and ``params``, ``std_errors``,
-        ``tstats``, ``pvalues``, ``nobs``, ``rho``, ``epsilon`` as pandas objects.
+        ``tstats``, ``pvalues``, ``nobs``, ``rho``, ``epsilon``, ``iv_tests`` as pandas objects.
 
     Examples
     --------

@@ -42,7 +42,14 @@ from dpivreg.errors import PrivacyLeakWarning
 from dpivreg.privacy.accounting import PrivacyBudget, Release
 from dpivreg.privacy.units import UnitFacts
 from dpivreg.reporting.summary import release_summary
-from dpivreg.reporting.tables import PrivateTable, SummaryAccessor, size_text
+from dpivreg.reporting.tables import (
+    IV_TEST_COLUMNS,
+    IV_TEST_NUMBERS,
+    PrivateTable,
+    SummaryAccessor,
+    iv_test_frame,
+    size_text,
+)
 
 __all__ = ["RELEASE_FORMAT", "FitRelease", "load_release"]
 
@@ -125,6 +132,11 @@ class FitRelease(PrivateTable):
     cautions : tuple of str
         The fit's cautions (:attr:`DPIVResults.cautions <dpivreg.reporting.results.DPIVResults.cautions>`:
         unreliable standard errors, weak instruments, what the release cannot resolve).
+    iv_tests : tuple of dict
+        The fit's IV tests (:attr:`DPIVResults.iv_tests <dpivreg.reporting.results.DPIVResults.iv_tests>`), one dict
+        per test: its name under ``"test"``, then ``statistic``, ``pval``, ``dist``, ``lower``, ``upper``,
+        ``critical_value``, ``cost``, ``null`` (NaN where a test has no such number). Empty in records made before
+        they were recorded.
     """
 
     dependent: str
@@ -149,6 +161,7 @@ class FitRelease(PrivateTable):
     created: str = ""
     unit: dict | None = None
     cautions: tuple[str, ...] = ()
+    iv_tests: tuple[dict, ...] = ()
 
     # ------------------------------------------------------------------ the statistics (post-processing)
     @property
@@ -173,6 +186,10 @@ class FitRelease(PrivateTable):
     @property
     def _dependent_label(self) -> str:
         return self.dependent
+
+    @property
+    def _iv_tests_frame(self) -> pd.DataFrame:
+        return iv_test_frame(self.iv_tests)
 
     def cov_params(self) -> pd.DataFrame:
         """The private covariance (a ValueError when the fit made no inference)."""
@@ -235,6 +252,7 @@ class FitRelease(PrivateTable):
             "created": self.created,
             "unit": self.unit,
             "cautions": list(self.cautions),
+            "iv_tests": [dict(test) for test in self.iv_tests],
         })
         return {**fields_, "digest": record_digest(fields_)}
 
@@ -324,6 +342,7 @@ class FitRelease(PrivateTable):
                      for k, v in data["scaling"].items()},
             leaks=tuple(leaks), inference_note=data["inference_note"], version=data["version"],
             created=data["created"], unit=data.get("unit"), cautions=_cautions(data.get("cautions", [])),
+            iv_tests=_iv_tests(data.get("iv_tests", [])),
         )
 
     def equals(self, other: FitRelease) -> bool:
@@ -380,6 +399,25 @@ def _cautions(value) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(note, str) for note in value):
         raise ValueError("field 'cautions' must be a list of messages")
     return tuple(value)
+
+
+def _iv_tests(value) -> tuple[dict, ...]:
+    """The record's IV tests back from JSON: each an object of the test's name and the columns
+    :data:`~dpivreg.reporting.tables.IV_TEST_COLUMNS`, the numbers as floats ("inf" and "nan" strings included)."""
+    keys = {"test", *IV_TEST_COLUMNS}
+    if not isinstance(value, list) or not all(isinstance(test, dict) and set(test) == keys for test in value):
+        raise ValueError(f"field 'iv_tests' must be a list of tests, each an object with the fields {sorted(keys)}")
+    tests = []
+    for test in value:
+        for key in keys:
+            number = test[key]
+            if key not in IV_TEST_NUMBERS:
+                _text(number, f"iv_tests.{key}")
+            elif isinstance(number, bool) or not (isinstance(number, (int, float)) or number in ("inf", "-inf", "nan")):
+                raise ValueError(f"field 'iv_tests' holds {number!r} as the {key} of {test['test']!r}: not a number")
+        tests.append({key: float(test[key]) if key in IV_TEST_NUMBERS else test[key]
+                      for key in ("test", *IV_TEST_COLUMNS)})
+    return tuple(tests)
 
 
 def record_digest(fields_: dict) -> str:

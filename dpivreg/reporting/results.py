@@ -44,7 +44,20 @@ from dpivreg.inference.private import PrivateInference
 from dpivreg.privacy.accounting import PrivacyBudget
 from dpivreg.reporting.release import FitRelease, record_time
 from dpivreg.reporting.summary import WEAK_F, DPIVSummary, SummaryWriter
-from dpivreg.reporting.tables import PrivateTable, SummaryAccessor, check_level, format_number, size_text
+from dpivreg.reporting.tables import (
+    DURBIN,
+    EFFECTIVE_F,
+    ROBUST_OVERID,
+    SARGAN,
+    WU_HAUSMAN,
+    PrivateTable,
+    SummaryAccessor,
+    check_level,
+    format_number,
+    iv_test_frame,
+    iv_test_records,
+    size_text,
+)
 
 __all__ = ["DPIVResults", "FitSettings", "DPIVSummary", "WEAK_F"]
 
@@ -138,6 +151,18 @@ def _plain(clip):
 
 
 _fmt = format_number
+
+
+def _test_row(test: TestStatistic | EffectiveF) -> dict:
+    """A test's row of :attr:`DPIVResults.iv_tests`; the effective F's null is Montiel Olea and Pflueger's (their
+    test rejects weak instruments when the statistic exceeds the critical value)."""
+    if isinstance(test, EffectiveF):
+        null = (f"Weak instruments: the worst-case 2SLS bias exceeds {test.tau:.0%} of the benchmark (rejected at "
+                f"{iv_tests.MOP_LEVEL:.0%} when the statistic exceeds the critical value)")
+        return {"statistic": test.stat, "pval": np.nan, "dist": "", "lower": test.lower, "upper": test.upper,
+                "critical_value": test.critical_value, "cost": test.cost, "null": null}
+    return {"statistic": test.stat, "pval": test.pval, "dist": test.dist_name, "lower": test.lower,
+            "upper": test.upper, "critical_value": np.nan, "cost": test.cost, "null": test.null}
 
 
 def _is_text_restriction(restriction) -> bool:
@@ -417,6 +442,44 @@ class DPIVResults(PrivateTable):
         q, k, _, n = self._test_layout()
         return iv_tests.effective_f(self._released_moments("The effective F"), self._first_stage_meat,
                                     d.endog_names[0], q, k, n)
+
+    @cached_property
+    def iv_tests(self) -> pd.DataFrame:
+        """The IV specification tests that apply to this fit, one row each, as the summary's IV tests block and
+        every export show them (this is the one place that decides which apply).
+
+        Rows, in this order, each only when it applies (a test that does not is left out, never a stub row):
+        over-identification, when the model is over-identified: ``Wooldridge overid (robust)`` (or
+        ``(cluster-robust)``; :attr:`wooldridge_overid`) when the fit released the robust standard errors' meat, and
+        ``Sargan overid`` (:attr:`sargan`); endogeneity of all the endogenous regressors: ``Wu-Hausman exogeneity``
+        and ``Durbin exogeneity`` (:meth:`wu_hausman`, :meth:`durbin`); instrument strength: ``Effective F (MOP)``
+        (:attr:`effective_f`) with one endogenous regressor and the first stage's meat (``fit(rho_diag=...)``). No
+        row without the moment release (``preprocess="bounds"``).
+
+        Columns: ``statistic``; ``pval`` (against the statistic's law under the null simulated with the privacy
+        noise; NaN for the effective F, which is read against its critical value); ``dist`` (the large-sample law,
+        e.g. ``chi2(1)``; empty for the effective F); ``lower``, ``upper`` (the 95% interval of the privacy noise);
+        ``critical_value`` (the effective F's for a worst-case bias of 10%, Montiel Olea-Pflueger's simplified
+        procedure; NaN for the others); ``cost`` (what paid for it); ``null``. Index ``test``.
+
+        Post-processing of the moment release and, for the robust tests, of the released meats: no data read, no
+        budget (:mod:`dpivreg.inference.iv_tests`)."""
+        tests: dict[str, TestStatistic | EffectiveF] = {}
+        if self._scale.moments is not None:
+            q, k, p, _ = self._test_layout()
+            if q - k > p:  # over-identified
+                if self._inference is not None and self.cov_type in ROBUST_OVERID:
+                    tests[ROBUST_OVERID[self.cov_type]] = self.wooldridge_overid
+                tests[SARGAN] = self.sargan
+            durbin, wu_hausman = self._endogeneity(None)
+            tests[WU_HAUSMAN], tests[DURBIN] = wu_hausman, durbin
+            if p == 1 and self._first_stage_meat is not None:
+                tests[EFFECTIVE_F] = self.effective_f
+        return iv_test_frame([{"test": name, **_test_row(test)} for name, test in tests.items()])
+
+    @property
+    def _iv_tests_frame(self) -> pd.DataFrame:
+        return self.iv_tests
 
     def _released_moments(self, what: str):
         moments = self._scale.moments
@@ -743,7 +806,7 @@ class DPIVResults(PrivateTable):
             delta=self._delta, unit=None if self._scale.units is None else self._scale.units.as_dict(),
             settings=settings, scaling=self._public_scaling(), leaks=self._leaks,
             inference_note=self._inference_note, version=__version__, created=record_time(),
-            cautions=self.cautions,
+            cautions=self.cautions, iv_tests=iv_test_records(self.iv_tests),
         )
 
     def _public_scaling(self) -> dict:

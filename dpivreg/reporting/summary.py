@@ -22,7 +22,17 @@ from statsmodels.iolib.tableformatting import fmt_2cols, fmt_params
 
 from dpivreg.estimation.moments import NOISE_FLOOR, means_at_bounds, unresolved_directions
 from dpivreg.estimation.working_scale import free_columns
-from dpivreg.reporting.tables import format_number, warn_benchmark_export
+from dpivreg.inference import iv_tests
+from dpivreg.reporting.tables import (
+    DURBIN,
+    EFFECTIVE_F,
+    ROBUST_OVERID,
+    SARGAN,
+    WU_HAUSMAN,
+    format_number,
+    iv_test_frame,
+    warn_benchmark_export,
+)
 
 __all__ = ["DPIVSummary", "SummaryWriter", "Typeset", "WEAK_F", "html_text", "latex_text", "math_label",
            "power_of_ten"]
@@ -282,6 +292,56 @@ def private_parameter_rows(table, names: list, label: str) -> tuple[dict, list[s
     return rows, [label, "Std. Err.", "z", "P>|z|", "Lower CI", "Upper CI"]
 
 
+#: What each IV test cost, as the summary's IV tests block says it (the tests' ``cost`` in full in every export).
+_TEST_COSTS = {iv_tests.FREE: "free (moment release, rho0)",
+               iv_tests.FREE_WITH_MEAT: "free (moments, SE meat rho_inf)",
+               iv_tests.FIRST_STAGE_MEAT: "rho_diag (first-stage meat)"}
+
+
+def iv_tests_table(tests, *, exact: bool) -> SimpleTable:
+    """The summary's IV tests block from an IV-tests table (:attr:`DPIVResults.iv_tests
+    <dpivreg.reporting.results.DPIVResults.iv_tests>`): statistic, its privacy-noise interval, p-value, the effective
+    F's critical value (a column only when the effective F is there), the law and the cost. ``exact``: from exact
+    moments (no noise), labelled NOT private."""
+
+    def number(value: float, text) -> str:
+        return "" if np.isnan(value) else text(value)
+
+    critical = bool(tests["critical_value"].notna().any())
+    rows = [[_fmt(r["statistic"]), f"[{_fmt(r['lower'])}, {_fmt(r['upper'])}]", number(r["pval"], lambda p: f"{p:.4f}")]
+            + ([number(r["critical_value"], _fmt)] if critical else [])
+            + [r["dist"], math_label(_TEST_COSTS.get(r["cost"], r["cost"]))] for _, r in tests.iterrows()]
+    headers = ["Statistic", "95% (noise)", "P-value"] + (["Crit. value"] if critical else []) + ["Dist.", "Cost"]
+    title = ("IV tests (from exact moments: NOT private)" if exact
+             else "IV tests (private: post-processing of releases)")
+    return SimpleTable(rows, headers=headers, stubs=list(tests.index), txt_fmt=copy.deepcopy(fmt_params), title=title)
+
+
+def _iv_tests_note(tests, *, exact: bool) -> str:
+    """How to read the IV tests block: the p-values, the intervals, the errors each test assumes."""
+    if exact:
+        read = "p-values against the law under Dist. (exact moments: no privacy noise)"
+    else:
+        read = ("each p-value is against the statistic's law under the null simulated with the releases' privacy "
+                "noise (the law under Dist. ignores the noise, which inflates the statistic); the 95% (noise) "
+                "interval is the privacy noise's, not the sampling error's")
+    homoskedastic = [name.split()[0] for name in (SARGAN, WU_HAUSMAN, DURBIN) if name in tests.index]
+    assumes = []
+    if homoskedastic:
+        names = (", ".join(homoskedastic[:-1]) + " and " if len(homoskedastic) > 1 else "") + homoskedastic[-1]
+        assumes.append(f"{names} assume{'' if len(homoskedastic) > 1 else 's'} homoskedastic errors")
+    if ROBUST_OVERID["robust"] in tests.index:
+        assumes.append("Wooldridge's score test is robust to heteroskedasticity")
+    if ROBUST_OVERID["clustered"] in tests.index:
+        assumes.append("Wooldridge's score test is robust to heteroskedasticity and to correlation within clusters")
+    note = f"IV tests: {read}." + (" " + "; ".join(assumes) + "." if assumes else "")
+    if EFFECTIVE_F in tests.index:
+        note += (" Effective F (Montiel Olea-Pflueger, robust to heteroskedasticity): it rejects weak instruments (a "
+                 "worst-case bias above 10% of the benchmark) at the 5% level when it exceeds its critical value, "
+                 f"here {_fmt(tests.loc[EFFECTIVE_F, 'critical_value'])} (simplified procedure).")
+    return note
+
+
 def _privacy_notes(leaks: tuple[str, ...], sampler: str) -> list[str]:
     """The summary's last notes, of a fit or of its record: its privacy leaks (or that there were none), and a
     seeded sampler's warning."""
@@ -315,10 +375,16 @@ def release_summary(record) -> DPIVSummary:
     smry.tables.append(SimpleTable([rows[c] for c in names], headers=headers, stubs=names,
                                    txt_fmt=copy.deepcopy(fmt_params),
                                    title=f"Parameter Estimates (private: {record.estimator})"))
+    tests = iv_test_frame(record.iv_tests)
+    exact = np.isinf(record.privacy.rho0)  # the moment release was exact: the tests are not private
+    if len(tests):
+        smry.tables.append(iv_tests_table(tests, exact=exact))
     notes = [f"From a release record made {record.created}: the private estimate, its inference and the privacy "
              "spent; no data and no benchmark."]
     if not record._has_inference:
         notes.append(f"Private std. errors: {record.inference_note}.")
+    if len(tests):
+        notes.append(_iv_tests_note(tests, exact=exact))
     notes.extend(record.cautions)
     if record.formula:
         notes.append(f"Formula: {record.formula}")
@@ -342,6 +408,8 @@ class SummaryWriter:
         smry.tables.append(self._parameter_table(benchmark))
         if self.results.scale.moments is not None:
             smry.tables.append(self._first_stage_table())
+            if len(self.results.iv_tests):
+                smry.tables.append(iv_tests_table(self.results.iv_tests, exact=self.results.scale.moments.sigma == 0))
         if self.results.settings.method != "moments" and not self.results.scale.unit_level:
             smry.tables.append(self._bound_table())
         smry.add_extra_txt(self._notes(benchmark))
@@ -548,24 +616,26 @@ class SummaryWriter:
                 f"critical values for {len(self.results.design.endog_names)} endogenous regressors and "
                 f"{len(self.results.design.instrument_names)} instruments; homoskedastic; {source}): "
                 f"{_fmt(cd['statistic'], 3)}{noise(cd['lower'], cd['upper'])}.")
-            strength = [("the Cragg-Donald statistic", cd["statistic"], cd["lower"], cd["upper"])]
             rule = "the one-regressor rule of thumb; Stock-Yogo's critical values for several are higher"
-        else:
-            table = self.results.first_stage_diagnostics
-            # the rule of thumb is for an F: the robust Wald statistic (chi2(m)) divided by m
-            robust = self.results._first_stage_meat is not None
-            per = len(self.results.design.instrument_names) if robust else 1
-            kind = "robust first-stage Wald/m" if robust else "first-stage F"
-            strength = [(f"the {kind} of {name}", row["f.stat"] / per, row["f.lower"] / per, row["f.upper"] / per)
-                        for name, row in table.iterrows()]
-            rule = "Staiger and Stock's rule of thumb"
-        for what, value, lower, upper in strength:
-            if lower >= WEAK_F:
+            strength = [("the Cragg-Donald statistic", cd["statistic"], cd["lower"], cd["upper"], WEAK_F,
+                         f"{WEAK_F:g} ({rule})")]
+        elif EFFECTIVE_F in self.results.iv_tests.index:  # heteroskedasticity-robust, with its own critical value
+            row = self.results.iv_tests.loc[EFFECTIVE_F]
+            critical = row["critical_value"]
+            strength = [("the effective F (Montiel Olea-Pflueger, robust to heteroskedasticity)", row["statistic"],
+                         row["lower"], row["upper"], critical,
+                         f"MOP's critical value {_fmt(critical, 3)} for a worst-case bias of 10%")]
+        else:  # without the first stage's meat: the homoskedastic F against the rule of thumb
+            rule = f"{WEAK_F:g} (Staiger and Stock's rule of thumb)"
+            strength = [(f"the first-stage F of {name}", row["f.stat"], row["f.lower"], row["f.upper"], WEAK_F, rule)
+                        for name, row in self.results.first_stage_diagnostics.iterrows()]
+        for what, value, lower, upper, bar, rule in strength:
+            if lower >= bar:
                 continue
-            certain = upper < WEAK_F
+            certain = upper < bar
             notes.append(
                 f"WEAK INSTRUMENTS{'' if certain else ' (possibly)'}: {what} is {_fmt(value, 3)}{noise(lower, upper)}"
-                f"{', below' if certain else ', reaching below'} {WEAK_F:g} ({rule}): the Wald intervals above may "
+                f"{', below' if certain else ', reaching below'} {rule}: the Wald intervals above may "
                 "under-cover" + ("." if several else "; the Anderson-Rubin set below is robust to weak instruments "
                                                     "(it assumes homoskedastic errors)."))
         if not several:
@@ -643,6 +713,8 @@ class SummaryWriter:
         notes.append(self._inference_text(benchmark))
         if self.results.scale.moments is not None:
             notes += self._first_stage_notes()
+            if len(self.results.iv_tests):
+                notes.append(_iv_tests_note(self.results.iv_tests, exact=self.results.scale.moments.sigma == 0))
         if self.results.privacy_unit is not None:
             notes.append(self._unit_note())
         units = self.results.scale.units

@@ -23,7 +23,22 @@ from dpivreg._validation import check_flag
 from dpivreg.errors import PrivacyLeakWarning
 from dpivreg.privacy.accounting import PrivacyBudget
 
-__all__ = ["PrivateTable", "check_level", "format_number", "size_text", "warn_benchmark_export"]
+__all__ = ["PrivateTable", "check_level", "format_number", "size_text", "warn_benchmark_export", "IV_TEST_COLUMNS",
+           "IV_TEST_NUMBERS", "iv_test_frame", "iv_test_records"]
+
+#: The columns of an IV-tests table (:attr:`DPIVResults.iv_tests <dpivreg.reporting.results.DPIVResults.iv_tests>`),
+#: in order, and those that hold numbers; the index is the test's name (``test``).
+IV_TEST_COLUMNS = ("statistic", "pval", "dist", "lower", "upper", "critical_value", "cost", "null")
+IV_TEST_NUMBERS = ("statistic", "pval", "lower", "upper", "critical_value")
+#: The rows of an IV-tests table, by the question each answers (a fit has those that apply to it).
+ROBUST_OVERID = {"robust": "Wooldridge overid (robust)", "clustered": "Wooldridge overid (cluster-robust)"}
+SARGAN = "Sargan overid"
+WU_HAUSMAN = "Wu-Hausman exogeneity"
+DURBIN = "Durbin exogeneity"
+EFFECTIVE_F = "Effective F (MOP)"
+OVERID_ROWS = (*ROBUST_OVERID.values(), SARGAN)  # the first present is a fit's over-identification test
+#: The title an IV-tests table is exported under (Markdown, CSV).
+IV_TESTS_HEADING = "IV tests (post-processing of the releases)"
 
 
 def check_level(level) -> float:
@@ -99,6 +114,22 @@ def format_number(value, digits: int = 4) -> str:
     return f"{value:.{digits}g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.{digits}e}"
 
 
+def iv_test_frame(records) -> pd.DataFrame:
+    """An IV-tests table from its records (:func:`iv_test_records`; one dict per test, its name under ``"test"``):
+    the columns :data:`IV_TEST_COLUMNS`, indexed by ``test``; empty (with those columns) for no record."""
+    frame = pd.DataFrame([{key: record[key] for key in ("test", *IV_TEST_COLUMNS)} for record in records],
+                         columns=["test", *IV_TEST_COLUMNS]).set_index("test")
+    return frame.astype({column: float for column in IV_TEST_NUMBERS})
+
+
+def iv_test_records(frame: pd.DataFrame) -> tuple[dict, ...]:
+    """An IV-tests table as records: one dict per test, ``{"test": name, **columns}``, numbers as Python floats
+    (NaN where a test has none) and text as str; the inverse of :func:`iv_test_frame`."""
+    return tuple({"test": str(name), **{column: float(row[column]) if column in IV_TEST_NUMBERS else str(row[column])
+                                        for column in IV_TEST_COLUMNS}}
+                 for name, row in frame.iterrows())
+
+
 class PrivateTable:
     """Mixin: the normal-approximation statistics and the exports from ``params``, ``bse`` and the budget.
 
@@ -122,6 +153,11 @@ class PrivateTable:
 
     @property
     def _dependent_label(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def _iv_tests_frame(self) -> pd.DataFrame:  # pragma: no cover - overridden
+        """The fit's IV tests as a table (:data:`IV_TEST_COLUMNS`; no row when none applies)."""
         raise NotImplementedError
 
     def _benchmark_columns(self) -> pd.DataFrame:
@@ -219,7 +255,9 @@ class PrivateTable:
 
         Columns ``parameter``, ``std_error``, ``zstat``, ``pvalue``, ``lower``, ``upper`` (the private estimate,
         its private standard error, z statistic, normal p-value and ``level`` interval; only ``parameter`` when
-        the fit made no inference), one row per regressor.
+        the fit made no inference), one row per regressor. What qualifies the numbers travels in ``attrs``:
+        ``notes`` (the budget spent and the cautions), ``cautions`` and ``iv_tests`` (the IV tests as records, one
+        dict per test: its name under ``"test"``, then the columns of ``DPIVResults.iv_tests``).
 
         Parameters
         ----------
@@ -233,6 +271,7 @@ class PrivateTable:
         table = self._table(benchmark, level, "the table", stacklevel=2)
         table.attrs["notes"] = self._export_notes(bool(benchmark), level)  # the budget and the cautions travel too
         table.attrs["cautions"] = list(self.cautions)
+        table.attrs["iv_tests"] = list(iv_test_records(self._iv_tests_frame))
         return table
 
     def _export_notes(self, benchmark: bool, level: float) -> list[str]:
@@ -257,7 +296,8 @@ class PrivateTable:
         return [*self.cautions, *leaks]
 
     def to_markdown(self, *, benchmark: bool = False, level: float = 0.95, floatfmt: str = ".4g") -> str:
-        """The parameter table (:meth:`to_frame`) as a Markdown table, with a note of the budget spent.
+        """The parameter table (:meth:`to_frame`) as a Markdown table, then the IV tests (a second table, when any
+        applies) and the notes: the budget spent and the cautions.
 
         Parameters
         ----------
@@ -268,7 +308,12 @@ class PrivateTable:
         """
         table = self._table(benchmark, level, "the Markdown table", stacklevel=2)
         notes = self._export_notes(bool(benchmark), level)
-        return table.to_markdown(floatfmt=floatfmt) + "\n\n" + "\n".join(notes) + "\n"
+        text = table.to_markdown(floatfmt=floatfmt) + "\n\n"
+        tests = self._iv_tests_frame
+        if len(tests):  # NaN (a p-value the effective F has not, a critical value the others have not) left blank
+            cells = tests.astype(object).where(tests.notna(), None)
+            text += f"{IV_TESTS_HEADING}:\n\n" + cells.to_markdown(floatfmt=floatfmt, missingval="") + "\n\n"
+        return text + "\n".join(notes) + "\n"
 
     def to_csv(self, path_or_buf=None, *, benchmark: bool = False, level: float = 0.95) -> str | None:
         """The parameter table (:meth:`to_frame`) as CSV, full precision; written to ``path_or_buf`` when given.
@@ -280,15 +325,18 @@ class PrivateTable:
         benchmark, level
             As in :meth:`to_frame`.
 
-        A fit with cautions (:attr:`cautions`) or leaks gets them as ``# `` comment lines after the table, so that
-        they travel with the numbers; read such a file with ``pd.read_csv(path, index_col=0, comment="#")``.
+        The IV tests (a CSV table of their own, full precision), then the cautions (:attr:`cautions`) and any
+        leaks, follow the table as ``# `` comment lines, so that they travel with the numbers; read the coefficients
+        back with ``pd.read_csv(path, index_col=0, comment="#")``. A fit with none of them writes plain CSV.
         """
         table = self._table(benchmark, level, "the CSV table", stacklevel=2)
-        qualifying = self._qualifying_notes()
-        if not qualifying:
+        tests = self._iv_tests_frame
+        comments = ([f"{IV_TESTS_HEADING}, as CSV:", *tests.to_csv(lineterminator="\n").splitlines()] if len(tests)
+                    else []) + self._qualifying_notes()
+        if not comments:
             return table.to_csv(path_or_buf)
-        # the cautions travel with the numbers: as comment lines after the table (read with comment="#")
-        text = table.to_csv() + "".join(f"# {note}\n" for note in qualifying)
+        # the IV tests and the cautions travel with the numbers: as comment lines after the table (comment="#")
+        text = table.to_csv() + "".join(f"# {line}\n" for line in comments)
         if path_or_buf is None:
             return text
         if hasattr(path_or_buf, "write"):
