@@ -352,3 +352,21 @@ def test_without_the_first_stage_meat_the_rule_of_thumb_stays():
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
         res.to_markdown()
+
+
+def test_a_refused_test_is_left_out_and_the_summary_says_why(frame, monkeypatch):
+    """Where the release cannot resolve the residual variance the homoskedastic tests are refused: their rows are left
+    out of the table (never a stub row) and the summary's note gives the reason."""
+    from dpivreg.errors import InferenceUnavailableError
+    from dpivreg.inference import iv_tests as module
+
+    def refuse(*args, **kwargs):
+        raise InferenceUnavailableError(f"{args[-1]} divide by the residual variance, which the moment release "
+                                        "cannot tell from its noise here")
+
+    monkeypatch.setattr(module, "_require_resolved_variance", refuse)
+    res = _fit("y ~ 1 + w + [x ~ z1 + z2]", frame)
+    assert list(res.iv_tests.index) == ["Wooldridge overid (robust)"]
+    assert len(res.iv_tests.attrs["refused"]) == 2
+    text = res.summary(benchmark=False).as_text()
+    assert text.count("Not shown:") == 2 and "cannot tell from its noise" in text

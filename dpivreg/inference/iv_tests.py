@@ -78,6 +78,8 @@ __all__ = ["TestStatistic", "EffectiveF", "MOP_TAU", "sargan_statistic", "basman
 #: The worst-case bias MOP's critical value guards against (τ), and the test's level.
 MOP_TAU = 0.10
 MOP_LEVEL = 0.05
+#: The interquartile range of the standard normal: IQR/1.349 is the SD of normal draws.
+IQR_NORMAL = 2.0 * stats.norm.ppf(0.75)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -396,12 +398,14 @@ def _require_overidentified(q: int, n_exog: int, p: int, name: str) -> None:
 def _require_resolved_variance(point: np.ndarray, draws: np.ndarray, instruments: list[int], regressors: list[int],
                                y: int, what: str) -> float:
     """The released residual variance σ̂² of the 2SLS with these instruments, refused when the release cannot tell it
-    from its own noise: at or below :data:`~dpivreg.estimation.moments.NOISE_FLOOR` times its standard deviation over
-    the plug-in re-releases (the rule the moment solves floor by). A homoskedastic test divides by it, and a σ̂² that
+    from its own noise: at or below :data:`~dpivreg.estimation.moments.NOISE_FLOOR` times its spread over the plug-in
+    re-releases (IQR/1.349; the rule the moment solves floor by). A homoskedastic test divides by it, and a σ̂² that
     the noise put near 0 made Sargan's statistic 1e301. Decided from released quantities only."""
     _, sigma2 = _moment_and_variance(point, instruments, regressors, y)
     _, again = _moment_and_variance(draws, instruments, regressors, y)
-    noise = float(np.std(again)) if len(again) > 1 else 0.0
+    # a robust scale: a few re-releases whose first stage the noise nearly destroys put σ² far away
+    q25, q75 = np.quantile(again, [0.25, 0.75]) if len(again) > 1 else (0.0, 0.0)
+    noise = float(q75 - q25) / IQR_NORMAL
     if not float(sigma2) > NOISE_FLOOR * noise:
         raise InferenceUnavailableError(
             f"{what} divide by the residual variance, which the moment release cannot tell from its noise here "

@@ -462,20 +462,36 @@ class DPIVResults(PrivateTable):
         ``critical_value`` (the effective F's for a worst-case bias of 10%, Montiel Olea-Pflueger's simplified
         procedure; NaN for the others); ``cost`` (what paid for it); ``null``. Index ``test``.
 
+        A test the release cannot support (the homoskedastic tests where the residual variance is below the
+        release's noise) is left out and its reason kept in ``attrs["refused"]``, which the summary's note shows.
+
         Post-processing of the moment release and, for the robust tests, of the released meats: no data read, no
         budget (:mod:`dpivreg.inference.iv_tests`)."""
         tests: dict[str, TestStatistic | EffectiveF] = {}
+        refused: list[str] = []
+
+        def add(names: tuple[str, ...], compute) -> None:
+            try:
+                values = compute()
+            except InferenceUnavailableError as exc:  # e.g. a residual variance the release cannot resolve
+                refused.append(str(exc))
+                return
+            tests.update(zip(names, values if isinstance(values, tuple) else (values,)))
+
         if self._scale.moments is not None:
             q, k, p, _ = self._test_layout()
             if q - k > p:  # over-identified
                 if self._inference is not None and self.cov_type in ROBUST_OVERID:
-                    tests[ROBUST_OVERID[self.cov_type]] = self.wooldridge_overid
-                tests[SARGAN] = self.sargan
-            durbin, wu_hausman = self._endogeneity(None)
-            tests[WU_HAUSMAN], tests[DURBIN] = wu_hausman, durbin
+                    add((ROBUST_OVERID[self.cov_type],), lambda: self.wooldridge_overid)
+                add((SARGAN,), lambda: self.sargan)
+            add((DURBIN, WU_HAUSMAN), lambda: self._endogeneity(None))
+            tests = {name: tests[name] for name in (*ROBUST_OVERID.values(), SARGAN, WU_HAUSMAN, DURBIN)
+                     if name in tests}
             if p == 1 and self._first_stage_meat is not None:
-                tests[EFFECTIVE_F] = self.effective_f
-        return iv_test_frame([{"test": name, **_test_row(test)} for name, test in tests.items()])
+                add((EFFECTIVE_F,), lambda: self.effective_f)
+        frame = iv_test_frame([{"test": name, **_test_row(test)} for name, test in tests.items()])
+        frame.attrs["refused"] = refused
+        return frame
 
     @property
     def _iv_tests_frame(self) -> pd.DataFrame:

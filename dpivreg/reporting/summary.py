@@ -335,6 +335,8 @@ def _iv_tests_note(tests, *, exact: bool) -> str:
     if ROBUST_OVERID["clustered"] in tests.index:
         assumes.append("Wooldridge's score test is robust to heteroskedasticity and to correlation within clusters")
     note = f"IV tests: {read}." + (" " + "; ".join(assumes) + "." if assumes else "")
+    for reason in tests.attrs.get("refused", ()):
+        note += f" Not shown: {reason}"
     if EFFECTIVE_F in tests.index:
         note += (" Effective F (Montiel Olea-Pflueger, robust to heteroskedasticity): it rejects weak instruments (a "
                  "worst-case bias above 10% of the benchmark) at the 5% level when it exceeds its critical value, "
@@ -713,8 +715,9 @@ class SummaryWriter:
         notes.append(self._inference_text(benchmark))
         if self.results.scale.moments is not None:
             notes += self._first_stage_notes()
-            if len(self.results.iv_tests):
-                notes.append(_iv_tests_note(self.results.iv_tests, exact=self.results.scale.moments.sigma == 0))
+            tests = self.results.iv_tests
+            if len(tests) or tests.attrs.get("refused"):
+                notes.append(_iv_tests_note(tests, exact=self.results.scale.moments.sigma == 0))
         if self.results.privacy_unit is not None:
             notes.append(self._unit_note())
         units = self.results.scale.units
