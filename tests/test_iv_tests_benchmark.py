@@ -43,3 +43,24 @@ def test_the_closed_forms_are_linearmodels():
         for hypothesis in bench.HYPOTHESES:
             data = bench.draw(1_500, design, hypothesis, np.random.default_rng(3))
             bench.check_linearmodels(data, bench.nonprivate(data), rel=1e-8)
+
+
+def test_the_endogeneity_shortcut_is_the_public_methods():
+    """one_run reads Durbin's and Wu–Hausman's tests from one computation; they are what the public methods give."""
+    import math
+    import warnings
+
+    import numpy as np
+
+    from dpivreg import DPIV2SLS
+
+    data = bench.draw(2_000, "homoskedastic", "null", np.random.default_rng(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = DPIV2SLS.from_formula(bench.FORMULA, data).fit(rho=2.6, rho_diag=0.13, seed=1,
+                                                             bounds=bench.BOUNDS["homoskedastic"])
+    durbin, wu_hausman = res._endogeneity(None)
+    for ours, public in ((durbin, res.durbin()), (wu_hausman, res.wu_hausman())):
+        assert ours.name == public.name and ours.stat == public.stat
+        assert ours.pval == public.pval and ours.pval_nonprivate_law == public.pval_nonprivate_law
+        assert math.isfinite(ours.stat)
