@@ -49,8 +49,8 @@ the non-private value.
 Runs per cell (:func:`runs_for`): R = 200 for the null cells with n ≥ 10⁴ (a 5% rate then has a Monte Carlo s.e.
 of 1.5 points), 80 for the null cells with n = 10³ (2.4 points), 50 for the alternatives (at most 7 points). A fit
 with every test costs about 0.3–0.5 s of CPU at every n (the tests' simulated null laws and noise intervals, 2,000
-draws each, cost more than the data pass even at n = 10⁵), so the 4,680 fits take about 25 CPU-minutes: R is what
-fits in about half an hour with ``--jobs 2`` on a shared two-core machine.
+draws each, cost more than the data pass even at n = 10⁵): the 4,680 fits took 29.5 minutes (1,234 s of CPU) with
+``--jobs 2`` on a two-core machine shared with other work, which is what set R.
 
     python benchmarks/iv_tests.py --jobs 2 --outdir docs/_static     # the docs' tables
     python benchmarks/iv_tests.py --quick                            # a smoke run (n = 10³, ρ = 2.6, R = 5)
