@@ -621,12 +621,12 @@ class SummaryWriter:
             rule = "the one-regressor rule of thumb; Stock-Yogo's critical values for several are higher"
             strength = [("the Cragg-Donald statistic", cd["statistic"], cd["lower"], cd["upper"], WEAK_F,
                          f"{WEAK_F:g} ({rule})")]
-        elif EFFECTIVE_F in self.results.iv_tests.index:  # heteroskedasticity-robust, with its own critical value
-            row = self.results.iv_tests.loc[EFFECTIVE_F]
-            critical = row["critical_value"]
-            strength = [("the effective F (Montiel Olea-Pflueger, robust to heteroskedasticity)", row["statistic"],
-                         row["lower"], row["upper"], critical,
-                         f"MOP's critical value {_fmt(critical, 3)} for a worst-case bias of 10%")]
+        elif self.results._first_stage_meat is not None:  # the effective F: heteroskedasticity-robust, with its own
+            # critical value (read directly: the whole IV-tests table is not needed for the note)
+            f = self.results.effective_f
+            strength = [("the effective F (Montiel Olea-Pflueger, robust to heteroskedasticity)", f.stat, f.lower,
+                         f.upper, f.critical_value,
+                         f"MOP's critical value {_fmt(f.critical_value, 3)} for a worst-case bias of 10%")]
         else:  # without the first stage's meat: the homoskedastic F against the rule of thumb
             rule = f"{WEAK_F:g} (Staiger and Stock's rule of thumb)"
             strength = [(f"the first-stage F of {name}", row["f.stat"], row["f.lower"], row["f.upper"], WEAK_F, rule)
