@@ -64,7 +64,7 @@ import pandas as pd
 
 from dpivreg import DPIV2SLS, PlanningWarning, plan_se
 from dpivreg.datasets import LABSUP_BOUNDS, load_labsup
-from dpivreg.planning.se_plan import IQR_NORMAL
+from dpivreg.estimation.moments import iqr_scale
 
 COLUMNS = ["design", "n", "rho", "coefficient", "endogenous", "planned_se", "planned_sampling", "planned_noise",
            "planned_spread", "p_near_singular", "planned_se_bounds", "realised_sd", "mc_se", "ratio", "ratio_mc_se",
@@ -286,8 +286,8 @@ def run_cell(design_name: str, n: int, rho: float, runs: int, seed: int = 202601
     estimates, reported = np.array(estimates), np.array(reported)
     sd = estimates.std(axis=0, ddof=1)
     mc = sd / math.sqrt(2 * runs)
-    q25, q50, q75 = np.percentile(estimates, [25, 50, 75], axis=0)
-    spread = (q75 - q25) / IQR_NORMAL
+    spread = iqr_scale(estimates)
+    q50 = np.median(estimates, axis=0)
     far = np.mean(np.abs(estimates - q50) > FAR * spread, axis=0)
     median_se = np.median(reported, axis=0)
     endog = set(planned.population.endog)

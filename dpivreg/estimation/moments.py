@@ -58,7 +58,7 @@ __all__ = ["unresolved_directions", "means_at_bounds",
            "solve_2sls", "residual_variance_from_moments", "moment_draws", "moment_noise_covariance", "floor_spectrum",
            "floor_at_noise", "partialled_regression", "central_covariance", "central_in_units", "central_scale_error",
            "FLOOR",
-           "NOISE_FLOOR", "CENTRAL_LEVEL"]
+           "NOISE_FLOOR", "CENTRAL_LEVEL", "IQR_NORMAL", "iqr_scale"]
 
 #: Relative floor of the spectra inverted by :func:`solve_2sls` (of the largest eigenvalue): a guard against
 #: rounding only; the noise is handled before any solve (:func:`floor_at_noise`).
@@ -185,6 +185,17 @@ def central_covariance(draws: np.ndarray, centre: np.ndarray) -> tuple[np.ndarra
     with np.errstate(invalid="ignore", over="ignore"):
         cov = correlation * np.outer(scales, scales)
     return cov.reshape(p, p), median - centre
+
+
+#: The interquartile range of the standard normal: IQR/1.349 is the standard deviation of normal draws.
+IQR_NORMAL = 2.0 * 0.6744897501960817
+
+
+def iqr_scale(draws: np.ndarray, axis: int = 0) -> np.ndarray:
+    """The robust scale IQR/1.349 of ``draws`` along ``axis``: their standard deviation when normal, and untouched by a
+    few draws far away (simulated re-releases whose first stage the noise nearly destroys)."""
+    q25, q75 = np.quantile(draws, [0.25, 0.75], axis=axis)
+    return (q75 - q25) / IQR_NORMAL
 
 
 def central_scale_error(draws: np.ndarray) -> np.ndarray:

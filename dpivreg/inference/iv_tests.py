@@ -65,7 +65,7 @@ import numpy as np
 from scipy import stats
 
 from dpivreg.errors import InferenceUnavailableError
-from dpivreg.estimation.moments import FLOOR, floor_spectrum
+from dpivreg.estimation.moments import FLOOR, floor_spectrum, iqr_scale
 from dpivreg.estimation.working_scale import ReleasedMoments
 from dpivreg.inference.covariance import ReleasedMeat
 from dpivreg.inference.diagnostics import REPLICATIONS, SEED, _extended_map, released_grams
@@ -78,8 +78,6 @@ __all__ = ["TestStatistic", "EffectiveF", "MOP_TAU", "sargan_statistic", "basman
 #: The worst-case bias MOP's critical value guards against (τ), and the test's level.
 MOP_TAU = 0.10
 MOP_LEVEL = 0.05
-#: The interquartile range of the standard normal: IQR/1.349 is the SD of normal draws.
-IQR_NORMAL = 2.0 * stats.norm.ppf(0.75)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -404,9 +402,7 @@ def _require_resolved_variance(point: np.ndarray, draws: np.ndarray, instruments
     whose sizes were within 0.035–0.065 without a rule.) Decided from released quantities only."""
     _, sigma2 = _moment_and_variance(point, instruments, regressors, y)
     _, again = _moment_and_variance(draws, instruments, regressors, y)
-    # a robust scale: a few re-releases whose first stage the noise nearly destroys put σ² far away
-    q25, q75 = np.quantile(again, [0.25, 0.75]) if len(again) > 1 else (0.0, 0.0)
-    noise = float(q75 - q25) / IQR_NORMAL
+    noise = float(iqr_scale(again))  # robust: a few re-releases whose first stage the noise nearly destroys
     if not float(sigma2) > noise:
         raise InferenceUnavailableError(
             f"{what} divide by the residual variance, which the moment release cannot tell from 0 here "

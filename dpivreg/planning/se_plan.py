@@ -46,6 +46,7 @@ from scipy import optimize, stats
 from dpivreg._validation import as_real, check_count, check_rho
 from dpivreg.data.cross_products import iv2sls_benchmark
 from dpivreg.errors import DivergenceError, InferenceOverflowError, InferenceUnavailableError, PlanningWarning
+from dpivreg.estimation.moments import IQR_NORMAL
 from dpivreg.model import DPIV2SLS
 from dpivreg.planning.population import SyntheticPopulation, _check_keys, _mapping, synthetic_population
 
@@ -53,8 +54,6 @@ __all__ = ["SEPlan", "plan_se"]
 
 #: Search range of the total budget for a target.
 RHO_SEARCH = (1e-4, 1e6)
-#: The interquartile range of the standard normal: IQR/1.349 is the SD of normal draws.
-IQR_NORMAL = 2.0 * stats.norm.ppf(0.75)
 #: A plan warns (:class:`~dpivreg.errors.PlanningWarning`) when at least this share of its releases is near-singular.
 NEAR_SINGULAR_WARN = 0.01
 #: Further planning fits (fresh seeds) that must all be out of the unreliable regime at a budget returned for a target.
