@@ -40,7 +40,8 @@ instruments, X = [X1, X2], β the 2SLS solution of the moments, g = M_Zy − M_Z
     x = 1/τ, K_eff = (1 + 2x)/(Σw² + 2x·max w) and c = F⁻¹_{χ²(K_eff, x·K_eff)}(0.95)/K_eff (23.11 with one
     instrument; the generalized procedure, which also needs the outcome's reduced-form meat, gives a smaller c).
 
-Noise intervals: each statistic of the plug-in world's re-releases (the released moments taken as the truth,
+Noise intervals (every function below takes ``grams``, the re-releases a fit already holds, so that one fit's tests
+share them): each statistic of the plug-in world's re-releases (the released moments taken as the truth,
 re-released with fresh noise and floored as the release was; the meats re-released likewise), their central
 ``level`` range (:func:`dpivreg.inference.diagnostics.released_grams`, fixed seeds: the same every time). Like the
 first-stage F's, an interval describes the privacy noise only, not the sampling error.
@@ -411,9 +412,10 @@ def _require_resolved_variance(point: np.ndarray, draws: np.ndarray, instruments
     return float(sigma2)
 
 
-def _grams(moments: ReleasedMoments, replications: int) -> tuple[np.ndarray, np.ndarray]:
-    """The released Gram matrix and its plug-in re-releases (the point itself, once, for exact moments)."""
-    point, draws = released_grams(moments, replications)
+def _grams(moments: ReleasedMoments, replications: int, grams=None) -> tuple[np.ndarray, np.ndarray]:
+    """The released Gram matrix and its plug-in re-releases (the point itself, once, for exact moments): ``grams``
+    when the caller holds them already (:func:`~dpivreg.inference.diagnostics.released_grams`' output), else made."""
+    point, draws = released_grams(moments, replications) if grams is None else grams
     return point, (point[None] if draws is None else draws)
 
 
@@ -465,11 +467,11 @@ NULL_DRAWS = 2000
 
 
 def overidentification_tests(moments: ReleasedMoments, q: int, n_exog: int, p: int, n: int, *, level: float = 0.95,
-                             replications: int = REPLICATIONS) -> tuple[TestStatistic, TestStatistic]:
+                             replications: int = REPLICATIONS, grams=None) -> tuple[TestStatistic, TestStatistic]:
     """Sargan's and Basmann's tests (module docstring) from the moment release, with ``level`` noise intervals."""
     _require_overidentified(q, n_exog, p, "Sargan's test")
     at = _Layout(q, n_exog, p)
-    point, draws = _grams(moments, replications)
+    point, draws = _grams(moments, replications, grams)
     sigma2 = _require_resolved_variance(point, draws, at.Z, at.X, at.y, "Sargan's and Basmann's tests")
     sargan = float(sargan_statistic(point, q, n_exog, p, n))
     again = sargan_statistic(draws, q, n_exog, p, n)
@@ -492,12 +494,12 @@ def overidentification_tests(moments: ReleasedMoments, q: int, n_exog: int, p: i
 
 def robust_overidentification_test(moments: ReleasedMoments, meat: ReleasedMeat, q: int, n_exog: int, p: int, n: int,
                                    *, level: float = 0.95, replications: int = REPLICATIONS,
-                                   clustered: bool = False) -> TestStatistic:
+                                   clustered: bool = False, grams=None) -> TestStatistic:
     """The heteroskedasticity-robust (or, with a clustered meat, cluster-robust) over-identification test (module
     docstring) from the moment release and the structural meat, with a ``level`` noise interval."""
     _require_overidentified(q, n_exog, p, "The robust over-identification test")
     at = _Layout(q, n_exog, p)
-    point, draws = _grams(moments, replications)
+    point, draws = _grams(moments, replications, grams)
     stat = float(robust_overid_statistic(point, meat.matrix, q, n_exog, p, n))
     meats = _meat_draws(meat, 3, replications)
     again = robust_overid_statistic(draws, meats, q, n_exog, p, n)  # (1 or R) and (1 or R) draws broadcast
@@ -526,14 +528,14 @@ def _tested_positions(variables, endog_names: Sequence[str]) -> list[int]:
 
 
 def endogeneity_tests(moments: ReleasedMoments, endog_names: Sequence[str], q: int, n_exog: int, n: int,
-                      variables=None, *, level: float = 0.95, replications: int = REPLICATIONS
+                      variables=None, *, level: float = 0.95, replications: int = REPLICATIONS, grams=None
                       ) -> tuple[TestStatistic, TestStatistic]:
     """(Durbin, Wu–Hausman) for ``variables`` (all endogenous regressors by default; module docstring) from the
     moment release, with ``level`` noise intervals."""
     tested = _tested_positions(variables, endog_names)
     p = len(endog_names)
     at = _Layout(q, n_exog, p)
-    point, draws = _grams(moments, replications)
+    point, draws = _grams(moments, replications, grams)
     A = at.Z + [at.X2[j] for j in tested]  # the efficient model's instruments: the tested regressors exogenous
     sigma2 = _require_resolved_variance(point, draws, A, at.X, at.y, "The Durbin and Wu-Hausman tests")
     durbin, wu_hausman = (float(v) for v in endogeneity_statistics(point, q, n_exog, p, n, tested))
@@ -556,11 +558,11 @@ def endogeneity_tests(moments: ReleasedMoments, endog_names: Sequence[str], q: i
 
 
 def effective_f(moments: ReleasedMoments, meat: ReleasedMeat, variable: str, q: int, n_exog: int, n: int, *,
-                level: float = 0.95, replications: int = REPLICATIONS, tau: float = MOP_TAU) -> EffectiveF:
+                level: float = 0.95, replications: int = REPLICATIONS, tau: float = MOP_TAU, grams=None) -> EffectiveF:
     """Montiel Olea–Pflueger's effective F of the one endogenous regressor ``variable`` with its simplified critical
     value (module docstring), from the moment release and the first stage's meat, with a ``level`` noise
     interval."""
-    point, draws = _grams(moments, replications)
+    point, draws = _grams(moments, replications, grams)
     stat, eigenvalues = effective_f_statistic(point, meat.matrix, q, n_exog, n)
     critical, k_eff = simplified_critical_value(eigenvalues, tau)
     meats = _meat_draws(meat, 4, replications)

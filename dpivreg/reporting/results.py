@@ -207,7 +207,6 @@ class DPIVResults(PrivateTable):
         self._inference_note = inference_note
         self._first_stage_meat = first_stage_meat  # covariance.ReleasedMeat (rho_diag) or None
         self._units = units  # units.PrivacyUnits (its reordering is data: for the NON-PRIVATE benchmark only) or None
-        self._ar_grams = None  # the moment release's Gram matrix and simulated re-releases, on first use
         self._datetime = _dt.datetime.now()
 
     # ------------------------------------------------------------------ basic attributes
@@ -359,11 +358,10 @@ class DPIVResults(PrivateTable):
             raise ValueError(f"the Anderson–Rubin set is for one endogenous regressor; this model has "
                              f"{len(d.endog_names)} ({', '.join(d.endog_names)}). Fit a model with one.")
         level = check_level(level)
-        if self._ar_grams is None:
-            self._ar_grams = released_grams(self._released_moments("the Anderson–Rubin set"))
+        grams = self._grams_for("the Anderson–Rubin set")
         k = len(d.exog_names)
         jacobian = self._scale.beta_jacobian()
-        return anderson_rubin_set(*self._ar_grams, variable=d.endog_names[0], n_exog=k, q=len(d.z_names),
+        return anderson_rubin_set(*grams, variable=d.endog_names[0], n_exog=k, q=len(d.z_names),
                                   n=self.nobs, to_original=float(jacobian[k, k]), level=level)
 
     # ------------------------------------------------------------------ IV specification tests
@@ -373,7 +371,8 @@ class DPIVResults(PrivateTable):
 
     @cached_property
     def _overidentification(self) -> tuple[TestStatistic, TestStatistic]:
-        return iv_tests.overidentification_tests(self._released_moments("Sargan's test"), *self._test_layout())
+        return iv_tests.overidentification_tests(self._released_moments("Sargan's test"), *self._test_layout(),
+                                                 grams=self._grams_for("Sargan's test"))
 
     @property
     def sargan(self) -> TestStatistic:
@@ -404,7 +403,8 @@ class DPIVResults(PrivateTable):
         meat = iv_tests.structural_meat(inference.meat, inference.releases)
         return iv_tests.robust_overidentification_test(self._released_moments("The robust over-identification test"),
                                                        meat, *self._test_layout(),
-                                                       clustered=self.cov_type == "clustered")
+                                                       clustered=self.cov_type == "clustered",
+                                                       grams=self._grams_for("The robust over-identification test"))
 
     def durbin(self, variables: str | list[str] | None = None) -> TestStatistic:
         """Durbin's test of exogeneity of ``variables`` (all endogenous regressors by default), as linearmodels'
@@ -421,7 +421,8 @@ class DPIVResults(PrivateTable):
     def _endogeneity(self, variables) -> tuple[TestStatistic, TestStatistic]:
         q, k, _, n = self._test_layout()
         return iv_tests.endogeneity_tests(self._released_moments("The endogeneity tests"),
-                                          list(self.design.endog_names), q, k, n, variables)
+                                          list(self.design.endog_names), q, k, n, variables,
+                                          grams=self._grams_for("The endogeneity tests"))
 
     @cached_property
     def effective_f(self) -> EffectiveF:
@@ -441,7 +442,7 @@ class DPIVResults(PrivateTable):
                 "fit(rho_diag=...) (a share of the budget for the robust first-stage statistics).")
         q, k, _, n = self._test_layout()
         return iv_tests.effective_f(self._released_moments("The effective F"), self._first_stage_meat,
-                                    d.endog_names[0], q, k, n)
+                                    d.endog_names[0], q, k, n, grams=self._grams_for("The effective F"))
 
     @cached_property
     def iv_tests(self) -> pd.DataFrame:
@@ -496,6 +497,16 @@ class DPIVResults(PrivateTable):
     @property
     def _iv_tests_frame(self) -> pd.DataFrame:
         return self.iv_tests
+
+    @cached_property
+    def _released_grams(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The moment release's Gram matrix and its simulated re-releases (fixed seed), made once per fit for the
+        Anderson–Rubin set and the IV tests (:func:`dpivreg.inference.diagnostics.released_grams`)."""
+        return released_grams(self._scale.moments)
+
+    def _grams_for(self, what: str) -> tuple[np.ndarray, np.ndarray | None]:
+        self._released_moments(what)  # a clear error without the moment release
+        return self._released_grams
 
     def _released_moments(self, what: str):
         moments = self._scale.moments
