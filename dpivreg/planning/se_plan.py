@@ -748,6 +748,13 @@ def _solve_rho(ev: _Evaluator, idx: list[int], t2: np.ndarray, rtol: float, max_
         most of the target: the SE is then nearly flat in ρ.)"""
         return g(e) >= 2.0 * math.log(1 - rtol)
 
+    def slope(budgets: list[float]) -> float:
+        """The local power law's slope of g against log ρ through two budgets (-1 with one; at most -0.25)."""
+        if len(budgets) < 2:
+            return -1.0
+        value = (g(ev.done[budgets[1]]) - g(ev.done[budgets[0]])) / math.log(budgets[1] / budgets[0])
+        return min(value, -0.25) if math.isfinite(value) else -1.0
+
     x_min, x_max = math.log(RHO_SEARCH[0]), math.log(RHO_SEARCH[1])
     for _ in range(max_steps):
         meet = [r for r, e in ev.done.items() if _meets(e, idx, t2)]
@@ -768,26 +775,16 @@ def _solve_rho(ev: _Evaluator, idx: list[int], t2: np.ndarray, rtol: float, max_
             if math.log(lo) >= x_max:
                 return math.inf
             x_new = math.log(lo) + math.log(4.0)
-        elif hi is None:  # every budget misses: a power law through the last two points (slope -1 with one point)
+        elif hi is None:  # every budget misses: a power law through the two largest budgets
             x0 = math.log(lo)
             if x0 >= x_max:
                 return math.inf
-            last = sorted(ev.done)[-2:]
-            slope = -1.0
-            if len(last) == 2:
-                slope = (g(ev.done[last[1]]) - g(ev.done[last[0]])) / math.log(last[1] / last[0])
-            slope = min(slope, -0.25) if math.isfinite(slope) else -1.0
-            x_new = min(max(x0 - g_lo / slope, x0 + math.log(1.25)), x0 + math.log(100.0))
-        else:  # every evaluated budget meets (or misses lie above): a smaller one
+            x_new = min(max(x0 - g_lo / slope(sorted(ev.done)[-2:]), x0 + math.log(1.25)), x0 + math.log(100.0))
+        else:  # every evaluated budget meets (or misses lie above): a smaller one, through the two smallest
             x0 = math.log(hi)
             if x0 <= x_min:
                 break
-            last = sorted(ev.done)[:2]
-            slope = -1.0
-            if len(last) == 2:
-                slope = (g(ev.done[last[1]]) - g(ev.done[last[0]])) / math.log(last[1] / last[0])
-            slope = min(slope, -0.25) if math.isfinite(slope) else -1.0
-            x_new = max(min(x0 - g_hi / slope, x0 - math.log(1.25)), x0 - math.log(100.0))
+            x_new = max(min(x0 - g_hi / slope(sorted(ev.done)[:2]), x0 - math.log(1.25)), x0 - math.log(100.0))
         x_new = min(max(x_new, x_min), x_max)
         if any(abs(x_new - math.log(r)) < 1e-9 for r in ev.done):
             break
