@@ -48,7 +48,14 @@ from dpivreg.fit_options import (
     fit_docstring,
     resolve_fit_options,
 )
-from dpivreg.inference.covariance import ReleasedMeat, first_stage_meat_release
+from dpivreg.inference.covariance import (
+    ENDOGENEITY_MEAT_SHARE,
+    ReleasedMeat,
+    endogeneity_meat_release,
+    first_stage_meat_release,
+)
+from dpivreg.inference.diagnostics import released_gram
+from dpivreg.inference.iv_tests import endogeneity_score_map
 from dpivreg.inference.private import moment_inference, private_inference
 from dpivreg.privacy.accounting import PrivacyBudget, Release
 from dpivreg.privacy.sampler import make_rng
@@ -434,8 +441,8 @@ class DPIV2SLS:
             releases += drawn
         if drawn is not None and exact_inference:
             releases.append(_unnoised_sampling(cov_type)[1])
-        first_stage_meat = _first_stage_meat(scale, path.theta_final, budget, preprocess, rng, cov_type)
-        releases += [] if first_stage_meat is None else list(first_stage_meat.releases)
+        diagnostic_meats = _diagnostic_meats(scale, path.theta_final, budget, preprocess, rng, cov_type)
+        releases += [r for meat in diagnostic_meats if meat is not None for r in meat.releases]
         target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf", "rho_diag")
                   if any(r.stage == name for r in releases)}
         privacy = PrivacyBudget(releases, target=target, unit=scale.units)
@@ -450,7 +457,8 @@ class DPIV2SLS:
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
-                           inference_note=inference_note, first_stage_meat=first_stage_meat, units=units)
+                           inference_note=inference_note, first_stage_meat=diagnostic_meats[0],
+                           endogeneity_meat=diagnostic_meats[1], units=units)
 
     def _fit_moments(self, budget: dict, *, bounds, preprocess, inference, delta, tau, rng,
                      cov_type: str, units: PrivacyUnits | None = None, check_data: bool = False) -> DPIVResults:
@@ -500,9 +508,9 @@ class DPIV2SLS:
             target["rho_inf"] = budget["rho_inf"]
             if exact_meat:
                 releases.append(_unnoised_sampling(cov_type)[1])
-        first_stage_meat = _first_stage_meat(scale, theta, budget, preprocess, rng, cov_type)
-        if first_stage_meat is not None:
-            releases += list(first_stage_meat.releases)
+        diagnostic_meats = _diagnostic_meats(scale, theta, budget, preprocess, rng, cov_type)
+        if diagnostic_meats[0] is not None:
+            releases += [r for meat in diagnostic_meats for r in meat.releases]
             target["rho_diag"] = budget["rho_diag"]
         privacy = PrivacyBudget(releases, target=target, unit=scale.units)
         settings = FitSettings(
@@ -515,7 +523,8 @@ class DPIV2SLS:
         )
         return DPIVResults(model=self, engine_path=path, scale=scale, settings=settings, delta=delta,
                            leaks=tuple(leaks), privacy=privacy, inference=inference_result,
-                           inference_note=inference_note, first_stage_meat=first_stage_meat, units=units)
+                           inference_note=inference_note, first_stage_meat=diagnostic_meats[0],
+                           endogeneity_meat=diagnostic_meats[1], units=units)
 
 
 @contextlib.contextmanager
@@ -532,9 +541,10 @@ def _pass_progress(design, progress: bool | None):
 
 
 #: Passes over the rows after the iteration (the bar's estimate, corrected when the fit ends): the robust meat's
-#: row source, histogram and meat, or the residual variance; the first stage's meat (``rho_diag``).
+#: row source, histogram and meat, or the residual variance; the meats of ``rho_diag`` (row source, then a histogram
+#: and a meat each).
 _INFERENCE_PASSES = {"robust": 3, "clustered": 3, "unadjusted": 1}
-_FIRST_STAGE_MEAT_PASSES = 3
+_FIRST_STAGE_MEAT_PASSES = 5
 
 
 def _passes_after_iteration(inference: bool, preprocess: str, cov_type: str, rho_diag) -> int:
@@ -564,25 +574,37 @@ def _warn_t_condition(T: int, *, n: int, p: int, q: int, rho1: float, tau: float
 
 def _first_stage_meat_leaks(budget: dict, preprocess: str) -> list[str]:
     if budget["rho_diag"] is not None and math.isinf(budget["rho_diag"]) and preprocess != "data":
-        return [_unnoised("first stage's meat", "rho_diag")[0]]
+        return [_unnoised(meat, "rho_diag")[0] for meat in _DIAGNOSTIC_MEATS]
     return []
 
 
-def _first_stage_meat(scale: WorkingScale, theta: np.ndarray, budget: dict, preprocess: str,
-                      rng: np.random.Generator, cov_type: str = "robust") -> ReleasedMeat | None:
-    """The first stage's meat at the released working first stage (``rho_diag``; None when not asked for), per
-    cluster with ``cov_type="clustered"``."""
+#: The meats ``rho_diag`` buys, as the leak messages and the records of an infinite ``rho_diag`` name them.
+_DIAGNOSTIC_MEATS = ("first stage's meat", "endogeneity test's meat")
+
+
+def _diagnostic_meats(scale: WorkingScale, theta: np.ndarray, budget: dict, preprocess: str,
+                      rng: np.random.Generator, cov_type: str = "robust"
+                      ) -> tuple[ReleasedMeat, ReleasedMeat] | tuple[None, None]:
+    """The meats ``rho_diag`` buys (None, None when not asked for), per cluster with ``cov_type="clustered"``: the
+    first stage's at the released working first stage (``1 − ENDOGENEITY_MEAT_SHARE`` of it), and the robust
+    endogeneity test's at the maps the released moments give (the rest; :mod:`dpivreg.inference.iv_tests`)."""
     if budget["rho_diag"] is None:
-        return None
+        return None, None
     rho = math.inf if preprocess == "data" else budget["rho_diag"]
+    R, b = endogeneity_score_map(released_gram(scale.moments), scale.q, scale.n_exog, scale.p - scale.n_exog)
+    clustered = cov_type == "clustered"
     rows = scale.rows()
     try:
-        meat = first_stage_meat_release(rows, theta, rho=rho, rng=rng, clustered=cov_type == "clustered")
+        meats = (first_stage_meat_release(rows, theta, rho=(1.0 - ENDOGENEITY_MEAT_SHARE) * rho, rng=rng,
+                                          clustered=clustered),
+                 endogeneity_meat_release(rows, R[1:], b[1:], rho=ENDOGENEITY_MEAT_SHARE * rho, rng=rng,
+                                          clustered=clustered))
     finally:
         rows.close()
     if math.isinf(rho):  # recorded, not private (the leak was announced)
-        meat = dataclasses.replace(meat, releases=(_unnoised("first stage's meat", "rho_diag")[1],))
-    return meat
+        meats = tuple(dataclasses.replace(meat, releases=(_unnoised(name, "rho_diag")[1],))
+                      for meat, name in zip(meats, _DIAGNOSTIC_MEATS))
+    return meats
 
 
 def _unnoised_sampling(cov_type: str, preprocess: str = "private") -> tuple[str, Release]:

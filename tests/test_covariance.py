@@ -250,7 +250,8 @@ VARIANTS = {
     "correct": {},
     "no_score_clipping": {"dpivreg.inference.covariance.ball_moment_sum": _no_score_clipping},
     # Δ = C²/n, an add/remove bound, in the replace-one model: σ √2 too small, the record unchanged
-    "add_remove_sensitivity": {"dpivreg.inference.covariance.score_meat_sensitivity": lambda bound, n, terms=1: terms * bound**2 / n},
+    "add_remove_sensitivity": {"dpivreg.inference.covariance.score_meat_sensitivity":
+                               lambda bound, n, terms=1, dim=2: terms * bound**2 / n},
     # only the diagonal noised: invisible to the diagonal canaries, caught by the off-diagonal ones
     "off_diagonal_not_noised": {"dpivreg.privacy.mechanisms.np": _NumpyWith(
         triu=lambda m, k=0: np.diag(np.diag(m)) if k == 0 else np.zeros_like(m))},

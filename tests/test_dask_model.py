@@ -485,13 +485,16 @@ def test_first_stage_statistics_and_anderson_rubin_set_equal_the_in_memory_ones(
     np.testing.assert_allclose(lazy.anderson_rubin().intervals, eager.anderson_rubin().intervals, rtol=1e-9)
 
 
-def test_first_stage_meat_release_equals_the_in_memory_one(frames):
+def test_diagnostic_meat_releases_equal_the_in_memory_ones(frames):
     df, ddf = frames
     lazy = _quiet(_model(FORMULA, ddf).fit, **FIT, rho_diag=0.3)
     eager = _quiet(_model(FORMULA, df).fit, **FIT, rho_diag=0.3)
     assert lazy.privacy.rho == pytest.approx(eager.privacy.rho, rel=1e-12)
     pd.testing.assert_frame_equal(lazy.first_stage_diagnostics, eager.first_stage_diagnostics, rtol=1e-8)
     assert lazy.first_stage_diagnostics["f.dist"].iloc[0].startswith("chi2")
+    # the robust endogeneity test's meat, the other half of rho_diag, comes from the Dask blocks too
+    assert lazy.wooldridge_score.stat == pytest.approx(eager.wooldridge_score.stat, rel=1e-8)
+    np.testing.assert_allclose(lazy._endogeneity_meat.matrix, eager._endogeneity_meat.matrix, rtol=1e-8)
 
 
 # ----------------------------------------------------------------------------------------

@@ -183,7 +183,9 @@ def test_infinite_budget_equals_linearmodels_robust_first_stage(formula, method)
 
 
 @pytest.mark.parametrize("method", ["auto", "preconditioned", "moments"])
-def test_total_budget_includes_rho_diag_and_its_two_records(method):
+def test_total_budget_includes_rho_diag_and_its_four_records(method):
+    """rho_diag buys two meats, each a histogram and a meat: the first stage's (1 − ENDOGENEITY_MEAT_SHARE of it)
+    and the robust endogeneity test's (the rest)."""
     frame = _frame()
     model = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame)
     bounds = {c: b for c, b in BOUNDS.items() if c != "x2"}
@@ -196,10 +198,16 @@ def test_total_budget_includes_rho_diag_and_its_two_records(method):
     assert res.privacy.rho_of("rho_diag") == pytest.approx(0.2, rel=1e-12)
     names = [r.name for r in res.privacy.releases if r.stage == "rho_diag"]
     assert names == ["score-norm histogram for the first stage's meat's threshold",
-                     "first-stage meat (clipped first-stage scores)"]
+                     "first-stage meat (clipped first-stage scores)",
+                     "score-norm histogram for the endogeneity test's meat's threshold",
+                     "endogeneity-test meat (clipped endogeneity scores)"]
+    spent = [r.rho for r in res.privacy.releases if r.stage == "rho_diag"]
+    share = covariance.ENDOGENEITY_MEAT_SHARE
+    assert sum(spent[:2]) == pytest.approx((1 - share) * 0.2, rel=1e-12)
+    assert sum(spent[2:]) == pytest.approx(share * 0.2, rel=1e-12)
     # the rest of the total is split as fit(rho=1.8) splits it, and the estimate does not see the meat
     pd.testing.assert_series_equal(res.params, plain.params)
-    assert "rho_diag (zCDP, first-stage meat):" in res.summary().as_text()
+    assert "rho_diag (zCDP, diagnostics' meats):" in res.summary().as_text()
     assert res.first_stage_diagnostics["f.dist"].iloc[0] == "chi2(2)"
     table = res.first_stage_diagnostics.iloc[0]
     assert table["f.lower"] < table["f.stat"] < table["f.upper"]

@@ -28,8 +28,9 @@ N = 5000
 BOUNDS = {c: (-8.0, 8.0) for c in ("y", "x", "x2", "w", "z1", "z2", "z3")}
 OVER = "y ~ 1 + w + [x ~ z1 + z2]"
 JUST = "y ~ 1 + w + [x ~ z1]"
-ROWS = ["Wooldridge overid (robust)", "Sargan overid", "Wu-Hausman exogeneity", "Durbin exogeneity",
-        "Effective F (MOP)"]
+ROWS = ["Wooldridge overid (robust)", "Sargan overid", "Wooldridge exogeneity (robust)", "Wu-Hausman exogeneity",
+        "Durbin exogeneity", "Effective F (MOP)"]
+HOMOSKEDASTIC = ["Sargan overid", "Wu-Hausman exogeneity", "Durbin exogeneity"]
 TITLE = "IV tests (private: post-processing of releases)"
 
 
@@ -75,7 +76,7 @@ def test_a_row_per_test_that_applies_in_order_with_the_tests_numbers(over):
     table = over.iv_tests
     assert list(table.index) == ROWS and table.index.name == "test"
     assert list(table.columns) == ["statistic", "pval", "dist", "lower", "upper", "critical_value", "cost", "null"]
-    tests = [over.wooldridge_overid, over.sargan, over.wu_hausman(), over.durbin()]
+    tests = [over.wooldridge_overid, over.sargan, over.wooldridge_score, over.wu_hausman(), over.durbin()]
     for name, test in zip(ROWS, tests):
         row = table.loc[name]
         assert (row["statistic"], row["pval"], row["lower"], row["upper"]) == (test.stat, test.pval, test.lower,
@@ -97,7 +98,8 @@ def test_tests_that_do_not_apply_are_left_out(frame, just):
     unadjusted = _fit(OVER, frame, cov_type="unadjusted")  # no robust meat, no first-stage meat
     assert list(unadjusted.iv_tests.index) == ["Sargan overid", "Wu-Hausman exogeneity", "Durbin exogeneity"]
     two = _fit("y ~ 1 + [x + x2 ~ z1 + z2 + z3]", frame, rho_diag=0.2)  # the effective F is for one regressor
-    assert list(two.iv_tests.index) == ROWS[:4]
+    assert list(two.iv_tests.index) == ROWS[:5]
+    assert two.iv_tests.loc["Wooldridge exogeneity (robust)", "dist"] == "chi2(2)"
     assert two.iv_tests.loc["Wu-Hausman exogeneity", "dist"] == two.wu_hausman().dist_name == "F(2,4995)"
     bounds_only = _fit(OVER, frame, preprocess="bounds", inference=False)  # no moment release: no test
     assert bounds_only.iv_tests.empty and list(bounds_only.iv_tests.columns) == list(IV_TEST_COLUMNS)
@@ -109,7 +111,7 @@ def test_clustered_errors_give_the_cluster_robust_test(frame):
     clustered = frame.assign(g=np.arange(len(frame)) % 250)  # a public grouping of the rows: 250 clusters of 20
     res = _fit(OVER, clustered, clusters="g")
     assert res.cov_type == "clustered" and list(res.iv_tests.index) == ["Wooldridge overid (cluster-robust)",
-                                                                        *ROWS[1:4]]
+                                                                        *HOMOSKEDASTIC]
     assert res.iv_tests.iloc[0]["statistic"] == res.wooldridge_overid.stat
     assert "(cluster-robust)" in res.wooldridge_overid.name
     assert "correlation within clusters" in res.summary(benchmark=False).as_text()
@@ -237,7 +239,7 @@ def test_the_record_keeps_the_iv_tests_through_a_round_trip(over, tmp_path):
 
 def test_an_edited_iv_test_fails_the_digest_check(over):
     data = json.loads(over.release().to_json())
-    assert data["iv_tests"][1]["test"] == "Sargan overid" and data["iv_tests"][4]["pval"] == "nan"
+    assert data["iv_tests"][1]["test"] == "Sargan overid" and data["iv_tests"][5]["pval"] == "nan"
     edited = json.loads(json.dumps(data))
     edited["iv_tests"][1]["pval"] = 0.5  # a well-formed number: only the digest can tell
     with pytest.raises(ValueError, match="do not match its digest"):

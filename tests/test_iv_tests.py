@@ -1,10 +1,12 @@
 """Private IV specification tests (dpivreg.inference.iv_tests, issue 41): Sargan, Basmann, Durbin, Wu–Hausman, the
-robust over-identification test and the Montiel Olea–Pflueger effective F.
+robust over-identification and endogeneity tests and the Montiel Olea–Pflueger effective F.
 
 Reference values: with every budget infinite the statistics must equal linearmodels 7.1's (``IVResults.sargan``,
 ``basmann``, ``durbin()``, ``wu_hausman()``, ``wooldridge_overid``, which is Stata's score χ² of ``estat overid`` after
-``vce(robust)``) and, for the effective F, the closed form of Montiel Olea & Pflueger (2013) computed here from the raw
-data with an HC0 meat. Private statistics are post-processing: checked with the data's accessors set to raise.
+``vce(robust)``, and ``wooldridge_score``, Stata's robust score χ² of ``estat endogenous`` after ``vce(robust)``);
+the cluster-robust score test equals its closed form written here; and, for the effective F, the closed form of
+Montiel Olea & Pflueger (2013) computed here from the raw data with an HC0 meat. Private statistics are
+post-processing: checked with the data's accessors set to raise.
 """
 
 from __future__ import annotations
@@ -59,9 +61,9 @@ def frame() -> pd.DataFrame:
 
 @pytest.mark.parametrize("formula", DESIGNS)
 def test_infinite_budget_equals_linearmodels(formula, frame):
-    mine = _exact(formula, frame)
+    mine = _exact(formula, frame, rho_diag=math.inf)
     theirs = linearmodels.IV2SLS.from_formula(formula, frame).fit(cov_type="robust")
-    for name in ("sargan", "basmann", "wooldridge_overid"):
+    for name in ("sargan", "basmann", "wooldridge_overid", "wooldridge_score"):
         ours, ref = getattr(mine, name), getattr(theirs, name)
         assert ours.stat == pytest.approx(ref.stat, rel=1e-6), name
         assert ours.df == ref.df and ours.pval == pytest.approx(ref.pval, rel=1e-6, abs=1e-300), name
@@ -106,6 +108,29 @@ def test_the_robust_overidentification_test_is_the_two_step_gmm_j(frame):
     # the naive statistic at the 2SLS residuals is larger (it is not chi-squared under heteroskedasticity)
     g0 = Z.T @ u / n
     assert n * g0 @ W @ g0 > mine.wooldridge_overid.stat
+
+
+def test_the_cluster_robust_endogeneity_test_is_its_closed_form(frame):
+    """Closed form written here (Wooldridge 2010 eq. 6.19 with cluster sums): e the OLS residual of y on X, v̂ the
+    residual of x on the instruments, r = M_X v̂; stat = (Σᵢrᵢeᵢ)ᵀ(Σ_c s_c s_cᵀ)⁻¹(Σᵢrᵢeᵢ), s_c = Σ_{i∈c} rᵢeᵢ. With
+    one row per cluster it would be linearmodels' wooldridge_score; 60 clusters of 50 rows here."""
+    data = frame.assign(g=np.arange(len(frame)) % 60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mine = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", data).fit(
+            rho=math.inf, rho_diag=math.inf, seed=0, method="moments", clusters="g")
+    n = len(data)
+    Z = np.column_stack([np.ones(n), data.w, data.z1, data.z2])
+    X = np.column_stack([np.ones(n), data.w, data.x])
+
+    def residual(A, b):
+        return b - A @ np.linalg.lstsq(A, b, rcond=None)[0]
+
+    s = residual(X, residual(Z, data.x.to_numpy())) * residual(X, data.y.to_numpy())
+    sums = np.bincount(data.g, weights=s)
+    test = mine.wooldridge_score
+    assert test.stat == pytest.approx(s.sum() ** 2 / np.sum(sums**2), rel=1e-6)
+    assert "cluster-robust" in test.name and test.df == 1 and test.pval == pytest.approx(stats.chi2(1).sf(test.stat))
 
 
 def _effective_f_raw(frame: pd.DataFrame, controls: list[str], instruments: list[str]) -> float:
@@ -161,8 +186,10 @@ def test_exactly_identified_and_missing_releases_are_refused_clearly(frame):
         with pytest.raises(InferenceUnavailableError, match="exactly identified"):
             getattr(just, name)
     assert just.durbin().df == 1  # the endogeneity tests hold for an exactly identified model
-    with pytest.raises(InferenceUnavailableError, match="rho_diag"):
-        _exact("y ~ 1 + w + [x ~ z1 + z2]", frame).effective_f
+    without_diag = _exact("y ~ 1 + w + [x ~ z1 + z2]", frame)
+    for name in ("effective_f", "wooldridge_score"):
+        with pytest.raises(InferenceUnavailableError, match=r"fit\(rho_diag=\.\.\.\)"):
+            getattr(without_diag, name)
     with pytest.raises(InferenceUnavailableError, match="one endogenous regressor"):
         _exact("y ~ 1 + [x + x2 ~ z1 + z2 + z3]", frame, rho_diag=math.inf).effective_f
     with pytest.raises(InferenceUnavailableError, match="cov_type='robust'"):
@@ -188,11 +215,11 @@ def test_private_tests_are_post_processing(private_fit, monkeypatch):
     res = private_fit
     spent = res.privacy.rho
     forbid_data_reads(monkeypatch, res.design, "an IV test")
-    tests = [res.sargan, res.basmann, res.wooldridge_overid, res.durbin(), res.wu_hausman()]
+    tests = [res.sargan, res.basmann, res.wooldridge_overid, res.durbin(), res.wu_hausman(), res.wooldridge_score]
     assert all(math.isfinite(t.stat) and 0 < t.pval <= 1 and t.lower <= t.upper for t in tests)
     assert math.isfinite(res.effective_f.stat) and res.effective_f.lower <= res.effective_f.upper
     assert res.privacy.rho == spent
-    assert "free" in res.sargan.cost and "rho_diag" in res.effective_f.cost
+    assert "free" in res.sargan.cost and "rho_diag" in res.effective_f.cost and "rho_diag" in res.wooldridge_score.cost
     text = str(res.sargan)
     assert "Privacy-noise 95% interval" in text and "H0: The model is not overidentified." in text
 
@@ -200,7 +227,8 @@ def test_private_tests_are_post_processing(private_fit, monkeypatch):
 def test_private_pvalues_use_the_noise_not_the_large_sample_law(private_fit):
     """The released statistic carries the noise; its p-value is against its simulated law under the null with that
     noise, which is wider than the noise-free law (so the p-value is larger than the naive one)."""
-    for t in (private_fit.sargan, private_fit.wooldridge_overid, private_fit.wu_hausman()):
+    res = private_fit
+    for t in (res.sargan, res.wooldridge_overid, res.wu_hausman(), res.wooldridge_score):
         assert t.null_draws is not None and t.null_draws.size == iv_tests.NULL_DRAWS
         assert np.quantile(t.null_draws, 0.95) > t.dist.ppf(0.95)
         assert t.stat >= 0 and t.lower >= 0 and np.all(t.null_draws >= 0)  # noise below 0 is reported as 0
@@ -214,10 +242,11 @@ def test_private_tests_keep_their_size_where_the_naive_law_does_not():
     """Valid instruments and an exogenous regressor, n = 10⁴, total ρ = 2.6: rejection rates at 5% over SIZE_RUNS fits
     (fixed seeds). The binomial standard error at 5% is 2.0 points, so the private rates must lie within 0.05 ± 0.06
     (three of them); the naive chi-squared p-values, which ignore the privacy noise, reject in most fits (0.64 and
-    0.68 of 300 fits when measured)."""
+    0.68 of 300 fits when measured). The fits buy the robust diagnostics' meats (``rho_diag``, 5% of ρ) for the
+    robust endogeneity test."""
     rng = np.random.default_rng(11)
     bounds = {"y": (-12.0, 14.0), "x": (-6.0, 6.0), "w": (-5.0, 5.0), "z1": (-5.0, 5.0), "z2": (-5.0, 5.0)}
-    rejections = np.zeros(4)
+    rejections = np.zeros(5)
     naive = np.zeros(2)
     for run in range(SIZE_RUNS):
         z1, z2, w, v, u = rng.standard_normal((5, 10_000))
@@ -225,8 +254,9 @@ def test_private_tests_keep_their_size_where_the_naive_law_does_not():
         data = pd.DataFrame({"y": 1 + 0.5 * x + 0.3 * w + u, "x": x, "w": w, "z1": z1, "z2": z2})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", data).fit(rho=2.6, bounds=bounds, seed=run)
-        tests = [res.sargan, res.wooldridge_overid, res.wu_hausman(), res.durbin()]
+            res = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", data).fit(rho=2.6, rho_diag=0.13, bounds=bounds,
+                                                                               seed=run)
+        tests = [res.sargan, res.wooldridge_overid, res.wu_hausman(), res.durbin(), res.wooldridge_score]
         rejections += [t.pval < 0.05 for t in tests]
         naive += [tests[0].pval_nonprivate_law < 0.05, tests[2].pval_nonprivate_law < 0.05]
     rates = rejections / SIZE_RUNS

@@ -59,12 +59,20 @@ The first stage's meat (:func:`first_stage_meat_release`, budget ``rho_diag``)
     released Θ̃, public), whose norm is ‖v̂ᵢ‖·‖z̃ᵢ‖: a histogram of the norms on the grid around √(q·p_endog)
     (sensitivity √2), then (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with noise calibrated to √2·C²/n. Its block j is
     (1/n)Σᵢ z̃ᵢz̃ᵢᵀv̂ᵢⱼ², the White meat of endogenous regressor j's first stage; the off-diagonal blocks are what a
-    Kleibergen–Paap statistic would need.
+    Kleibergen–Paap statistic would need. It gets 1 − ``ENDOGENEITY_MEAT_SHARE`` of ``rho_diag``.
+
+The robust endogeneity test's meat (:func:`endogeneity_meat_release`, ``ENDOGENEITY_MEAT_SHARE`` of ``rho_diag``)
+    For Wooldridge's robust score test of exogeneity (:mod:`dpivreg.inference.iv_tests`): the same two mechanisms on
+    the p-coordinate scores sᵢ = rᵢeᵢ, rᵢ = Rᵀwᵢ the first-stage residuals with the regressors partialled out and
+    eᵢ = bᵀwᵢ the OLS residual, for maps R, b of the working row wᵢ = [z̃ᵢ, x̃ᵢ,endog, ỹᵢ] that the moment release
+    gives (public). A quarter of ``rho_diag``: its p coordinates (one with one endogenous regressor, where the
+    sensitivity is C²/n, :func:`score_meat_sensitivity`) need far less than the first stage's q·p.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,7 +95,9 @@ __all__ = ["COV_TYPES", "HISTOGRAM_SHARE", "unadjusted_covariance", "robust_cova
            "meat_clipped_rows", "score_norm_counts", "clipped_score_outer_sum", "resolve_cov_type",
            "release_score_meat", "score_meat_sensitivity", "score_edges", "first_stage_meat_release",
            "first_stage_score_counts", "clipped_first_stage_outer_sum", "release_first_stage_meat", "ReleasedMeat",
-           "structural_scores", "first_stage_scores", "cluster_score_counts", "cluster_clipped_outer_sum"]
+           "structural_scores", "first_stage_scores", "cluster_score_counts", "cluster_clipped_outer_sum",
+           "endogeneity_scores", "endogeneity_score_counts", "clipped_endogeneity_outer_sum",
+           "endogeneity_meat_release", "release_endogeneity_meat", "release_meat", "ENDOGENEITY_MEAT_SHARE"]
 
 #: The sampling covariances ``fit(cov_type=...)`` offers, and linearmodels' synonyms for them.
 COV_TYPES = ("robust", "unadjusted", "clustered")
@@ -98,6 +108,9 @@ HISTOGRAM_SHARE = 0.5
 _EMPTY_BIN_SIGMAS = 3.0
 #: Bins (each a factor √2) added above the histogram rule's threshold, for the tail hidden under the noise.
 MARGIN_BINS = 1
+#: Share of ``rho_diag`` spent on the robust endogeneity test's meat (p coordinates); the rest buys the first stage's
+#: meat (q·p coordinates).
+ENDOGENEITY_MEAT_SHARE = 0.25
 
 
 def resolve_cov_type(cov_type) -> str:
@@ -239,6 +252,36 @@ def clipped_first_stage_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndar
     return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
 
 
+def _endogeneity_parts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, R: np.ndarray, b: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(r (n, p), e (n,)) = (WR, Wb) for the working rows W = [Z, X_endog, Y], without forming W."""
+    q, p = Z.shape[1], X_endog.shape[1]
+    r = Z @ R[:q] + X_endog @ R[q:q + p] + Y[:, None] * R[q + p]
+    return r, Z @ b[:q] + X_endog @ b[q:q + p] + Y * b[q + p]
+
+
+def endogeneity_scores(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, R: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The robust endogeneity test's scores sᵢ = rᵢeᵢ (p coordinates), rᵢ = Rᵀwᵢ and eᵢ = bᵀwᵢ for the working row
+    wᵢ = [z̃ᵢ, x̃ᵢ,endog, ỹᵢ] (module docstring)."""
+    r, e = _endogeneity_parts(Z, X_endog, Y, R, b)
+    return r * e[:, None]
+
+
+def endogeneity_score_counts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, R: np.ndarray, b: np.ndarray,
+                             edges: np.ndarray, kernel: str = "auto") -> tuple[np.ndarray]:
+    """Histogram counts of one block's endogeneity score norms ‖rᵢ‖·abs(eᵢ) (a block function; ``kernel`` unused:
+    the scores have p coordinates, a small fraction of the pass's cost)."""
+    r, e = _endogeneity_parts(Z, X_endog, Y, R, b)
+    return (histogram_counts(np.sqrt(np.einsum("ij,ij->i", r, r)) * np.abs(e), edges),)
+
+
+def clipped_endogeneity_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, R: np.ndarray, b: np.ndarray,
+                                  bound: float) -> tuple[np.ndarray]:
+    """Σᵢ clip(sᵢ)clip(sᵢ)ᵀ over one block for the endogeneity scores sᵢ = rᵢeᵢ (inf: not clipped)."""
+    S = endogeneity_scores(Z, X_endog, Y, R, b)
+    return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
+
+
 @dataclass(frozen=True)
 class ReleasedMeat:
     """A released meat (1/n)Σᵢ clip(sᵢ)clip(sᵢ)ᵀ on the working scale, positive definite, with what a
@@ -301,16 +344,42 @@ def first_stage_meat_release(rows, theta: np.ndarray, *, rho: float, rng: np.ran
                          stage="rho_diag", what="the first stage's meat", clustered=clustered)
 
 
-#: The row-level block functions of each kind of score: (norm histogram, clipped outer sum).
-_ROW_BLOCKS = {structural_scores: (score_norm_counts, clipped_score_outer_sum),
-               first_stage_scores: (first_stage_score_counts, clipped_first_stage_outer_sum)}
+def endogeneity_meat_release(rows, R: np.ndarray, b: np.ndarray, *, rho: float, rng: np.random.Generator,
+                             clustered: bool = False) -> ReleasedMeat:
+    """Release the robust endogeneity test's meat (1/n)Σᵢ rᵢrᵢᵀeᵢ² (module docstring) for the public maps ``R``
+    (D, p) and ``b`` (D,) of the working row [z̃ᵢ, x̃ᵢ,endog, ỹᵢ] (D = q + p + 1), budget ``rho`` (stage
+    ``"rho_diag"``), per cluster with ``clustered``. ``rho = inf``: exact."""
+    return _meat_release(rows, endogeneity_scores, (R, b), dim=R.shape[1], rho=rho, rng=rng, stage="rho_diag",
+                         what="the endogeneity test's meat", clustered=clustered)
+
+
+@dataclass(frozen=True)
+class _ScoreKind:
+    """What a meat release needs to know of one kind of score: its row-level block functions (norm histogram,
+    clipped outer sum), its budget's stage, and the accountant's words for the meat and the scores."""
+
+    counts: Callable
+    outer_sum: Callable
+    stage: str
+    meat: str
+    scores: str
+
+
+_SCORE_KINDS = {
+    structural_scores: _ScoreKind(score_norm_counts, clipped_score_outer_sum, "rho_inf", "robust meat",
+                                  "instrument scores"),
+    first_stage_scores: _ScoreKind(first_stage_score_counts, clipped_first_stage_outer_sum, "rho_diag",
+                                   "first-stage meat", "first-stage scores"),
+    endogeneity_scores: _ScoreKind(endogeneity_score_counts, clipped_endogeneity_outer_sum, "rho_diag",
+                                   "endogeneity-test meat", "endogeneity scores"),
+}
 
 
 def _score_outer_sum(rows, scores, args: tuple, bound: float, clustered: bool) -> np.ndarray:
     """Σ clip_C(s)clip_C(s)ᵀ over the rows, or over the clusters' summed scores (one pass)."""
     if clustered:
         return rows.group_sums(cluster_clipped_outer_sum, "cluster", scores, args, bound)[0]
-    return rows.sums(_ROW_BLOCKS[scores][1], *args, bound)[0]
+    return rows.sums(_SCORE_KINDS[scores].outer_sum, *args, bound)[0]
 
 
 def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.random.Generator, stage: str, what: str,
@@ -332,7 +401,7 @@ def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.ra
     if clustered:
         (counts,) = rows.group_sums(cluster_score_counts, "cluster", scores, args, edges)
     else:
-        (counts,) = rows.sums(_ROW_BLOCKS[scores][0], *args, edges, rows.kernel)
+        (counts,) = rows.sums(_SCORE_KINDS[scores].counts, *args, edges, rows.kernel)
     noisy, histogram, sigma_h = release_histogram_counts(
         counts[None, :], rho=HISTOGRAM_SHARE * rho, rng=rng, stage=stage, max_rows=terms,
         name=f"score-norm histogram for {what}'s threshold")
@@ -341,50 +410,57 @@ def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.ra
     bound = (clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(groups), sigma=sigma_h,
                                  threshold=_EMPTY_BIN_SIGMAS) if visible.any() else float(edges[-1]))
     bound = float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)])
-    release = release_score_meat if scores is structural_scores else release_first_stage_meat
-    meat, record, sigma = release(rows, *args, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho, rng=rng,
-                                  clustered=clustered)
+    meat, record, sigma = release_meat(rows, scores, args, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho, rng=rng,
+                                       clustered=clustered)
     return ReleasedMeat(_positive_definite(meat, floor=sigma), sigma, bound, (histogram, record))
 
 
 def _meat_name(scores, clustered: bool, terms: int) -> str:
     """The accountant's name of a meat release: which scores, clipped per row (per unit of ``terms`` rows) or per
     cluster."""
-    what = "instrument scores" if scores is structural_scores else "first-stage scores"
-    meat = "robust meat" if scores is structural_scores else "first-stage meat"
+    kind = _SCORE_KINDS[scores]
     if clustered:
-        return f"clustered {meat} (clipped cluster sums of {what})"
-    return f"{meat} (clipped {what})" + (f", per unit of at most {terms} rows" if terms > 1 else "")
+        return f"clustered {kind.meat} (clipped cluster sums of {kind.scores})"
+    return f"{kind.meat} (clipped {kind.scores})" + (f", per unit of at most {terms} rows" if terms > 1 else "")
 
 
-def score_meat_sensitivity(bound: float, n: float, terms: int = 1) -> float:
+def score_meat_sensitivity(bound: float, n: float, terms: int = 1, dim: int = 2) -> float:
     """L2 sensitivity √2·C²/n of the upper triangle of (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ when a neighbour changes one
     term (a row, or a cluster's sum), ``terms``·√2·C²/n when it changes up to that many (the rows of a privacy
-    unit: pair the two units' rows, an unpaired row's term has norm at most C²)."""
-    return terms * math.sqrt(2.0) * bound**2 / n
+    unit: pair the two units' rows, an unpaired row's term has norm at most C²). Scores of ``dim`` = 1 coordinate
+    have one entry, s² ∈ [0, C²]: C²/n (attained by s = C, s′ = 0)."""
+    return terms * (math.sqrt(2.0) if dim > 1 else 1.0) * bound**2 / n
+
+
+def release_meat(rows, scores, args: tuple, *, bound: float, rho: float, rng: np.random.Generator,
+                 clustered: bool = False) -> tuple[np.ndarray, Release, float]:
+    """The Gaussian mechanism of a meat at a given threshold C = ``bound``: (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ of the
+    scores ``scores(Z, X_endog, Y, *args)`` (or over the clusters' summed scores) with symmetric noise of standard
+    deviation :func:`score_meat_sensitivity`/√(2ρ), recorded under the scores' stage. Returns the released matrix
+    (not yet projected), its record and σ."""
+    bound = _checked_bound(bound)
+    total = _score_outer_sum(rows, scores, args, bound, clustered)
+    terms = 1 if clustered else rows.max_rows
+    return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, stage=_SCORE_KINDS[scores].stage,
+                          terms=terms, name=_meat_name(scores, clustered, terms), summed=_summed_terms(rows, clustered))
 
 
 def release_score_meat(rows, beta: np.ndarray, n_exog: int, *, bound: float, rho: float,
                        rng: np.random.Generator, clustered: bool = False) -> tuple[np.ndarray, Release, float]:
-    """The Gaussian mechanism of the meat at a given threshold C = ``bound``: (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ (or over
-    the clusters' summed scores) with symmetric noise of standard deviation :func:`score_meat_sensitivity`/√(2ρ).
-    Returns the released matrix (not yet projected), its record and σ."""
-    bound = _checked_bound(bound)
-    total = _score_outer_sum(rows, structural_scores, (beta, n_exog), bound, clustered)
-    terms = 1 if clustered else rows.max_rows
-    return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, stage="rho_inf", terms=terms,
-                          name=_meat_name(structural_scores, clustered, terms), summed=_summed_terms(rows, clustered))
+    """:func:`release_meat` of the instrument scores z̃ᵢũᵢ at ``beta`` (stage ``"rho_inf"``)."""
+    return release_meat(rows, structural_scores, (beta, n_exog), bound=bound, rho=rho, rng=rng, clustered=clustered)
 
 
 def release_first_stage_meat(rows, theta: np.ndarray, *, bound: float, rho: float,
                              rng: np.random.Generator, clustered: bool = False) -> tuple[np.ndarray, Release, float]:
-    """The Gaussian mechanism of the first stage's meat at threshold C = ``bound``, as
-    :func:`release_score_meat` for the scores v̂ᵢ ⊗ z̃ᵢ at ``theta`` (stage ``"rho_diag"``)."""
-    bound = _checked_bound(bound)
-    total = _score_outer_sum(rows, first_stage_scores, (theta,), bound, clustered)
-    terms = 1 if clustered else rows.max_rows
-    return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, stage="rho_diag", terms=terms,
-                          name=_meat_name(first_stage_scores, clustered, terms), summed=_summed_terms(rows, clustered))
+    """:func:`release_meat` of the first-stage scores v̂ᵢ ⊗ z̃ᵢ at ``theta`` (stage ``"rho_diag"``)."""
+    return release_meat(rows, first_stage_scores, (theta,), bound=bound, rho=rho, rng=rng, clustered=clustered)
+
+
+def release_endogeneity_meat(rows, R: np.ndarray, b: np.ndarray, *, bound: float, rho: float,
+                             rng: np.random.Generator, clustered: bool = False) -> tuple[np.ndarray, Release, float]:
+    """:func:`release_meat` of the endogeneity test's scores rᵢeᵢ for the maps ``R``, ``b`` (stage ``"rho_diag"``)."""
+    return release_meat(rows, endogeneity_scores, (R, b), bound=bound, rho=rho, rng=rng, clustered=clustered)
 
 
 def _summed_terms(rows, clustered: bool) -> int:
@@ -407,7 +483,8 @@ def _gaussian_meat(total: np.ndarray, n: float, *, bound: float, rho: float, rng
     sensitivity :func:`score_meat_sensitivity` (``terms`` changed by a neighbour) times the rounding allowance of the
     blocked sum of at most ``summed`` terms (default n; :func:`dpivreg.privacy.rounding.ball_rounding`)."""
     summed = int(math.ceil(n)) if summed is None else int(summed)
-    return release_moment_sum(total, n, rho=rho, rng=rng, sensitivity=score_meat_sensitivity(bound, n, terms),
+    return release_moment_sum(total, n, rho=rho, rng=rng,
+                              sensitivity=score_meat_sensitivity(bound, n, terms, dim=total.shape[0]),
                               bound=bound, name=name, stage=stage,
                               rounding=ball_rounding(summed, total.shape[0], terms))
 

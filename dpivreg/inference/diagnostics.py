@@ -69,7 +69,7 @@ from dpivreg.estimation.moments import FLOOR, floor_spectrum, partialled_regress
 from dpivreg.estimation.working_scale import ReleasedMoments
 
 __all__ = ["first_stage_statistics", "first_stage_diagnostics", "cragg_donald_statistic", "cragg_donald",
-           "robust_first_stage_wald", "released_grams", "SEED", "REPLICATIONS"]
+           "robust_first_stage_wald", "released_gram", "released_grams", "SEED", "REPLICATIONS"]
 
 #: Seed of the post-processing simulation of the privacy noise's effect.
 SEED = 20261201
@@ -247,11 +247,15 @@ def _with_constant(moments: ReleasedMoments, matrix: np.ndarray) -> np.ndarray:
     return L @ matrix @ L.T
 
 
+def released_gram(moments: ReleasedMoments) -> np.ndarray:
+    """The Gram matrix of [1, Z̃, X̃_endog, Ỹ] per row from the release floored at its noise (post-processing)."""
+    return _with_constant(moments, moments.floored)
+
+
 def released_grams(moments: ReleasedMoments, replications: int = REPLICATIONS) -> tuple[np.ndarray, np.ndarray | None]:
-    """The Gram matrix of [1, Z̃, X̃_endog, Ỹ] per row from the release floored at its noise, and ``replications``
-    re-releases of that (the plug-in world of the module docstring, seed ``SEED``), each floored in turn
-    (:meth:`ReleasedMoments.floor`); ``None`` for exact moments."""
-    point = _with_constant(moments, moments.floored)
+    """:func:`released_gram` and ``replications`` re-releases of it (the plug-in world of the module docstring, seed
+    ``SEED``), each floored in turn (:meth:`ReleasedMoments.floor`); ``None`` for exact moments."""
+    point = released_gram(moments)
     if moments.sigma == 0:
         return point, None
     draws = moments.noise_draws(np.random.default_rng(SEED), replications)
@@ -271,7 +275,7 @@ def first_stage_diagnostics(moments: ReleasedMoments, endog_names: list[str], q:
     """
     p_endog = len(endog_names)
     m = q - n_exog
-    gram = _with_constant(moments, moments.floored)
+    gram = released_gram(moments)
     point = first_stage_statistics(gram, q, n_exog, p_endog, n, constant=constant)
     table = pd.DataFrame({name: point[name] for name in ("rsquared", "partial.rsquared", "shea.rsquared", "f.stat")},
                          index=pd.Index(endog_names, name="endogenous"))

@@ -28,6 +28,19 @@ instruments, X = [X1, X2], β the 2SLS solution of the moments, g = M_Zy − M_Z
     (n·d/|S|)/((n·σ_e² − n·d)/(n − k1 − p − |S|)), F(|S|, n − k1 − p − |S|), k1 the exogenous regressors (the
     constant included). Homoskedastic errors.
 
+``wooldridge_score`` (linearmodels ``IVResults.wooldridge_score``; Stata's robust score χ² of ``estat endogenous``
+after ``vce(robust)``; Wooldridge 1995, Wooldridge 2010 eq. 6.19)
+    The heteroskedasticity-robust test that all endogenous regressors are exogenous: e the OLS residual of y on X,
+    v̂ the first-stage residuals of X2 on Z and r = M_X v̂ (v̂ with X partialled out); the statistic is
+    n·s̄ᵀΩ_s⁻¹s̄, χ²(p), with s̄ = (1/n)Σᵢrᵢeᵢ and Ω_s = (1/n)Σᵢrᵢrᵢᵀeᵢ² (n minus the residual sum of squares of
+    the regression of 1 on rᵢeᵢ). Since r ⊥ X, s̄ = (1/n)Σᵢv̂ᵢeᵢ = g_X2 − Πᵀg_Z with g = M_Ay − M_AXβ the OLS moments on
+    A = [Z, X2] and Π = M_ZZ⁻¹M_ZX2: post-processing of the moment release. Ω_s is a p×p release of the scores
+    rᵢeᵢ at the maps r = Rᵀw, e = bᵀw that the released moments give (:func:`endogeneity_score_map`,
+    :func:`dpivreg.inference.covariance.endogeneity_meat_release`, a share of ``rho_diag``); per cluster with
+    ``cov_type="clustered"`` (Stata's ``vce(cluster ...)`` version). Under the null, Σᵢrᵢeᵢ = Σᵢrᵢuᵢ exactly
+    (r ⊥ X), so the simulated null law draws s̄ from N(0, Ω_s/n) (:func:`_null_worlds` with a covariance on A whose
+    image under R is Ω_s) and re-releases Ω_s with its noise.
+
 ``effective_f`` (Montiel Olea & Pflueger 2013, "A robust test for weak instruments", JBES 31, 358–369)
     With one endogenous regressor x and the exogenous regressors partialled out: F_eff = n·π̂ᵀM̃π̂ / tr(M̃⁻¹S̃),
     π̂ the excluded instruments' first-stage coefficients, M̃ = M_{Z2Z2} − M_{Z2X1}M_{X1X1}⁻¹M_{X1Z2} and S̃ = TSTᵀ
@@ -74,7 +87,8 @@ from dpivreg.privacy.accounting import Release
 
 __all__ = ["TestStatistic", "EffectiveF", "MOP_TAU", "sargan_statistic", "basmann_statistic", "endogeneity_statistics",
            "robust_overid_statistic", "effective_f_statistic", "simplified_critical_value", "overidentification_tests",
-           "robust_overidentification_test", "endogeneity_tests", "effective_f", "structural_meat"]
+           "robust_overidentification_test", "endogeneity_tests", "effective_f", "structural_meat",
+           "endogeneity_score_map", "endogeneity_score_statistic", "robust_endogeneity_test"]
 
 #: The worst-case bias MOP's critical value guards against (τ), and the test's level.
 MOP_TAU = 0.10
@@ -322,6 +336,36 @@ def robust_overid_statistic(G: np.ndarray, meat: np.ndarray, q: int, n_exog: int
     return n * (total - _quad(B, a[..., 0]))
 
 
+def endogeneity_score_map(G: np.ndarray, q: int, n_exog: int, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """(R (D, p), b (D,)) with rᵢ = Rᵀwᵢ = M_X v̂ᵢ and eᵢ = bᵀwᵢ the OLS residual, wᵢ the row [1, z̃ᵢ, x̃ᵢ,endog, ỹᵢ]
+    of the Gram matrix G (D, D) (module docstring, ``wooldridge_score``): the maps the endogeneity test's meat is
+    released at (R and b put no weight on the box constant)."""
+    at = _Layout(q, n_exog, p)
+    V = np.zeros((G.shape[-1], p))  # v̂ = x2 − zᵀΠ
+    V[at.X2, :] = np.eye(p)
+    V[at.Z, :] = -_solve(_block(G, at.Z, at.Z), _block(G, at.Z, at.X2))
+    R = V.copy()  # r = v̂ − xᵀΓ, Γ = M_XX⁻¹M_X v̂
+    R[at.X, :] -= _solve(_block(G, at.X, at.X), G[at.X, :] @ V)
+    b = np.zeros(G.shape[-1])
+    b[at.y] = 1.0
+    b[at.X] = -_solve(_block(G, at.X, at.X), G[at.X, at.y][:, None])[:, 0]
+    return R, b
+
+
+def _score_moment(G: np.ndarray, at: _Layout) -> np.ndarray:
+    """s̄ = g_X2 − Πᵀg_Z (…, p): (1/n)Σᵢv̂ᵢeᵢ from the Gram matrices (module docstring, ``wooldridge_score``)."""
+    A = at.Z + at.X2
+    g, _ = _moment_and_variance(G, A, at.X, at.y)  # OLS: the instruments A span the regressors
+    pi = _solve(_block(G, at.Z, at.Z), _block(G, at.Z, at.X2))
+    return g[..., len(at.Z):] - np.einsum("...ij,...i->...j", pi, g[..., :len(at.Z)])
+
+
+def endogeneity_score_statistic(G: np.ndarray, meat: np.ndarray, q: int, n_exog: int, p: int, n: int) -> np.ndarray:
+    """The robust score statistic n·s̄ᵀΩ_s⁻¹s̄ (module docstring) from Gram matrices (…, D, D) and the endogeneity
+    test's meats Ω_s (…, p, p), on the working scale."""
+    return n * _quad(meat, _score_moment(G, _Layout(q, n_exog, p)))
+
+
 def _partialled(G: np.ndarray, at: _Layout) -> tuple[np.ndarray, np.ndarray]:
     """M̃ (the excluded instruments' Gram with X1 partialled out) and T = [−M_{Z2X1}M_{X1X1}⁻¹, I] (…, m, q)."""
     m = at.q - at.n_exog
@@ -385,6 +429,7 @@ def central_range(draws: np.ndarray, level: float) -> tuple[float, float]:
 FREE = "free: post-processing of the moment release (rho0)"
 FREE_WITH_MEAT = "free: post-processing of the moment release and the robust standard errors' meat (rho_inf)"
 FIRST_STAGE_MEAT = "post-processing of the moment release and the first stage's meat (rho_diag)"
+ENDOGENEITY_MEAT = "post-processing of the moment release and the endogeneity test's meat (rho_diag)"
 
 
 def _require_overidentified(q: int, n_exog: int, p: int, name: str) -> None:
@@ -395,7 +440,8 @@ def _require_overidentified(q: int, n_exog: int, p: int, name: str) -> None:
 
 
 def _require_resolved_variance(point: np.ndarray, draws: np.ndarray, instruments: list[int], regressors: list[int],
-                               y: int, what: str) -> float:
+                               y: int, what: str, instead: str = "the heteroskedasticity-robust over-identification "
+                                                                  "test (res.wooldridge_overid)") -> float:
     """The released residual variance σ̂² of the 2SLS with these instruments, refused when the release cannot tell it
     from 0: at or below its own noise, the spread (IQR/1.349) of σ² over the plug-in re-releases. A homoskedastic
     test divides by it, and a σ̂² that the noise put at or near 0 made Sargan's statistic 1e301. (The noise floor of
@@ -408,7 +454,7 @@ def _require_resolved_variance(point: np.ndarray, draws: np.ndarray, instruments
         raise InferenceUnavailableError(
             f"{what} divide by the residual variance, which the moment release cannot tell from 0 here "
             f"(σ̂² = {float(sigma2):.3g} on the working scale against a noise s.d. of {noise:.3g}): raise rho0 (or the "
-            "total rho), or use the heteroskedasticity-robust over-identification test (res.wooldridge_overid).")
+            f"total rho), or use {instead}.")
     return float(sigma2)
 
 
@@ -537,7 +583,9 @@ def endogeneity_tests(moments: ReleasedMoments, endog_names: Sequence[str], q: i
     at = _Layout(q, n_exog, p)
     point, draws = _grams(moments, replications, grams)
     A = at.Z + [at.X2[j] for j in tested]  # the efficient model's instruments: the tested regressors exogenous
-    sigma2 = _require_resolved_variance(point, draws, A, at.X, at.y, "The Durbin and Wu-Hausman tests")
+    sigma2 = _require_resolved_variance(point, draws, A, at.X, at.y, "The Durbin and Wu-Hausman tests",
+                                        "the heteroskedasticity-robust endogeneity test (res.wooldridge_score, with "
+                                        "fit(rho_diag=...)), which does not divide by it")
     durbin, wu_hausman = (float(v) for v in endogeneity_statistics(point, q, n_exog, p, n, tested))
     again = endogeneity_statistics(draws, q, n_exog, p, n, tested)
     under_null = (None, None)
@@ -555,6 +603,29 @@ def endogeneity_tests(moments: ReleasedMoments, endog_names: Sequence[str], q: i
     return first, TestStatistic("Wu-Hausman test of exogeneity", null, wu_hausman, k, n - n_exog - p - k,
                                 *central_range(again[1], level), FREE, level, under_null[1],
                                 None if under_null[1] is None else first.pval)
+
+
+def robust_endogeneity_test(moments: ReleasedMoments, meat: ReleasedMeat, q: int, n_exog: int, p: int, n: int, *,
+                            level: float = 0.95, replications: int = REPLICATIONS, clustered: bool = False,
+                            grams=None) -> TestStatistic:
+    """Wooldridge's heteroskedasticity-robust (or, with a clustered meat, cluster-robust) score test that every
+    endogenous regressor is exogenous (module docstring) from the moment release and the endogeneity test's
+    released meat, with a ``level`` noise interval."""
+    at = _Layout(q, n_exog, p)
+    point, draws = _grams(moments, replications, grams)
+    stat = float(endogeneity_score_statistic(point, meat.matrix, q, n_exog, p, n))
+    again = endogeneity_score_statistic(draws, _meat_draws(meat, 12, replications), q, n_exog, p, n)
+    under_null = None
+    if moments.sigma > 0 or meat.sigma > 0:
+        A = at.Z + at.X2
+        D = endogeneity_score_map(point, q, n_exog, p)[0][A, :]  # rᵢ = Dᵀaᵢ
+        lift = D @ np.linalg.pinv(D.T @ D)
+        worlds = _null_worlds(point, A, at.X, at.y, n, lift @ meat.matrix @ lift.T,
+                              _gram_noise(moments, NULL_DRAWS, SEED + 14), seed=SEED + 13, replications=NULL_DRAWS)
+        under_null = endogeneity_score_statistic(worlds, _meat_draws(meat, 15, NULL_DRAWS), q, n_exog, p, n)
+    kind = "cluster-robust" if clustered else "heteroskedasticity-robust"
+    return TestStatistic(f"Wooldridge's score test of exogeneity ({kind})", "Endogenous variables are exogenous", stat,
+                         p, None, *central_range(again, level), ENDOGENEITY_MEAT, level, under_null)
 
 
 def effective_f(moments: ReleasedMoments, meat: ReleasedMeat, variable: str, q: int, n_exog: int, n: int, *,

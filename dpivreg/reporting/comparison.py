@@ -37,6 +37,7 @@ from dpivreg.reporting.summary import Typeset, html_text, latex_text, math_label
 from dpivreg.reporting.tables import (
     EFFECTIVE_F,
     OVERID_ROWS,
+    ROBUST_ENDOGENEITY,
     ROBUST_OVERID,
     SARGAN,
     WU_HAUSMAN,
@@ -159,8 +160,9 @@ class DPIVComparison:
         """Each fit's IV tests in brief, one row per fit (from its ``iv_tests``, post-processing of its releases):
         ``overid_test`` (the over-identification test shown: the robust one when the fit released the robust meat,
         else Sargan's; empty when exactly identified), ``overid_pval``, ``wu_hausman_pval`` (endogeneity of all the
-        endogenous regressors), ``effective_f`` and ``effective_f_critical`` (Montiel Olea-Pflueger's critical value
-        for a worst-case bias of 10%); NaN where a fit has no such test."""
+        endogenous regressors), ``robust_endogeneity_pval`` (Wooldridge's robust score test of the same, where the
+        fit bought its meat with ``rho_diag``), ``effective_f`` and ``effective_f_critical`` (Montiel
+        Olea-Pflueger's critical value for a worst-case bias of 10%); NaN where a fit has no such test."""
         rows = {}
         for name, res in self._results.items():
             tests = res._iv_tests_frame
@@ -169,6 +171,8 @@ class DPIVComparison:
                 "overid_test": "" if overid is None else overid,
                 "overid_pval": np.nan if overid is None else tests.loc[overid, "pval"],
                 "wu_hausman_pval": tests.loc[WU_HAUSMAN, "pval"] if WU_HAUSMAN in tests.index else np.nan,
+                "robust_endogeneity_pval": next((tests.loc[test, "pval"] for test in ROBUST_ENDOGENEITY.values()
+                                                 if test in tests.index), np.nan),
                 "effective_f": tests.loc[EFFECTIVE_F, "statistic"] if EFFECTIVE_F in tests.index else np.nan,
                 "effective_f_critical": (tests.loc[EFFECTIVE_F, "critical_value"] if EFFECTIVE_F in tests.index
                                          else np.nan)}
@@ -187,6 +191,9 @@ class DPIVComparison:
         if tests["wu_hausman_pval"].notna().any():
             rows.append(("Wu-Hausman p-value", [f"{p:.4f}" if np.isfinite(p) else ""
                                                 for p in tests["wu_hausman_pval"]] + blank))
+        if tests["robust_endogeneity_pval"].notna().any():
+            rows.append(("Robust endog. p-value", [f"{p:.4f}" if np.isfinite(p) else ""
+                                                   for p in tests["robust_endogeneity_pval"]] + blank))
         if tests["effective_f"].notna().any():
             rows.append(("Effective F", [f"{_fmt(r.effective_f)} (c {_fmt(r.effective_f_critical, 3)})"
                                          if np.isfinite(r.effective_f_critical) else ""
@@ -329,7 +336,8 @@ class DPIVComparison:
         if tests[["overid_pval", "wu_hausman_pval", "effective_f"]].notna().any(axis=None):
             notes.append("IV tests (post-processing of each fit's releases): the p-values of the overidentification "
                          "test (Wooldridge's robust score test where the fit released the robust meat, else Sargan's) "
-                         "and of the Wu-Hausman test of exogeneity of the endogenous regressors, each against its law "
+                         "and of the Wu-Hausman test of exogeneity of the endogenous regressors (and of Wooldridge's "
+                         "robust score test of it where the fit bought its meat), each against its law "
                          "under the null with the fit's privacy noise; the effective F (Montiel Olea-Pflueger) with c, "
                          "its critical value for a worst-case bias of 10%.")
         if self._benchmarks:

@@ -47,6 +47,7 @@ from dpivreg.reporting.summary import WEAK_F, DPIVSummary, SummaryWriter
 from dpivreg.reporting.tables import (
     DURBIN,
     EFFECTIVE_F,
+    ROBUST_ENDOGENEITY,
     ROBUST_OVERID,
     SARGAN,
     WU_HAUSMAN,
@@ -194,6 +195,7 @@ class DPIVResults(PrivateTable):
         inference: PrivateInference | None = None,
         inference_note: str = "",
         first_stage_meat: Any = None,
+        endogeneity_meat: Any = None,
         units: Any = None,
     ) -> None:
         self._model = model
@@ -206,6 +208,7 @@ class DPIVResults(PrivateTable):
         self._inference = inference
         self._inference_note = inference_note
         self._first_stage_meat = first_stage_meat  # covariance.ReleasedMeat (rho_diag) or None
+        self._endogeneity_meat = endogeneity_meat  # covariance.ReleasedMeat (rho_diag) or None
         self._units = units  # units.PrivacyUnits (its reordering is data: for the NON-PRIVATE benchmark only) or None
         self._datetime = _dt.datetime.now()
 
@@ -425,6 +428,24 @@ class DPIVResults(PrivateTable):
                                           grams=self._grams_for("The endogeneity tests"))
 
     @cached_property
+    def wooldridge_score(self) -> TestStatistic:
+        """Wooldridge's heteroskedasticity-robust score test that the endogenous regressors are exogenous
+        (linearmodels' ``wooldridge_score``; Stata's robust score χ² of ``estat endogenous`` after ``vce(robust)``;
+        cluster-robust with ``cov_type="clustered"``): χ²(number of endogenous regressors), with a 95% interval for
+        the privacy noise. From the moment release and the endogeneity test's released meat, which
+        ``fit(rho_diag=...)`` buys beside the first stage's (:mod:`dpivreg.inference.iv_tests`)."""
+        if self._endogeneity_meat is None:
+            raise InferenceUnavailableError(
+                "the robust endogeneity test needs the endogeneity test's released meat, which this fit did not "
+                "make: refit with fit(rho_diag=...) (a share of the budget for the robust diagnostics), or use the "
+                "homoskedastic res.wu_hausman() and res.durbin().")
+        q, k, p, n = self._test_layout()
+        return iv_tests.robust_endogeneity_test(self._released_moments("The robust endogeneity test"),
+                                                self._endogeneity_meat, q, k, p, n,
+                                                clustered=self.cov_type == "clustered",
+                                                grams=self._grams_for("The robust endogeneity test"))
+
+    @cached_property
     def effective_f(self) -> EffectiveF:
         """Montiel Olea and Pflueger's (2013) effective first-stage F (heteroskedasticity-robust instrument
         strength; HC0) of the endogenous regressor, with its simplified critical value for a worst-case bias of 10%
@@ -452,10 +473,12 @@ class DPIVResults(PrivateTable):
         Rows, in this order, each only when it applies (a test that does not is left out, never a stub row):
         over-identification, when the model is over-identified: ``Wooldridge overid (robust)`` (or
         ``(cluster-robust)``; :attr:`wooldridge_overid`) when the fit released the robust standard errors' meat, and
-        ``Sargan overid`` (:attr:`sargan`); endogeneity of all the endogenous regressors: ``Wu-Hausman exogeneity``
-        and ``Durbin exogeneity`` (:meth:`wu_hausman`, :meth:`durbin`); instrument strength: ``Effective F (MOP)``
-        (:attr:`effective_f`) with one endogenous regressor and the first stage's meat (``fit(rho_diag=...)``). No
-        row without the moment release (``preprocess="bounds"``).
+        ``Sargan overid`` (:attr:`sargan`); endogeneity of all the endogenous regressors: ``Wooldridge exogeneity
+        (robust)`` (or ``(cluster-robust)``; :attr:`wooldridge_score`) when the fit released the endogeneity test's
+        meat (``fit(rho_diag=...)``), ``Wu-Hausman exogeneity`` and ``Durbin exogeneity`` (:meth:`wu_hausman`,
+        :meth:`durbin`); instrument strength: ``Effective F (MOP)`` (:attr:`effective_f`) with one endogenous
+        regressor and the first stage's meat (``fit(rho_diag=...)``). No row without the moment release
+        (``preprocess="bounds"``).
 
         Columns: ``statistic``; ``pval`` (against the statistic's law under the null simulated with the privacy
         noise; NaN for the effective F, which is read against its critical value); ``dist`` (the large-sample law,
@@ -485,9 +508,11 @@ class DPIVResults(PrivateTable):
                 if self._inference is not None and self.cov_type in ROBUST_OVERID:
                     add((ROBUST_OVERID[self.cov_type],), lambda: self.wooldridge_overid)
                 add((SARGAN,), lambda: self.sargan)
+            if self._endogeneity_meat is not None and self.cov_type in ROBUST_ENDOGENEITY:
+                add((ROBUST_ENDOGENEITY[self.cov_type],), lambda: self.wooldridge_score)
             add((DURBIN, WU_HAUSMAN), lambda: self._endogeneity(None))
-            tests = {name: tests[name] for name in (*ROBUST_OVERID.values(), SARGAN, WU_HAUSMAN, DURBIN)
-                     if name in tests}
+            tests = {name: tests[name] for name in (*ROBUST_OVERID.values(), SARGAN, *ROBUST_ENDOGENEITY.values(),
+                                                    WU_HAUSMAN, DURBIN) if name in tests}
             if p == 1 and self._first_stage_meat is not None:
                 add((EFFECTIVE_F,), lambda: self.effective_f)
         frame = iv_test_frame([{"test": name, **_test_row(test)} for name, test in tests.items()])

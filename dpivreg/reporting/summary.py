@@ -26,6 +26,7 @@ from dpivreg.inference import iv_tests
 from dpivreg.reporting.tables import (
     DURBIN,
     EFFECTIVE_F,
+    ROBUST_ENDOGENEITY,
     ROBUST_OVERID,
     SARGAN,
     WU_HAUSMAN,
@@ -295,7 +296,8 @@ def private_parameter_rows(table, names: list, label: str) -> tuple[dict, list[s
 #: What each IV test cost, as the summary's IV tests block says it (the tests' ``cost`` in full in every export).
 _TEST_COSTS = {iv_tests.FREE: "free (moment release, rho0)",
                iv_tests.FREE_WITH_MEAT: "free (moments, SE meat rho_inf)",
-               iv_tests.FIRST_STAGE_MEAT: "rho_diag (first-stage meat)"}
+               iv_tests.FIRST_STAGE_MEAT: "rho_diag (first-stage meat)",
+               iv_tests.ENDOGENEITY_MEAT: "rho_diag (endogeneity meat)"}
 
 
 def iv_tests_table(tests, *, exact: bool) -> SimpleTable:
@@ -330,10 +332,14 @@ def _iv_tests_note(tests, *, exact: bool) -> str:
     if homoskedastic:
         names = (", ".join(homoskedastic[:-1]) + " and " if len(homoskedastic) > 1 else "") + homoskedastic[-1]
         assumes.append(f"{names} assume{'' if len(homoskedastic) > 1 else 's'} homoskedastic errors")
-    if ROBUST_OVERID["robust"] in tests.index:
-        assumes.append("Wooldridge's score test is robust to heteroskedasticity")
-    if ROBUST_OVERID["clustered"] in tests.index:
-        assumes.append("Wooldridge's score test is robust to heteroskedasticity and to correlation within clusters")
+    for kind, robust_to in (("robust", "heteroskedasticity"),
+                            ("clustered", "heteroskedasticity and to correlation within clusters")):
+        robust = [test for test, rows in (("over-identification", ROBUST_OVERID), ("exogeneity", ROBUST_ENDOGENEITY))
+                  if rows[kind] in tests.index]
+        if robust:
+            tested = " and ".join(robust)
+            assumes.append(f"Wooldridge's {tested} score test{'s are' if len(robust) > 1 else ' is'} robust to "
+                           f"{robust_to}")
     note = f"IV tests: {read}." + (" " + "; ".join(assumes) + "." if assumes else "")
     for reason in tests.attrs.get("refused", ()):
         note += f" Not shown: {reason}"
@@ -465,7 +471,7 @@ class SummaryWriter:
             ]
         right.append((math_label("rho_inf (zCDP, inference):"), _fmt(priv.rho_of("rho_inf"))))
         if self.results._first_stage_meat is not None:
-            right.append((math_label("rho_diag (zCDP, first-stage meat):"), _fmt(priv.rho_of("rho_diag"))))
+            right.append((math_label("rho_diag (zCDP, diagnostics' meats):"), _fmt(priv.rho_of("rho_diag"))))
         right += _budget_rows(priv, self.results.delta)
         return left, right
 

@@ -33,6 +33,8 @@ IV_TEST_NUMBERS = ("statistic", "pval", "lower", "upper", "critical_value")
 #: The rows of an IV-tests table, by the question each answers (a fit has those that apply to it).
 ROBUST_OVERID = {"robust": "Wooldridge overid (robust)", "clustered": "Wooldridge overid (cluster-robust)"}
 SARGAN = "Sargan overid"
+ROBUST_ENDOGENEITY = {"robust": "Wooldridge exogeneity (robust)",
+                      "clustered": "Wooldridge exogeneity (cluster-robust)"}
 WU_HAUSMAN = "Wu-Hausman exogeneity"
 DURBIN = "Durbin exogeneity"
 EFFECTIVE_F = "Effective F (MOP)"
