@@ -15,7 +15,8 @@ them. Hypotheses:
 
 ``null``
     γ = δ = 0: valid instruments and x exogenous. One fit gives the size of the over-identification tests (Sargan,
-    the robust score test ``wooldridge_overid``) and of the endogeneity tests (Wu–Hausman, Durbin).
+    the robust score test ``wooldridge_overid``) and of the endogeneity tests (Wu–Hausman, Durbin, Wooldridge's
+    robust score test ``wooldridge_score``).
 ``alt-overid``
     δ = ``INVALID`` (an invalid instrument: u contains a multiple of z2), γ = 0: power of the over-identification
     tests.
@@ -40,14 +41,15 @@ Per cell and test, over R fits: the private rejection rate at 5% (``pval < 0.05`
 statistic's simulated null law with the privacy noise) with its Monte Carlo standard error √(p(1 − p)/R); the naive
 private rate (``pval_nonprivate_law < 0.05``: the χ²/F law that ignores the noise); the non-private rate (the same
 statistic on the raw data, by closed forms in this file that equal linearmodels 7.1's ``IV2SLS`` ``sargan``,
-``wooldridge_overid``, ``wu_hausman()`` and ``durbin()``: checked on the first data set of every cell). For the
+``wooldridge_overid``, ``wu_hausman()``, ``durbin()`` and ``wooldridge_score``: checked on the first data set of
+every cell). For the
 effective F (Montiel Olea–Pflueger, HC0; the non-private value by its closed form on the raw data): the share of fits
 whose 95% privacy-noise interval contains the non-private value (every fit of the cell's three hypotheses: the
 first stage's law does not depend on them), the shares below and above it, and the mean interval width relative to
 the non-private value.
 
-Runs per cell (:func:`runs_for`): R = 200 for the null cells with n ≥ 10⁴ (a 5% rate then has a Monte Carlo s.e.
-of 1.5 points), 80 for the null cells with n = 10³ (2.4 points), 50 for the alternatives (at most 7 points). A fit
+Runs per cell (:func:`runs_for`): R = 300 for the null cells with n ≥ 10⁴ (a 5% rate then has a Monte Carlo s.e.
+of 1.3 points), 80 for the null cells with n = 10³ (2.4 points), 50 for the alternatives (at most 7 points). A fit
 with every test costs about 0.3–0.5 s of CPU at every n (the tests' simulated null laws and noise intervals, 2,000
 draws each, cost more than the data pass even at n = 10⁵): the 4,680 fits took 29.5 minutes (1,234 s of CPU) with
 ``--jobs 2`` on a two-core machine shared with other work, which is what set R.
@@ -99,14 +101,15 @@ BOUNDS = {
 }
 
 #: The tests: (column name, the relevant alternative).
-TESTS = {"sargan": "alt-overid", "robust_overid": "alt-overid", "wu_hausman": "alt-endog", "durbin": "alt-endog"}
+TESTS = {"sargan": "alt-overid", "robust_overid": "alt-overid", "wu_hausman": "alt-endog", "durbin": "alt-endog",
+         "robust_endog": "alt-endog"}
 
 
 def runs_for(n: int, hypothesis: str) -> int:
     """R per cell (module docstring)."""
     if hypothesis != "null":
         return 50
-    return 80 if n < 10_000 else 200
+    return 80 if n < 10_000 else 300
 
 
 # --------------------------------------------------------------------------------------------------
@@ -135,7 +138,8 @@ def nonprivate(data: pd.DataFrame) -> dict:
 
     2SLS residual u; Sargan = n·uᵀP_Zu/uᵀu; the robust score test = the two-step GMM J with the HC0 meat at u;
     with the OLS residual u_e and A = [Z, x], n·d = u_eᵀP_Au_e − uᵀP_Zu, Durbin = n·(n·d)/u_eᵀu_e, Wu–Hausman =
-    n·d/((u_eᵀu_e − n·d)/(n − 4)); the effective F = π̂ᵀZ̃ᵀZ̃π̂ / tr((Z̃ᵀZ̃)⁻¹Σz̃ᵢz̃ᵢᵀv̂ᵢ²) with [1, w] partialled out."""
+    n·d/((u_eᵀu_e − n·d)/(n − 4)); the robust endogeneity (score) test = (Σᵢsᵢ)²/Σᵢsᵢ² with sᵢ = rᵢu_e,ᵢ, r the
+    first-stage residual of x with X partialled out (Wooldridge 2010, eq. 6.19); the effective F = π̂ᵀZ̃ᵀZ̃π̂ / tr((Z̃ᵀZ̃)⁻¹Σz̃ᵢz̃ᵢᵀv̂ᵢ²) with [1, w] partialled out."""
     n = len(data)
     one = np.ones(n)
     y, x, w = (data[c].to_numpy() for c in ("y", "x", "w"))
@@ -162,6 +166,9 @@ def nonprivate(data: pd.DataFrame) -> dict:
     durbin = n * nd / ss_e
     dof = n - 2 - 1 - 1  # n − k1 − p − |S|
     wu_hausman = nd / ((ss_e - nd) / dof)
+    v_all = x - Z @ np.linalg.lstsq(Z, x, rcond=None)[0]
+    scores = (v_all - X @ np.linalg.lstsq(X, v_all, rcond=None)[0]) * u_e
+    robust_endog = float(scores.sum() ** 2 / np.sum(scores**2))
     C = np.column_stack([one, w])
     Zt = Z[:, 2:] - C @ np.linalg.lstsq(C, Z[:, 2:], rcond=None)[0]
     xt = x - C @ np.linalg.lstsq(C, x, rcond=None)[0]
@@ -171,9 +178,11 @@ def nonprivate(data: pd.DataFrame) -> dict:
     S = (Zt * (v**2)[:, None]).T @ Zt
     effective_f = float(pi @ Q @ pi / np.trace(np.linalg.solve(Q, S)))
     chi2 = stats.chi2(1)
-    return {"stat": {"sargan": sargan, "robust_overid": robust, "wu_hausman": wu_hausman, "durbin": durbin},
+    return {"stat": {"sargan": sargan, "robust_overid": robust, "wu_hausman": wu_hausman, "durbin": durbin,
+                     "robust_endog": robust_endog},
             "pval": {"sargan": float(chi2.sf(sargan)), "robust_overid": float(chi2.sf(robust)),
-                     "wu_hausman": float(stats.f(1, dof).sf(wu_hausman)), "durbin": float(chi2.sf(durbin))},
+                     "wu_hausman": float(stats.f(1, dof).sf(wu_hausman)), "durbin": float(chi2.sf(durbin)),
+                     "robust_endog": float(chi2.sf(robust_endog))},
             "effective_f": effective_f}
 
 
@@ -183,7 +192,7 @@ def check_linearmodels(data: pd.DataFrame, reference: dict, rel: float = 1e-6) -
 
     fit = IV2SLS.from_formula(FORMULA, data).fit(cov_type="robust")
     theirs = {"sargan": fit.sargan, "robust_overid": fit.wooldridge_overid, "wu_hausman": fit.wu_hausman(),
-              "durbin": fit.durbin()}
+              "durbin": fit.durbin(), "robust_endog": fit.wooldridge_score}
     for name, ref in theirs.items():
         ours = reference["stat"][name]
         if not math.isclose(ours, ref.stat, rel_tol=rel):
@@ -233,6 +242,7 @@ def one_run(n: int, rho: float, design: str, hypothesis: str, run: int, *, check
                 tests["durbin"], tests["wu_hausman"] = res._endogeneity(None)
             except InferenceUnavailableError:
                 refused += 1
+            tests["robust_endog"] = res.wooldridge_score
         ef = res.effective_f
     out = {"run": run, "clipped_rows": clipped, "refused": refused, "f_nonprivate": reference["effective_f"],
            "f_private": ef.stat, "f_lower": ef.lower, "f_upper": ef.upper, "f_weak": ef.stat < ef.critical_value}

@@ -316,11 +316,13 @@ rho_inf : float, optional
     Budget of the inference release: the residual variance (``cov_type="unadjusted"``) or the robust
     meat (``"robust"``). Default ``0.05·(rho1 + rho2)``.
 rho_diag : float, optional
-    Budget of the first stage's robust meat (``cov_type="robust"`` only): when given, the fit also
-    releases (1/n)Σᵢ(v̂ᵢ ⊗ z̃ᵢ)(v̂ᵢ ⊗ z̃ᵢ)ᵀ at the released first stage, and
-    ``first_stage_diagnostics`` reports the heteroskedasticity-robust first-stage Wald statistic
-    (linearmodels' for ``cov_type="robust"``) instead of the homoskedastic F. Default: no release, no
-    budget. With ``rho`` it is part of the total (the rest is split as usual).
+    Budget of the robust diagnostics' meats (``cov_type="robust"`` or ``"clustered"``): when given, the fit
+    also releases the first stage's meat (1/n)Σᵢ(v̂ᵢ ⊗ z̃ᵢ)(v̂ᵢ ⊗ z̃ᵢ)ᵀ at the released first stage (three
+    quarters of ``rho_diag``), so that ``first_stage_diagnostics`` reports the heteroskedasticity-robust
+    first-stage Wald statistic (linearmodels' for ``cov_type="robust"``) instead of the homoskedastic F and
+    ``effective_f`` the effective F; and the p×p meat of the robust endogeneity test's scores (a quarter),
+    for ``wooldridge_score``. Default: no release, no budget. With ``rho`` it is part of the total (the rest
+    is split as usual).
 delta : float, default 1e-5
     δ at which ε is reported (the budget is zCDP; δ only affects the conversion), and with ``epsilon`` the δ of
     the (ε, δ) budget.
