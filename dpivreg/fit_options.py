@@ -219,7 +219,7 @@ def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T
     init = _resolve_init(init, preprocess, method)
     clip = ("adaptive" if init == "moments" else "theorem") if clip is None else clip
     if rho_diag is not None and (cov_type == "unadjusted" or preprocess == "bounds"):
-        raise ValueError("rho_diag buys the robust first-stage statistics: it needs cov_type 'robust' or "
+        raise ValueError("rho_diag buys the robust diagnostics' meats: it needs cov_type 'robust' or "
                          "'clustered' and the moment release (preprocess 'private' or 'data'), got cov_type="
                          f"{cov_type!r}, preprocess={preprocess!r}. Leave rho_diag out otherwise.")
     rho = _rho_of_epsilon(epsilon, delta, rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip,

@@ -77,6 +77,7 @@ def rows_of(data):
 
 
 def test_sensitivity_is_attained_by_the_canaries():
+    """The audit's premise (auditor code only): its canaries move the clipped meat by exactly the claimed √2·C²/n."""
     grams = [auditor_clipped_gram(*world, C) for world in neighbours()]
     iu = np.triu_indices(P)
     assert np.linalg.norm((grams[0] - grams[1])[iu]) == pytest.approx(math.sqrt(2) * C**2 / N_ROWS, rel=1e-12)
@@ -130,19 +131,35 @@ def test_whole_release_two_records_and_the_exact_meat():
 
 
 VARIANTS = {name: SCORE_VARIANTS[name] for name in ("correct", "no_score_clipping", "add_remove_sensitivity")}
+# the scalar meat's own broken variant: the d = 1 sensitivity halved (C²/(2n)), the record unchanged
+VARIANTS["half_scalar_sensitivity"] = {"dpivreg.inference.covariance.score_meat_sensitivity":
+                                       lambda bound, n, terms=1, dim=2: terms * bound**2 / n / 2.0}
+R_SCALAR = np.array([[0.0], [0.0], [1.0], [0.0], [0.0]])  # r = x1, e = y: one coordinate
 
 
-def run_audit(variant: str, *, seed: int, runs: int = RUNS):
-    worlds = neighbours()
-    means = [auditor_clipped_gram(*world, C)[np.triu_indices(P)] for world in worlds]
+def scalar_neighbours():
+    """D: the canary's r = FAR (its score clipped to C); D′: r = 0 (score 0). The meats differ by C²/n."""
+    D, _ = neighbours()
+    Z, X, Y = D
+    X0 = X.copy()
+    X0[-1] = 0.0
+    return [(Z, X, Y), (Z, X0, Y)]
+
+
+def run_audit(variant: str, *, seed: int, runs: int = RUNS, scalar: bool = False):
+    worlds, R, dim = (scalar_neighbours(), R_SCALAR, 1) if scalar else (neighbours(), R_MAP, P)
+    means = [auditor_clipped_gram(*world, C, R, B_MAP)[np.triu_indices(dim)] for world in worlds]
+    delta = (1.0 if scalar else math.sqrt(2)) * C**2 / N_ROWS
     return audit_meat_release(
         worlds, means,
-        lambda rows, rng: covariance.release_endogeneity_meat(rows, R_MAP, B_MAP, bound=C, rho=RHO, rng=rng),
-        VARIANTS[variant], dim=P, seed=seed, runs=runs, sigma=math.sqrt(2) * C**2 / N_ROWS / math.sqrt(2 * RHO))
+        lambda rows, rng: covariance.release_endogeneity_meat(rows, R, B_MAP, bound=C, rho=RHO, rng=rng),
+        VARIANTS[variant], dim=dim, seed=seed, runs=runs, sigma=delta / math.sqrt(2 * RHO))
 
 
-def test_audit_is_sound_and_tight():
-    S, mu_lb, rhos, mu_canary = run_audit("correct", seed=61)
+@pytest.mark.parametrize("scalar", [False, True], ids=["two coordinates", "one coordinate"])
+def test_audit_is_sound_and_tight(scalar):
+    """Both claims are attained: √2·C²/n with two coordinates, C²/n with one (μ = sqrt(2ρ) either way)."""
+    S, mu_lb, rhos, mu_canary = run_audit("correct", seed=61 + 2 * scalar, scalar=scalar)
     mu = math.sqrt(2 * RHO)
     assert mu_canary == pytest.approx(mu, rel=1e-9)
     assert len(rhos) == 1 and rhos.pop() == pytest.approx(RHO, rel=1e-12)
@@ -151,9 +168,10 @@ def test_audit_is_sound_and_tight():
     assert_tight(mu_lb, mu_canary, RUNS)
 
 
-@pytest.mark.parametrize("variant", ["no_score_clipping", "add_remove_sensitivity"])
-def test_audit_catches_broken_releases(variant):
-    _, mu_lb, rhos, _ = run_audit(variant, seed=62)
+@pytest.mark.parametrize(("variant", "scalar"), [("no_score_clipping", False), ("add_remove_sensitivity", False),
+                                                ("no_score_clipping", True), ("half_scalar_sensitivity", True)])
+def test_audit_catches_broken_releases(variant, scalar):
+    _, mu_lb, rhos, _ = run_audit(variant, seed=62 + 2 * scalar, scalar=scalar)
     assert len(rhos) == 1 and rhos.pop() == pytest.approx(RHO, rel=1e-12)
     assert mu_lb > math.sqrt(2 * RHO)
 
@@ -183,9 +201,10 @@ def test_infinite_rho_diag_names_both_meats_as_leaks_and_records():
     assert sum(r.stage == "rho_diag" for r in res.privacy.releases) == 2 and not res.privacy.is_private
 
 
-def test_the_fit_releases_at_the_maps_of_its_released_moments(monkeypatch):
-    """The maps R, b the meat is released at are the released moments' (post-processing), and the test's s̄ uses the
-    same moments: recomputed from the results' Gram matrix they agree."""
+@pytest.mark.parametrize("method", ["auto", "moments"])
+def test_the_fit_releases_at_the_maps_of_its_released_moments(monkeypatch, method):
+    """The maps R, b the meat is released at are those of the released moments the results hold (post-processing;
+    recomputed from the results' Gram matrix, they agree exactly), on the DP-2S-GD route and on noisy moments."""
     from dpivreg.inference import iv_tests
     from dpivreg.inference.diagnostics import released_gram
 
@@ -201,7 +220,7 @@ def test_the_fit_releases_at_the_maps_of_its_released_moments(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         res = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame).fit(
-            rho=2.0, rho_diag=0.2, seed=1, bounds={c: (-12.0, 12.0) for c in frame.columns})
+            rho=2.0, rho_diag=0.2, seed=1, bounds={c: (-12.0, 12.0) for c in frame.columns}, method=method)
     R, b = iv_tests.endogeneity_score_map(released_gram(res.scale.moments), 4, 2, 1)
     np.testing.assert_array_equal(seen["maps"][0], R[1:])
     np.testing.assert_array_equal(seen["maps"][1], b[1:])

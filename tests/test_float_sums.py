@@ -111,6 +111,10 @@ def test_the_moment_and_meat_allowances_are_their_closed_forms(n):
     ball = (1 + _gamma(20)) * (1 + 2 * _gamma(DEPTHS[n] + 3) * n * Fraction(1 / math.sqrt(2.0)))
     assert float(ball) == pytest.approx(ball_rounding(n, 4), rel=1e-15)
     assert ball_rounding(n, 4) >= float(ball)
+    # one coordinate: the term is w² ∈ [0, B²] and the sensitivity B², so r = 1 (not 1/√2), τ = γ_17
+    scalar = (1 + _gamma(17)) * (1 + 2 * _gamma(DEPTHS[n] + 3) * n)
+    assert float(scalar) == pytest.approx(ball_rounding(n, 1), rel=1e-15)
+    assert ball_rounding(n, 1) >= float(scalar)
     # per unit of m rows: r and the number of terms scale together
     assert box_rounding(10 * n, 3, 10) == pytest.approx(1 + 2 * float(_gamma(summation_depth(10 * n))) * n
                                                         * math.sqrt(6.0) / 3, rel=1e-12)

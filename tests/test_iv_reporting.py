@@ -119,6 +119,28 @@ def test_clustered_errors_give_the_cluster_robust_test(frame):
     assert f"{res.wooldridge_overid.pval:.4f} (cluster-robust)" in table
 
 
+def test_the_robust_endogeneity_row_follows_its_meat(frame):
+    """The endogeneity test's meat is clustered with clustered errors, and bought by rho_diag even without the fit's
+    own inference: the row, its kind and compare's row follow the meat, not the standard errors' cov_type."""
+    clustered = frame.assign(g=np.arange(len(frame)) % 250)
+    res = _fit(OVER, clustered, clusters="g", rho_diag=0.2)
+    assert list(res.iv_tests.index) == ["Wooldridge overid (cluster-robust)", "Sargan overid",
+                                        "Wooldridge exogeneity (cluster-robust)", *HOMOSKEDASTIC[1:],
+                                        "Effective F (MOP)"]
+    assert "(cluster-robust)" in res.wooldridge_score.name
+    text = res.summary(benchmark=False).as_text()
+    assert ("Wooldridge's over-identification and exogeneity score tests are robust to heteroskedasticity and to "
+            "correlation within clusters") in " ".join(text.split())
+    no_inference = _fit(OVER, clustered, clusters="g", rho_diag=0.2, inference=False)
+    assert no_inference.cov_type == "none" and "Wooldridge exogeneity (cluster-robust)" in no_inference.iv_tests.index
+    assert "(cluster-robust)" in no_inference.wooldridge_score.name
+    both = compare({"g": res, "robust": _fit(OVER, frame, rho_diag=0.2)}, benchmark=False)
+    brief = both.iv_tests
+    assert list(brief["robust_endogeneity_test"]) == ["cluster-robust", "robust"]
+    assert brief.loc["g", "robust_endogeneity_pval"] == res.wooldridge_score.pval
+    assert f"{res.wooldridge_score.pval:.4f} (cluster-robust)" in both.summary.as_text()
+
+
 def test_the_table_and_its_exports_are_post_processing(frame, monkeypatch):
     """With the design's row accessors set to raise, the table, the summary and every export still come, and the
     budget is what it was (the pattern of tests/test_iv_tests.py)."""

@@ -286,12 +286,13 @@ def clipped_endogeneity_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndar
 class ReleasedMeat:
     """A released meat (1/n)Σᵢ clip(sᵢ)clip(sᵢ)ᵀ on the working scale, positive definite, with what a
     simulation of its noise needs: the noise's standard deviation per upper-triangle entry (0: exact) and the
-    clipping threshold C (inf: not clipped)."""
+    clipping threshold C (inf: not clipped); ``clustered`` when it sums the clusters' scores."""
 
     matrix: np.ndarray
     sigma: float
     bound: float
     releases: tuple[Release, ...]
+    clustered: bool = False
 
     def rereleased(self, rng: np.random.Generator, replications: int) -> np.ndarray:
         """The plug-in world's re-releases (replications, d, d): the released matrix taken as the truth, fresh
@@ -394,7 +395,8 @@ def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.ra
     """
     n = rows.n
     if math.isinf(rho):
-        return ReleasedMeat(_score_outer_sum(rows, scores, args, math.inf, clustered) / n, 0.0, math.inf, ())
+        return ReleasedMeat(_score_outer_sum(rows, scores, args, math.inf, clustered) / n, 0.0, math.inf, (),
+                            clustered)
     terms = 1 if clustered else rows.max_rows
     groups = rows.groups.count("cluster") if clustered else n
     edges = score_edges(dim, n / groups if clustered else 1.0)
@@ -412,7 +414,7 @@ def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.ra
     bound = float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)])
     meat, record, sigma = release_meat(rows, scores, args, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho, rng=rng,
                                        clustered=clustered)
-    return ReleasedMeat(_positive_definite(meat, floor=sigma), sigma, bound, (histogram, record))
+    return ReleasedMeat(_positive_definite(meat, floor=sigma), sigma, bound, (histogram, record), clustered)
 
 
 def _meat_name(scores, clustered: bool, terms: int) -> str:

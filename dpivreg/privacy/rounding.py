@@ -141,10 +141,12 @@ def gradient_rounding(terms: int, q: int, p: int, p_endog: int, *, u: float = UN
 def ball_rounding(terms: int, dim: int, changed: int = 1, *, u: float = UNIT_ROUNDOFF) -> float:
     """The factor of a release of Σ clip_B(wᵢ)clip_B(wᵢ)ᵀ (rows clipped to L2 norm B by
     :func:`dpivreg.privacy.mechanisms.ball_moment_sum`: the ball moments, the covariance meats) whose sum has
-    sensitivity ``changed``·√2·B²: r = 1/(√2·changed), τ = γ_{dim+16} (a computed unit vector has norm at most
+    sensitivity ``changed``·√2·B² (``changed``·B² for one coordinate, whose term is the one entry w² ∈ [0, B²]):
+    r = 1/(√2·changed) (1/``changed`` for one coordinate), τ = γ_{dim+16} (a computed unit vector has norm at most
     1 + γ_{dim/2+5}, squared 1 + γ_{dim+10}), and three more roundings (B², its product with the clipped rows' sum,
     the addition of the kept rows' sum)."""
-    return sum_rounding(terms, 1.0 / (math.sqrt(2.0) * changed), slack=gamma(dim + 16, u), u=u, extra=3)
+    spread = math.sqrt(2.0) if dim > 1 else 1.0
+    return sum_rounding(terms, 1.0 / (spread * changed), slack=gamma(dim + 16, u), u=u, extra=3)
 
 
 def box_rounding(terms: int, dim: int, changed: int = 1, *, u: float = UNIT_ROUNDOFF) -> float:

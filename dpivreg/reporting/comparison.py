@@ -160,8 +160,9 @@ class DPIVComparison:
         """Each fit's IV tests in brief, one row per fit (from its ``iv_tests``, post-processing of its releases):
         ``overid_test`` (the over-identification test shown: the robust one when the fit released the robust meat,
         else Sargan's; empty when exactly identified), ``overid_pval``, ``wu_hausman_pval`` (endogeneity of all the
-        endogenous regressors), ``robust_endogeneity_pval`` (Wooldridge's robust score test of the same, where the
-        fit bought its meat with ``rho_diag``), ``effective_f`` and ``effective_f_critical`` (Montiel
+        endogenous regressors), ``robust_endogeneity_test`` and ``robust_endogeneity_pval`` (Wooldridge's robust or
+        cluster-robust score test of the same, where the fit bought its meat with ``rho_diag``; empty and NaN
+        otherwise), ``effective_f`` and ``effective_f_critical`` (Montiel
         Olea-Pflueger's critical value for a worst-case bias of 10%); NaN where a fit has no such test."""
         rows = {}
         for name, res in self._results.items():
@@ -171,6 +172,9 @@ class DPIVComparison:
                 "overid_test": "" if overid is None else overid,
                 "overid_pval": np.nan if overid is None else tests.loc[overid, "pval"],
                 "wu_hausman_pval": tests.loc[WU_HAUSMAN, "pval"] if WU_HAUSMAN in tests.index else np.nan,
+                "robust_endogeneity_test": next((kind.replace("clustered", "cluster-robust")
+                                                 for kind, test in ROBUST_ENDOGENEITY.items()
+                                                 if test in tests.index), ""),
                 "robust_endogeneity_pval": next((tests.loc[test, "pval"] for test in ROBUST_ENDOGENEITY.values()
                                                  if test in tests.index), np.nan),
                 "effective_f": tests.loc[EFFECTIVE_F, "statistic"] if EFFECTIVE_F in tests.index else np.nan,
@@ -192,8 +196,9 @@ class DPIVComparison:
             rows.append(("Wu-Hausman p-value", [f"{p:.4f}" if np.isfinite(p) else ""
                                                 for p in tests["wu_hausman_pval"]] + blank))
         if tests["robust_endogeneity_pval"].notna().any():
-            rows.append(("Robust endog. p-value", [f"{p:.4f}" if np.isfinite(p) else ""
-                                                   for p in tests["robust_endogeneity_pval"]] + blank))
+            rows.append(("Robust endog. p-value", [f"{r.robust_endogeneity_pval:.4f} ({r.robust_endogeneity_test})"
+                                                   if r.robust_endogeneity_test else ""
+                                                   for r in tests.itertuples()] + blank))
         if tests["effective_f"].notna().any():
             rows.append(("Effective F", [f"{_fmt(r.effective_f)} (c {_fmt(r.effective_f_critical, 3)})"
                                          if np.isfinite(r.effective_f_critical) else ""
@@ -333,7 +338,7 @@ class DPIVComparison:
         notes.append("Each fit's privacy is its own: fits of the same data compose, their rho add up (for the same "
                      "privacy unit; a row-level rho costs a unit of k rows k^2 rho).")
         tests = self.iv_tests
-        if tests[["overid_pval", "wu_hausman_pval", "effective_f"]].notna().any(axis=None):
+        if tests[["overid_pval", "wu_hausman_pval", "robust_endogeneity_pval", "effective_f"]].notna().any(axis=None):
             notes.append("IV tests (post-processing of each fit's releases): the p-values of the overidentification "
                          "test (Wooldridge's robust score test where the fit released the robust meat, else Sargan's) "
                          "and of the Wu-Hausman test of exogeneity of the endogenous regressors (and of Wooldridge's "

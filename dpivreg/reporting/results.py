@@ -442,7 +442,7 @@ class DPIVResults(PrivateTable):
         q, k, p, n = self._test_layout()
         return iv_tests.robust_endogeneity_test(self._released_moments("The robust endogeneity test"),
                                                 self._endogeneity_meat, q, k, p, n,
-                                                clustered=self.cov_type == "clustered",
+                                                clustered=self._endogeneity_meat.clustered,
                                                 grams=self._grams_for("The robust endogeneity test"))
 
     @cached_property
@@ -508,8 +508,9 @@ class DPIVResults(PrivateTable):
                 if self._inference is not None and self.cov_type in ROBUST_OVERID:
                     add((ROBUST_OVERID[self.cov_type],), lambda: self.wooldridge_overid)
                 add((SARGAN,), lambda: self.sargan)
-            if self._endogeneity_meat is not None and self.cov_type in ROBUST_ENDOGENEITY:
-                add((ROBUST_ENDOGENEITY[self.cov_type],), lambda: self.wooldridge_score)
+            if self._endogeneity_meat is not None:  # bought with rho_diag (also without the fit's own inference)
+                kind = "clustered" if self._endogeneity_meat.clustered else "robust"
+                add((ROBUST_ENDOGENEITY[kind],), lambda: self.wooldridge_score)
             add((DURBIN, WU_HAUSMAN), lambda: self._endogeneity(None))
             tests = {name: tests[name] for name in (*ROBUST_OVERID.values(), SARGAN, *ROBUST_ENDOGENEITY.values(),
                                                     WU_HAUSMAN, DURBIN) if name in tests}
