@@ -139,7 +139,8 @@ def nonprivate(data: pd.DataFrame) -> dict:
     2SLS residual u; Sargan = n·uᵀP_Zu/uᵀu; the robust score test = the two-step GMM J with the HC0 meat at u;
     with the OLS residual u_e and A = [Z, x], n·d = u_eᵀP_Au_e − uᵀP_Zu, Durbin = n·(n·d)/u_eᵀu_e, Wu–Hausman =
     n·d/((u_eᵀu_e − n·d)/(n − 4)); the robust endogeneity (score) test = (Σᵢsᵢ)²/Σᵢsᵢ² with sᵢ = rᵢu_e,ᵢ, r the
-    first-stage residual of x with X partialled out (Wooldridge 2010, eq. 6.19); the effective F = π̂ᵀZ̃ᵀZ̃π̂ / tr((Z̃ᵀZ̃)⁻¹Σz̃ᵢz̃ᵢᵀv̂ᵢ²) with [1, w] partialled out."""
+    first-stage residual of x with X partialled out (Wooldridge 2010, eq. 6.19); the effective F =
+    π̂ᵀZ̃ᵀZ̃π̂ / tr((Z̃ᵀZ̃)⁻¹Σz̃ᵢz̃ᵢᵀv̂ᵢ²) with [1, w] partialled out."""
     n = len(data)
     one = np.ones(n)
     y, x, w = (data[c].to_numpy() for c in ("y", "x", "w"))
