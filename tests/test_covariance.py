@@ -108,13 +108,19 @@ def auditor_scores(Z, X, Y, beta):
     return np.array([z * (y - x @ beta) for z, x, y in zip(Z, X, Y)])
 
 
-def auditor_clipped_gram(Z, X, Y, beta, bound):
-    G = np.zeros((Z.shape[1], Z.shape[1]))
-    for s in auditor_scores(Z, X, Y, beta):
+def clipped_score_mean(S, bound):
+    """The auditor's (1/n)Σᵢ clip(sᵢ)clip(sᵢ)ᵀ of per-row scores S (n, d), each clipped to L2 norm ``bound`` row by
+    row (shared by the meats' audits)."""
+    G = np.zeros((S.shape[1], S.shape[1]))
+    for s in S:
         norm = float(np.linalg.norm(s))
         c = s * (bound / norm) if norm > bound else s
         G += np.outer(c, c)
-    return G / Z.shape[0]
+    return G / S.shape[0]
+
+
+def auditor_clipped_gram(Z, X, Y, beta, bound):
+    return clipped_score_mean(np.asarray(auditor_scores(Z, X, Y, beta)), bound)
 
 
 def neighbours(far: bool = True, seed: int = 20261201, off_diagonal: bool = False):

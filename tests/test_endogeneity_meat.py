@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from test_covariance import VARIANTS as SCORE_VARIANTS
-from test_covariance import audit_meat_release
+from test_covariance import audit_meat_release, clipped_score_mean
 from test_privacy_audit import CONF, assert_llr_law, assert_tight
 
 import dpivreg.inference.covariance as covariance
@@ -49,13 +49,7 @@ def auditor_scores(Z, X, Y, R=R_MAP, b=B_MAP):
 
 
 def auditor_clipped_gram(Z, X, Y, bound, R=R_MAP, b=B_MAP):
-    S = auditor_scores(Z, X, Y, R, b)
-    G = np.zeros((S.shape[1], S.shape[1]))
-    for s in S:
-        norm = float(np.linalg.norm(s))
-        c = s * (bound / norm) if norm > bound else s
-        G += np.outer(c, c)
-    return G / Z.shape[0]
+    return clipped_score_mean(auditor_scores(Z, X, Y, R, b), bound)
 
 
 def neighbours(seed: int = 20261205):

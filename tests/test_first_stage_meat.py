@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from test_covariance import VARIANTS as SCORE_VARIANTS
-from test_covariance import audit_meat_release
+from test_covariance import audit_meat_release, clipped_score_mean
 from test_privacy_audit import CONF, assert_llr_law, assert_tight
 
 import dpivreg.inference.covariance as covariance
@@ -45,13 +45,7 @@ def auditor_scores(Z, X):
 
 
 def auditor_clipped_gram(Z, X, bound):
-    S = auditor_scores(Z, X)
-    G = np.zeros((S.shape[1], S.shape[1]))
-    for s in S:
-        norm = float(np.linalg.norm(s))
-        c = s * (bound / norm) if norm > bound else s
-        G += np.outer(c, c)
-    return G / Z.shape[0]
+    return clipped_score_mean(auditor_scores(Z, X), bound)
 
 
 def neighbours(seed: int = 20261201):
