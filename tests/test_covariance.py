@@ -287,6 +287,17 @@ def audit_meat_release(worlds, means, release, patches: dict, *, dim: int, seed:
     return S, mu_lower_bound(fp, fn, runs), rhos, float(np.linalg.norm(d) / sigma)
 
 
+def assert_sound_and_tight(audit, *, rho: float, runs: int, mu_canary_expected: float) -> None:
+    """An audit (:func:`audit_meat_release`'s output) of a correct release at budget ``rho``: the canary's μ is the
+    expected one, one ρ recorded, the LLR has its law, and μ_lb lies below sqrt(2ρ) yet close to the canary's μ."""
+    S, mu_lb, rhos, mu_canary = audit
+    assert mu_canary == pytest.approx(mu_canary_expected, rel=1e-9)
+    assert len(rhos) == 1 and rhos.pop() == pytest.approx(rho, rel=1e-12)
+    assert_llr_law(S, mu_canary)
+    assert mu_lb <= math.sqrt(2 * rho)
+    assert_tight(mu_lb, mu_canary, runs)
+
+
 def run_audit(variant: str, *, seed: int, runs: int = RUNS, off_diagonal: bool = False):
     worlds = neighbours(off_diagonal=off_diagonal)
     means = [auditor_clipped_gram(*w, BETA, C)[np.triu_indices(Q)] for w in worlds]
@@ -300,13 +311,9 @@ def test_meat_audit_is_sound_and_tight(off_diagonal):
     """Diagonal canaries attain the sensitivity (μ = sqrt(2ρ)); off-diagonal ones move one entry by C²/n
     (μ = sqrt(ρ)). Either way μ_lb ≤ sqrt(2ρ), and close to the canary's μ."""
     runs = 3 * RUNS if off_diagonal else RUNS  # the smaller μ needs more runs for the tightness tolerance
-    S, mu_lb, rhos, mu_canary = run_audit("correct", seed=41 + off_diagonal, off_diagonal=off_diagonal, runs=runs)
     mu = math.sqrt(2 * RHO)
-    assert mu_canary == pytest.approx(mu / math.sqrt(2) if off_diagonal else mu, rel=1e-9)
-    assert len(rhos) == 1 and rhos.pop() == pytest.approx(RHO, rel=1e-12)
-    assert_llr_law(S, mu_canary)
-    assert mu_lb <= mu
-    assert_tight(mu_lb, mu_canary, runs)
+    assert_sound_and_tight(run_audit("correct", seed=41 + off_diagonal, off_diagonal=off_diagonal, runs=runs),
+                           rho=RHO, runs=runs, mu_canary_expected=mu / math.sqrt(2) if off_diagonal else mu)
 
 
 @pytest.mark.parametrize("variant, off_diagonal", [("no_score_clipping", False), ("add_remove_sensitivity", False),

@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from test_covariance import VARIANTS as SCORE_VARIANTS
-from test_covariance import audit_meat_release, clipped_score_mean
-from test_privacy_audit import CONF, assert_llr_law, assert_tight
+from test_covariance import assert_sound_and_tight, audit_meat_release, clipped_score_mean
+from test_privacy_audit import CONF
 
 import dpivreg.inference.covariance as covariance
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
@@ -153,13 +153,8 @@ def run_audit(variant: str, *, seed: int, runs: int = RUNS, scalar: bool = False
 @pytest.mark.parametrize("scalar", [False, True], ids=["two coordinates", "one coordinate"])
 def test_audit_is_sound_and_tight(scalar):
     """Both claims are attained: √2·C²/n with two coordinates, C²/n with one (μ = sqrt(2ρ) either way)."""
-    S, mu_lb, rhos, mu_canary = run_audit("correct", seed=61 + 2 * scalar, scalar=scalar)
-    mu = math.sqrt(2 * RHO)
-    assert mu_canary == pytest.approx(mu, rel=1e-9)
-    assert len(rhos) == 1 and rhos.pop() == pytest.approx(RHO, rel=1e-12)
-    assert_llr_law(S, mu_canary)
-    assert mu_lb <= mu
-    assert_tight(mu_lb, mu_canary, RUNS)
+    assert_sound_and_tight(run_audit("correct", seed=61 + 2 * scalar, scalar=scalar), rho=RHO, runs=RUNS,
+                           mu_canary_expected=math.sqrt(2 * RHO))
 
 
 @pytest.mark.parametrize(("variant", "scalar"), [("no_score_clipping", False), ("add_remove_sensitivity", False),

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from test_covariance import VARIANTS as SCORE_VARIANTS
-from test_covariance import audit_meat_release, clipped_score_mean
-from test_privacy_audit import CONF, assert_llr_law, assert_tight
+from test_covariance import assert_sound_and_tight, audit_meat_release, clipped_score_mean
+from test_privacy_audit import CONF
 
 import dpivreg.inference.covariance as covariance
 from dpivreg import DPIV2SLS, PrivacyLeakWarning
@@ -126,13 +126,7 @@ def run_audit(variant: str, *, seed: int, runs: int = RUNS):
 
 
 def test_audit_is_sound_and_tight():
-    S, mu_lb, rhos, mu_canary = run_audit("correct", seed=51)
-    mu = math.sqrt(2 * RHO)
-    assert mu_canary == pytest.approx(mu, rel=1e-9)
-    assert len(rhos) == 1 and rhos.pop() == pytest.approx(RHO, rel=1e-12)
-    assert_llr_law(S, mu_canary)
-    assert mu_lb <= mu
-    assert_tight(mu_lb, mu_canary, RUNS)
+    assert_sound_and_tight(run_audit("correct", seed=51), rho=RHO, runs=RUNS, mu_canary_expected=math.sqrt(2 * RHO))
 
 
 @pytest.mark.parametrize("variant", ["no_score_clipping", "add_remove_sensitivity"])
