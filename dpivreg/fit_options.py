@@ -123,7 +123,7 @@ def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, metho
              inference: bool, rho_diag=None, max_rows: int = 1) -> dict:
     """Every release's budget: the given ones, defaults as shares of rho1 + rho2 (:data:`DEFAULT_SHARES`),
     or a total ``rho`` split by those shares over the releases the fit makes; and their total. ``rho_diag``
-    (the first stage's meat, only when given) is taken from ``rho`` first; ``budget["rho_diag"]`` is None
+    (the robust diagnostics' meats, only when given) is taken from ``rho`` first; ``budget["rho_diag"]`` is None
     when there is none.
 
     With privacy units of up to ``max_rows`` = m rows the moment release's default share is m times the row-level

@@ -391,7 +391,7 @@ def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.ra
 
     Sensitivities: a cluster (which holds whole privacy units) changes one term when a unit is replaced, a row-wise
     release at most ``rows.max_rows`` terms (m with privacy units, :mod:`dpivreg.privacy.units`): the histogram's √2 and
-    the meat's √2·C²/n are multiplied by that number of terms.
+    the meat's √2·C²/n (C²/n for one coordinate) are multiplied by that number of terms.
     """
     n = rows.n
     if math.isinf(rho):
