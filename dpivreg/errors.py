@@ -85,8 +85,10 @@ class InferenceUnavailableError(ValueError):
 
 class InferenceOverflowError(OverflowError):
     """The covariance overflowed after the sampling part was released: ``releases`` holds what was drawn,
-    which the fit's accountant must record."""
+    which the fit's accountant must record, and ``meats`` the diagnostics' meats released in the same passes (each
+    with its own records), which the fit keeps."""
 
-    def __init__(self, message: str, *, releases: tuple = ()) -> None:
+    def __init__(self, message: str, *, releases: tuple = (), meats: tuple = ()) -> None:
         super().__init__(message)
         self.releases = releases
+        self.meats = meats

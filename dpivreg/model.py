@@ -50,9 +50,11 @@ from dpivreg.fit_options import (
 )
 from dpivreg.inference.covariance import (
     ENDOGENEITY_MEAT_SHARE,
+    MeatRequest,
     ReleasedMeat,
-    endogeneity_meat_release,
-    first_stage_meat_release,
+    endogeneity_scores,
+    first_stage_scores,
+    release_meats,
 )
 from dpivreg.inference.diagnostics import released_gram
 from dpivreg.inference.iv_tests import endogeneity_score_map
@@ -432,16 +434,17 @@ class DPIV2SLS:
         leaks += _first_stage_meat_leaks(budget, preprocess)
         _announce_leaks(leaks, stacklevel=4)
 
-        inference_result, inference_note, drawn = _run_inference(
+        requests = _diagnostic_requests(scale, path.theta_final, budget, preprocess)
+        inference_result, inference_note, drawn, fused = _run_inference(
             inference, preprocess, lambda: private_inference(
                 path, scale, rho=math.inf if preprocess == "data" else budget["rho_inf"], tau=tau, rng=rng,
-                start=start, cov_type=cov_type, progress=progress))
+                start=start, cov_type=cov_type, progress=progress, extra=requests))
         releases = [*scale.releases, *([clip_choice.release] if clip_choice else []), *path.privacy.releases]
         if drawn is not None:
             releases += drawn
         if drawn is not None and exact_inference:
             releases.append(_unnoised_sampling(cov_type)[1])
-        diagnostic_meats = _diagnostic_meats(scale, path.theta_final, budget, preprocess, rng, cov_type)
+        diagnostic_meats = _diagnostic_meats(scale, requests, fused, preprocess, rng, cov_type)
         releases += [r for meat in diagnostic_meats if meat is not None for r in meat.releases]
         target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf", "rho_diag")
                   if any(r.stage == name for r in releases)}
@@ -496,9 +499,10 @@ class DPIV2SLS:
             leaks.append(_unnoised_sampling(cov_type, preprocess)[0])
         leaks += _first_stage_meat_leaks(budget, preprocess)
         _announce_leaks(leaks, stacklevel=5)  # the caller of fit(), through _fit_* and this method
-        inference_result, inference_note, drawn = _run_inference(
+        requests = _diagnostic_requests(scale, theta, budget, preprocess)
+        inference_result, inference_note, drawn, fused = _run_inference(
             inference, preprocess, lambda: moment_inference(scale, theta, beta, rng=rng, cov_type=cov_type,
-                                                            rho=rho_meat, tau=tau))
+                                                            rho=rho_meat, tau=tau, extra=requests))
         releases = [*scale.releases[:1], *extra_releases, *scale.releases[1:]]
         target = {"rho0": total} if preprocess == "private" else {}
         if extra_releases:  # the default's switch: ``total`` is the moments' (both releases), the clipping apart
@@ -508,7 +512,7 @@ class DPIV2SLS:
             target["rho_inf"] = budget["rho_inf"]
             if exact_meat:
                 releases.append(_unnoised_sampling(cov_type)[1])
-        diagnostic_meats = _diagnostic_meats(scale, theta, budget, preprocess, rng, cov_type)
+        diagnostic_meats = _diagnostic_meats(scale, requests, fused, preprocess, rng, cov_type)
         if diagnostic_meats[0] is not None:
             releases += [r for meat in diagnostic_meats for r in meat.releases]
             target["rho_diag"] = budget["rho_diag"]
@@ -541,15 +545,15 @@ def _pass_progress(design, progress: bool | None):
 
 
 #: Passes over the rows after the iteration (the bar's estimate, corrected when the fit ends): the robust meat's
-#: row source, histogram and meat, or the residual variance; the meats of ``rho_diag`` (row source, then a histogram
-#: and a meat each).
+#: row source, histogram and meat (with the meats of ``rho_diag`` in the same passes), or the residual variance; the
+#: meats of ``rho_diag`` without the inference (row source, histograms, meats).
 _INFERENCE_PASSES = {"robust": 3, "clustered": 3, "unadjusted": 1}
-_FIRST_STAGE_MEAT_PASSES = 5
+_DIAGNOSTIC_MEAT_PASSES = 3
 
 
 def _passes_after_iteration(inference: bool, preprocess: str, cov_type: str, rho_diag) -> int:
     passes = _INFERENCE_PASSES[cov_type] if inference and preprocess != "bounds" else 0
-    return passes + (_FIRST_STAGE_MEAT_PASSES if rho_diag is not None else 0)
+    return passes + (_DIAGNOSTIC_MEAT_PASSES if rho_diag is not None and not passes else 0)
 
 
 def _warn_t_condition(T: int, *, n: int, p: int, q: int, rho1: float, tau: float) -> None:
@@ -582,26 +586,36 @@ def _first_stage_meat_leaks(budget: dict, preprocess: str) -> list[str]:
 _DIAGNOSTIC_MEATS = ("first stage's meat", "endogeneity test's meat")
 
 
-def _diagnostic_meats(scale: WorkingScale, theta: np.ndarray, budget: dict, preprocess: str,
-                      rng: np.random.Generator, cov_type: str = "robust"
-                      ) -> tuple[ReleasedMeat, ReleasedMeat] | tuple[None, None]:
-    """The meats ``rho_diag`` buys (None, None when not asked for), per cluster with ``cov_type="clustered"``: the
-    first stage's at the released working first stage (``1 − ENDOGENEITY_MEAT_SHARE`` of it), and the robust
-    endogeneity test's at the maps the released moments give (the rest; :mod:`dpivreg.inference.iv_tests`)."""
+def _diagnostic_requests(scale: WorkingScale, theta: np.ndarray, budget: dict, preprocess: str) -> list:
+    """The meats ``rho_diag`` buys, as requests (none when not asked for): the first stage's at the released working
+    first stage ``theta`` (``1 − ENDOGENEITY_MEAT_SHARE`` of it), and the robust endogeneity test's at the maps the
+    released moments give (the rest; :mod:`dpivreg.inference.iv_tests`). Exact on the data route."""
     if budget["rho_diag"] is None:
-        return None, None
+        return []
     rho = math.inf if preprocess == "data" else budget["rho_diag"]
-    R, b = endogeneity_score_map(released_gram(scale.moments), scale.q, scale.n_exog, scale.p - scale.n_exog)
-    clustered = cov_type == "clustered"
-    rows = scale.rows()
-    try:
-        meats = (first_stage_meat_release(rows, theta, rho=(1.0 - ENDOGENEITY_MEAT_SHARE) * rho, rng=rng,
-                                          clustered=clustered),
-                 endogeneity_meat_release(rows, R[1:], b[1:], rho=ENDOGENEITY_MEAT_SHARE * rho, rng=rng,
-                                          clustered=clustered))
-    finally:
-        rows.close()
-    if math.isinf(rho):  # recorded, not private (the leak was announced)
+    p = scale.p - scale.n_exog
+    R, b = endogeneity_score_map(released_gram(scale.moments), scale.q, scale.n_exog, p)
+    return [MeatRequest(first_stage_scores, (theta,), scale.q * p, (1.0 - ENDOGENEITY_MEAT_SHARE) * rho,
+                        f"the {_DIAGNOSTIC_MEATS[0]}"),
+            MeatRequest(endogeneity_scores, (R[1:], b[1:]), p, ENDOGENEITY_MEAT_SHARE * rho,
+                        f"the {_DIAGNOSTIC_MEATS[1]}")]
+
+
+def _diagnostic_meats(scale: WorkingScale, requests: list, fused: tuple, preprocess: str, rng: np.random.Generator,
+                      cov_type: str = "robust") -> tuple[ReleasedMeat, ReleasedMeat] | tuple[None, None]:
+    """The meats of ``requests`` (None, None when there are none): those the inference released in its passes
+    (``fused``), or, when it did not run or stopped before its release, released here in two passes of their own
+    (per cluster with ``cov_type="clustered"``)."""
+    if not requests:
+        return None, None
+    meats = tuple(fused)
+    if not meats:
+        rows = scale.rows()
+        try:
+            meats = release_meats(rows, requests, rng=rng, clustered=cov_type == "clustered")
+        finally:
+            rows.close()
+    if preprocess == "data" or math.isinf(requests[0].rho):  # recorded, not private (the leak was announced)
         meats = tuple(dataclasses.replace(meat, releases=(_unnoised(name, "rho_diag")[1],))
                       for meat, name in zip(meats, _DIAGNOSTIC_MEATS))
     return meats
@@ -704,19 +718,20 @@ def _resolve_steps(eta, alpha, T, *, method: str, init: str, kappa: float, noise
 
 
 def _run_inference(requested: bool, preprocess: str, compute):
-    """(result, note, releases): the private inference or why there is none, and the releases it drew
-    (None when it did not run), which the accountant records even when the covariance then overflows."""
+    """(result, note, releases, meats): the private inference or why there is none, the releases it drew (None
+    when it did not run), which the accountant records even when the covariance then overflows, and the diagnostics'
+    meats it released in its passes (empty when it released none)."""
     if not requested:
-        return None, "not requested (inference=False)", None
+        return None, "not requested (inference=False)", None, ()
     if preprocess == "bounds":
-        return None, "unavailable with preprocess='bounds' (needs privately whitened instruments)", None
+        return None, "unavailable with preprocess='bounds' (needs privately whitened instruments)", None, ()
     try:
         result = compute()
     except InferenceOverflowError as exc:
-        return None, f"unavailable: {exc}", exc.releases
+        return None, f"unavailable: {exc}", exc.releases, tuple(exc.meats)
     for message in result.warnings:
         warnings.warn(message, UserWarning, stacklevel=4)
-    return result, "", result.releases
+    return result, "", result.releases, tuple(result.diagnostic_meats)
 
 
 def _single_estimate_path(theta: np.ndarray, beta: np.ndarray, n_exog: int, releases) -> DP2SGDPath:

@@ -413,13 +413,14 @@ def test_noisy_moments_with_an_infinite_meat_budget(budget):
 def test_the_meat_is_taken_at_the_released_estimate(method):
     """The scores use the released β̃ (working scale), never a non-private one."""
     seen = {}
-    real = covariance.score_meat_release
+    real = covariance.release_meats
 
-    def spy(rows, beta, n_exog, **kwargs):
-        seen["beta"] = np.array(beta)
-        return real(rows, beta, n_exog, **kwargs)
+    def spy(rows, requests, **kwargs):
+        seen["beta"] = np.array(requests[0].args[0])  # the structural scores' request comes first
+        assert requests[0].scores is covariance.structural_scores
+        return real(rows, requests, **kwargs)
 
-    with mock.patch("dpivreg.inference.private.score_meat_release", spy):
+    with mock.patch("dpivreg.inference.private.release_meats", spy):
         res = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", _heteroskedastic_frame()).fit(
             rho=2.0, seed=4, bounds=BOUNDS, cov_type="robust", method=method)
     np.testing.assert_array_equal(seen["beta"], res.engine_path.beta_final)

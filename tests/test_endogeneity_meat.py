@@ -198,19 +198,21 @@ def test_the_fit_releases_at_the_maps_of_its_released_moments(monkeypatch, metho
     from dpivreg.inference.diagnostics import released_gram
 
     seen = {}
-    original = covariance.endogeneity_meat_release
+    original = covariance.release_meats
 
-    def spy(rows, R, b, **kw):
-        seen["maps"] = (R, b)
-        return original(rows, R, b, **kw)
+    def spy(rows, requests, **kw):
+        seen.update({request.what: request.args for request in requests})
+        return original(rows, requests, **kw)
 
-    monkeypatch.setattr("dpivreg.model.endogeneity_meat_release", spy)
+    monkeypatch.setattr("dpivreg.inference.private.release_meats", spy)
+    monkeypatch.setattr("dpivreg.model.release_meats", spy)
     frame = _frame()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         res = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame).fit(
             rho=2.0, rho_diag=0.2, seed=1, bounds={c: (-12.0, 12.0) for c in frame.columns}, method=method)
     R, b = iv_tests.endogeneity_score_map(released_gram(res.scale.moments), 4, 2, 1)
-    np.testing.assert_array_equal(seen["maps"][0], R[1:])
-    np.testing.assert_array_equal(seen["maps"][1], b[1:])
+    maps = seen["the endogeneity test's meat"]
+    np.testing.assert_array_equal(maps[0], R[1:])
+    np.testing.assert_array_equal(maps[1], b[1:])
     assert res.wooldridge_score.df == 1 and 0 < res.wooldridge_score.pval <= 1

@@ -213,3 +213,24 @@ def test_bad_rho_diag_is_a_clear_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame).fit(
             seed=0, bounds={c: b for c, b in BOUNDS.items() if c != "x2"}, **kwargs)
+
+
+def test_the_diagnostics_meats_cost_no_pass_of_their_own():
+    """rho_diag's two meats are released in the robust meat's two passes (three histograms from one pass, three
+    clipped sums from the next): a fit with them reads the rows as often as one without; without the inference they
+    take their own row source and two passes."""
+    from dpivreg.compute.backends import on_passes
+
+    frame = _frame()
+    model = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame)
+    bounds = {c: b for c, b in BOUNDS.items() if c != "x2"}
+
+    def passes(**kw) -> int:
+        count = [0]
+        with warnings.catch_warnings(), on_passes(lambda: count.__setitem__(0, count[0] + 1)):
+            warnings.simplefilter("ignore", UserWarning)
+            model.fit(rho=2.0, seed=0, bounds=bounds, T=4, **kw)
+        return count[0]
+
+    assert passes(rho_diag=0.2) == passes()
+    assert passes(rho_diag=0.2, inference=False) == passes(inference=False) + 2

@@ -74,6 +74,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -97,7 +98,9 @@ __all__ = ["COV_TYPES", "HISTOGRAM_SHARE", "unadjusted_covariance", "robust_cova
            "first_stage_score_counts", "clipped_first_stage_outer_sum", "release_first_stage_meat", "ReleasedMeat",
            "structural_scores", "first_stage_scores", "cluster_score_counts", "cluster_clipped_outer_sum",
            "endogeneity_scores", "endogeneity_score_counts", "clipped_endogeneity_outer_sum",
-           "endogeneity_meat_release", "release_endogeneity_meat", "release_meat", "ENDOGENEITY_MEAT_SHARE"]
+           "endogeneity_meat_release", "release_endogeneity_meat", "release_meat", "ENDOGENEITY_MEAT_SHARE",
+           "MeatRequest", "release_meats", "many_score_counts", "many_outer_sums", "many_cluster_score_counts",
+           "many_cluster_outer_sums"]
 
 #: The sampling covariances ``fit(cov_type=...)`` offers, and linearmodels' synonyms for them.
 COV_TYPES = ("robust", "unadjusted", "clustered")
@@ -331,7 +334,7 @@ def score_meat_release(rows, beta: np.ndarray, n_exog: int, *, rho: float, rng: 
     bound : float
         The clipping threshold C (inf for ``rho = inf``).
     """
-    meat = _meat_release(rows, structural_scores, (beta, n_exog), dim=rows.q, rho=rho, rng=rng, stage="rho_inf",
+    meat = _meat_release(rows, structural_scores, (beta, n_exog), dim=rows.q, rho=rho, rng=rng,
                          what="the clustered meat" if clustered else "the robust meat", clustered=clustered)
     return meat.matrix, meat.releases, meat.bound
 
@@ -342,7 +345,7 @@ def first_stage_meat_release(rows, theta: np.ndarray, *, rho: float, rng: np.ran
     ``theta`` (q, p_endog), budget ``rho`` (stage ``"rho_diag"``; module docstring), per cluster with
     ``clustered``. ``rho = inf``: exact."""
     return _meat_release(rows, first_stage_scores, (theta,), dim=rows.q * theta.shape[1], rho=rho, rng=rng,
-                         stage="rho_diag", what="the first stage's meat", clustered=clustered)
+                         what="the first stage's meat", clustered=clustered)
 
 
 def endogeneity_meat_release(rows, R: np.ndarray, b: np.ndarray, *, rho: float, rng: np.random.Generator,
@@ -350,7 +353,7 @@ def endogeneity_meat_release(rows, R: np.ndarray, b: np.ndarray, *, rho: float, 
     """Release the robust endogeneity test's meat (1/n)Σᵢ rᵢrᵢᵀeᵢ² (module docstring) for the public maps ``R``
     (D, p) and ``b`` (D,) of the working row [z̃ᵢ, x̃ᵢ,endog, ỹᵢ] (D = q + p + 1), budget ``rho`` (stage
     ``"rho_diag"``), per cluster with ``clustered``. ``rho = inf``: exact."""
-    return _meat_release(rows, endogeneity_scores, (R, b), dim=R.shape[1], rho=rho, rng=rng, stage="rho_diag",
+    return _meat_release(rows, endogeneity_scores, (R, b), dim=R.shape[1], rho=rho, rng=rng,
                          what="the endogeneity test's meat", clustered=clustered)
 
 
@@ -383,38 +386,109 @@ def _score_outer_sum(rows, scores, args: tuple, bound: float, clustered: bool) -
     return rows.sums(_SCORE_KINDS[scores].outer_sum, *args, bound)[0]
 
 
-def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.random.Generator, stage: str, what: str,
-                  clustered: bool = False) -> ReleasedMeat:
-    """The histogram-then-meat release of the module docstring for the scores ``scores(Z, X_endog, Y, *args)``
-    (their norms' histogram, then their clipped second-moment sum) over the rows, or with ``clustered`` over the
-    clusters' summed scores; ``dim`` coordinates.
+@dataclass(frozen=True)
+class MeatRequest:
+    """One meat for :func:`release_meats`: the scores ``scores(Z, X_endog, Y, *args)`` of ``dim`` coordinates,
+    released with budget ``rho`` (``inf``: exactly, unclipped, no record); ``what`` names it in the records."""
+
+    scores: Callable
+    args: tuple
+    dim: int
+    rho: float
+    what: str
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What one block function computes for one meat in a shared pass: its scores, their arguments, and the
+    histogram's edges or the clipping threshold (an object, not a tuple: a graph builder may read a tuple that
+    starts with a function as a task)."""
+
+    scores: Callable
+    args: tuple
+    extra: Any
+
+
+def many_score_counts(Z, X_endog, Y, jobs: tuple, kernel: str = "auto") -> tuple:
+    """The norm histograms of several meats' scores over one block, in one pass (a block function; ``jobs`` carry
+    the edges)."""
+    return tuple(_SCORE_KINDS[job.scores].counts(Z, X_endog, Y, *job.args, job.extra, kernel)[0] for job in jobs)
+
+
+def many_outer_sums(Z, X_endog, Y, jobs: tuple) -> tuple:
+    """The clipped outer-product sums of several meats' scores over one block, in one pass (``jobs`` carry the
+    thresholds)."""
+    return tuple(_SCORE_KINDS[job.scores].outer_sum(Z, X_endog, Y, *job.args, job.extra)[0] for job in jobs)
+
+
+def many_cluster_score_counts(Z, X_endog, Y, starts, jobs: tuple) -> tuple:
+    """:func:`cluster_score_counts` of several meats over one block's clusters, in one pass."""
+    return tuple(cluster_score_counts(Z, X_endog, Y, starts, job.scores, job.args, job.extra)[0] for job in jobs)
+
+
+def many_cluster_outer_sums(Z, X_endog, Y, starts, jobs: tuple) -> tuple:
+    """:func:`cluster_clipped_outer_sum` of several meats over one block's clusters, in one pass."""
+    return tuple(cluster_clipped_outer_sum(Z, X_endog, Y, starts, job.scores, job.args, job.extra)[0]
+                 for job in jobs)
+
+
+def release_meats(rows, requests, *, rng: np.random.Generator, clustered: bool = False) -> tuple[ReleasedMeat, ...]:
+    """The histogram-then-meat release of the module docstring for each of ``requests`` (:class:`MeatRequest`), over
+    the rows or with ``clustered`` over the clusters' summed scores, the data passes shared: one pass gives every
+    histogram, whose thresholds are then released in order, and one more every clipped sum, whose noise is then
+    drawn in order. Each release is recorded on its own (adaptive composition: a threshold is post-processing of its
+    histogram). With one request the draws are those of a release on its own.
 
     Sensitivities: a cluster (which holds whole privacy units) changes one term when a unit is replaced, a row-wise
     release at most ``rows.max_rows`` terms (m with privacy units, :mod:`dpivreg.privacy.units`): the histogram's √2 and
     the meat's √2·C²/n (C²/n for one coordinate) are multiplied by that number of terms.
     """
     n = rows.n
-    if math.isinf(rho):
-        return ReleasedMeat(_score_outer_sum(rows, scores, args, math.inf, clustered) / n, 0.0, math.inf, (),
-                            clustered)
     terms = 1 if clustered else rows.max_rows
     groups = rows.groups.count("cluster") if clustered else n
-    edges = score_edges(dim, n / groups if clustered else 1.0)
-    if clustered:
-        (counts,) = rows.group_sums(cluster_score_counts, "cluster", scores, args, edges)
-    else:
-        (counts,) = rows.sums(_SCORE_KINDS[scores].counts, *args, edges, rows.kernel)
+    noisy = [i for i, request in enumerate(requests) if not math.isinf(request.rho)]
+    bounds = [math.inf] * len(requests)
+    histograms: dict[int, Release] = {}
+    if noisy:
+        edges = {i: score_edges(requests[i].dim, n / groups if clustered else 1.0) for i in noisy}
+        jobs = tuple(_Job(requests[i].scores, requests[i].args, edges[i]) for i in noisy)
+        counts = (rows.group_sums(many_cluster_score_counts, "cluster", jobs) if clustered
+                  else rows.sums(many_score_counts, jobs, rows.kernel))
+        for i, count in zip(noisy, counts):
+            bounds[i], histograms[i] = _threshold(count, edges[i], requests[i], rng=rng, terms=terms, groups=groups)
+    jobs = tuple(_Job(request.scores, request.args, bound) for request, bound in zip(requests, bounds))
+    totals = (rows.group_sums(many_cluster_outer_sums, "cluster", jobs) if clustered
+              else rows.sums(many_outer_sums, jobs))
+    meats = []
+    for i, (request, total) in enumerate(zip(requests, totals)):
+        if i not in histograms:
+            meats.append(ReleasedMeat(total / n, 0.0, math.inf, (), clustered))
+            continue
+        meat, record, sigma = _noised_meat(rows, request.scores, total, bound=bounds[i],
+                                           rho=(1.0 - HISTOGRAM_SHARE) * request.rho, rng=rng, clustered=clustered)
+        meats.append(ReleasedMeat(_positive_definite(meat, floor=sigma), sigma, bounds[i], (histograms[i], record),
+                                  clustered))
+    return tuple(meats)
+
+
+def _threshold(counts: np.ndarray, edges: np.ndarray, request: MeatRequest, *, rng: np.random.Generator,
+               terms: int, groups: float) -> tuple[float, Release]:
+    """The released histogram of one meat's score norms (``HISTOGRAM_SHARE`` of its budget) and the clipping
+    threshold read from it (post-processing; module docstring)."""
     noisy, histogram, sigma_h = release_histogram_counts(
-        counts[None, :], rho=HISTOGRAM_SHARE * rho, rng=rng, stage=stage, max_rows=terms,
-        name=f"score-norm histogram for {what}'s threshold")
+        counts[None, :], rho=HISTOGRAM_SHARE * request.rho, rng=rng, stage=_SCORE_KINDS[request.scores].stage,
+        max_rows=terms, name=f"score-norm histogram for {request.what}'s threshold")
     visible = noisy[0] > _EMPTY_BIN_SIGMAS * sigma_h
     # nothing seen above the noise (tiny n or budget): the top edge, a wide meat rather than a clipped-away one
     bound = (clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(groups), sigma=sigma_h,
                                  threshold=_EMPTY_BIN_SIGMAS) if visible.any() else float(edges[-1]))
-    bound = float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)])
-    meat, record, sigma = release_meat(rows, scores, args, bound=bound, rho=(1.0 - HISTOGRAM_SHARE) * rho, rng=rng,
-                                       clustered=clustered)
-    return ReleasedMeat(_positive_definite(meat, floor=sigma), sigma, bound, (histogram, record), clustered)
+    return float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)]), histogram
+
+
+def _meat_release(rows, scores, args: tuple, *, dim: int, rho: float, rng: np.random.Generator, what: str,
+                  clustered: bool = False) -> ReleasedMeat:
+    """One meat's :func:`release_meats`."""
+    return release_meats(rows, [MeatRequest(scores, args, dim, rho, what)], rng=rng, clustered=clustered)[0]
 
 
 def _meat_name(scores, clustered: bool, terms: int) -> str:
@@ -442,6 +516,13 @@ def release_meat(rows, scores, args: tuple, *, bound: float, rho: float, rng: np
     (not yet projected), its record and σ."""
     bound = _checked_bound(bound)
     total = _score_outer_sum(rows, scores, args, bound, clustered)
+    return _noised_meat(rows, scores, total, bound=bound, rho=rho, rng=rng, clustered=clustered)
+
+
+def _noised_meat(rows, scores, total: np.ndarray, *, bound: float, rho: float, rng: np.random.Generator,
+                 clustered: bool) -> tuple[np.ndarray, Release, float]:
+    """(1/n)·``total`` (the clipped outer-product sum of ``scores`` at threshold ``bound``) with the meat's Gaussian
+    noise, recorded under the scores' stage."""
     terms = 1 if clustered else rows.max_rows
     return _gaussian_meat(total, rows.n, bound=bound, rho=rho, rng=rng, stage=_SCORE_KINDS[scores].stage,
                           terms=terms, name=_meat_name(scores, clustered, terms), summed=_summed_terms(rows, clustered))

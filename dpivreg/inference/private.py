@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,11 +77,13 @@ from dpivreg.estimation.moments import (
 from dpivreg.estimation.simulation import MAX_WHITENING_ERROR, simulate_fit
 from dpivreg.estimation.working_scale import WorkingScale
 from dpivreg.inference.covariance import (
+    MeatRequest,
+    release_meats,
     resolve_cov_type,
     robust_covariance,
     score_edges,
-    score_meat_release,
     structural_residuals,
+    structural_scores,
     unadjusted_covariance,
 )
 from dpivreg.privacy.accounting import Release, gaussian_zcdp
@@ -144,6 +147,9 @@ class PrivateInference:
         Share of the simulated releases whose excluded instruments' first stage lies within its own privacy noise of
         a rank-deficient matrix (:func:`near_singular_share`): how often a release of these data makes the estimate a
         ratio over noise.
+    diagnostic_meats : tuple of ReleasedMeat
+        The further meats asked for (``extra=``), released in the robust meat's passes, each with its own records
+        (not in ``releases``).
     """
 
     cov: np.ndarray
@@ -160,6 +166,7 @@ class PrivateInference:
     meat: np.ndarray | None = field(default=None, repr=False)
     noise_draws: np.ndarray | None = field(default=None, repr=False)
     near_singular: float = 0.0
+    diagnostic_meats: tuple = field(default=(), repr=False)
 
     #: Thresholds above which the intervals are flagged as unreliable (see ``reliable``).
     MAX_NOISE_RATIO = 1.0 / 3.0
@@ -239,20 +246,31 @@ class SamplingPart:
     meat: np.ndarray | None
     releases: tuple[Release, ...]
     note: str = ""
+    extra: tuple = ()  # the further meats released in the same passes (covariance.ReleasedMeat)
+
+    def overflow(self, message: str) -> InferenceOverflowError:
+        """The error for a covariance that cannot be computed after these releases: they, and the further meats,
+        go with it to the accountant."""
+        return InferenceOverflowError(message, releases=tuple(self.releases), meats=self.extra)
 
 
 def sampling_release(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *, cov_type: str, rho: float,
-                     tau: float, rng: np.random.Generator, sigma2: float | None = None) -> SamplingPart:
+                     tau: float, rng: np.random.Generator, sigma2: float | None = None,
+                     extra: Sequence[MeatRequest] = ()) -> SamplingPart:
     """The sampling covariance of ``cov_type`` at the released (Θ, β̃), with its release (budget ``rho``).
 
     ``"unadjusted"``: σ̂²_u from ``sigma2`` when given (noisy moments read it from their release, no cost),
-    else :func:`residual_variance_release`. ``"robust"``: the score meat
-    (:func:`dpivreg.inference.covariance.score_meat_release`). ``rho = inf``: exact (non-private routes only).
+    else :func:`residual_variance_release`. ``"robust"``, ``"clustered"``: the score meat
+    (:func:`dpivreg.inference.covariance.release_meats`), with the ``extra`` meats (the fit's diagnostics,
+    ``rho_diag``) released in the same two passes over the rows. ``rho = inf``: exact (non-private routes only).
     """
     n = scale.n
     k = scale.n_exog
     cov_type = resolve_cov_type(cov_type)
     if cov_type == "unadjusted":
+        if extra:
+            raise ValueError("further meats are released with a robust or clustered meat, not with cov_type "
+                             "'unadjusted'.")
         releases: tuple[Release, ...] = ()
         if sigma2 is None:
             sigma2, release = residual_variance_release(scale, beta, rho=rho, tau=tau, rng=rng)
@@ -261,7 +279,10 @@ def sampling_release(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
     clustered = cov_type == "clustered"
     rows = scale.rows()
     try:
-        meat, releases, bound = score_meat_release(rows, beta, k, rho=rho, rng=rng, clustered=clustered)
+        what = "the clustered meat" if clustered else "the robust meat"
+        released = release_meats(rows, [MeatRequest(structural_scores, (beta, k), rows.q, rho, what), *extra],
+                                 rng=rng, clustered=clustered)
+        meat, releases, bound = released[0].matrix, released[0].releases, released[0].bound
         top = score_edges(scale.q, n / rows.groups.count("cluster") if clustered else 1.0)[-1]
     finally:
         rows.close()
@@ -271,7 +292,7 @@ def sampling_release(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
                 "threshold is the grid's top and the standard errors are very wide: raise rho_inf or use "
                 "cov_type='unadjusted'.")
     # the clustered sandwich has the robust one's form: its meat is (1/n)Σ_c g_c g_cᵀ (dpivreg.inference.covariance)
-    return SamplingPart(robust_covariance(theta, k, meat, n), cov_type, math.nan, meat, releases, note)
+    return SamplingPart(robust_covariance(theta, k, meat, n), cov_type, math.nan, meat, releases, note, released[1:])
 
 
 #: The noise simulation of a fit's inference runs in batches, the first of :data:`MIN_REPLICATIONS` paths, until
@@ -352,7 +373,8 @@ def _median_deviation(theta: np.ndarray) -> float:
 
 def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau: float,
                       rng: np.random.Generator, replications: int = 2000, start=None,
-                      cov_type: str = "unadjusted", progress: bool | None = False) -> PrivateInference:
+                      cov_type: str = "unadjusted", progress: bool | None = False,
+                      extra: Sequence[MeatRequest] = ()) -> PrivateInference:
     """Covariance of the DP-2S-GD estimate in original units (see the module docstring).
 
     Parameters
@@ -378,10 +400,13 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
     progress : bool or None, default False
         A progress bar over the simulation's T steps (None: automatic, as for ``fit``; True: always;
         False: never). It reads only the clock.
+    extra : sequence of MeatRequest
+        Further meats to release in the robust meat's passes (:func:`sampling_release`); returned as
+        ``diagnostic_meats``.
     """
     _check_resolved(scale)  # before the sampling part spends rho_inf
     sampling = sampling_release(scale, path.theta_final, path.beta_final, cov_type=cov_type, rho=rho, tau=tau,
-                                rng=rng)
+                                rng=rng, extra=extra)
     with _simulation_guard(sampling):
         v_noise, shift, theta_noise, whitening, drawn, beta_draws, theta_draws = noise_covariance(
             path.plan, path.theta_final, path.beta_final, scale, replications=replications, rng=rng,
@@ -393,7 +418,7 @@ def private_inference(path: DP2SGDPath, scale: WorkingScale, *, rho: float, tau:
 
 def moment_inference(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *, rng: np.random.Generator,
                      replications: int = 2000, cov_type: str = "unadjusted", rho: float = math.inf,
-                     tau: float = 5.0) -> PrivateInference:
+                     tau: float = 5.0, extra: Sequence[MeatRequest] = ()) -> PrivateInference:
     """Covariance of the noisy-moment 2SLS estimate (``method="moments"``) in original units.
 
     The sampling part: ``"unadjusted"`` uses σ̂²_u read from the same release (no further release);
@@ -407,7 +432,8 @@ def moment_inference(scale: WorkingScale, theta: np.ndarray, beta: np.ndarray, *
     if resolve_cov_type(cov_type) == "unadjusted":
         sigma2 = max(residual_variance_from_moments(moments.solvable(), q, k, beta), 1e-300)
     _check_resolved(scale)  # before the sampling part spends rho_inf
-    sampling = sampling_release(scale, theta, beta, cov_type=cov_type, rho=rho, tau=tau, rng=rng, sigma2=sigma2)
+    sampling = sampling_release(scale, theta, beta, cov_type=cov_type, rho=rho, tau=tau, rng=rng, sigma2=sigma2,
+                                extra=extra)
     noise = moments.noise_draws(rng, replications)
     with _simulation_guard(sampling):
         v_noise, shift, theta_draws, beta_draws = moment_noise_covariance(
@@ -427,10 +453,9 @@ def _simulation_guard(sampling: SamplingPart):
         with np.errstate(over="ignore", invalid="ignore"):
             yield
     except (np.linalg.LinAlgError, ValueError, FloatingPointError) as exc:
-        raise InferenceOverflowError(
+        raise sampling.overflow(
             "the privacy-noise simulation is not finite: the noise of the releases is beyond float64 (a budget "
-            f"far too small for these data?); raise rho0, rho1 and rho2 ({type(exc).__name__}: {exc})",
-            releases=tuple(sampling.releases)) from exc
+            f"far too small for these data?); raise rho0, rho1 and rho2 ({type(exc).__name__}: {exc})") from exc
 
 
 def _check_resolved(scale: WorkingScale) -> None:
@@ -493,20 +518,21 @@ def _assemble(scale: WorkingScale, theta: np.ndarray, n_exog: int, sampling: Sam
         else:
             message = ("the covariance of the estimate is not finite: the released first stage is singular or the "
                        "privacy noise overwhelms it (raise rho0 and rho1, or check the instruments' bounds)")
-        raise InferenceOverflowError(message, releases=tuple(sampling.releases))
+        raise sampling.overflow(message)
     # a variance that is positive on the working scale and exactly 0 in original units has underflowed
     expected_positive = (np.abs(J) > 0).astype(float) @ ((np.diag(sampling.cov) + np.diag(v_noise)) > 0)
     if np.any((np.diag(cov_sampling) + np.diag(cov_noise) < np.finfo(np.float64).tiny) & (expected_positive > 0)):
-        raise InferenceOverflowError(
+        raise sampling.overflow(
             "the covariance of the estimate underflows float64 in the original units (coefficients of order "
             f"{np.max(np.abs(J)):.1e}: variances below 2.2e-308 lose their digits, down to exactly 0, which would give "
             "standard errors of 0 and p-values of 0): rescale the data (e.g. express the outcome in units where its "
-            "bounds are of order 1)", releases=tuple(sampling.releases))
+            "bounds are of order 1)")
     result = PrivateInference(cov_sampling + cov_noise, cov_sampling, cov_noise, J @ shift, sampling.sigma2,
                               sampling.releases, replications, theta_noise / max(first_stage_strength, 1e-300),
                               whitening, cov_type=sampling.cov_type, meat=sampling.meat,
                               noise_draws=_in_units(draws.beta - draws.centre, J),
-                              near_singular=near_singular_share(draws.theta, theta, n_exog))
+                              near_singular=near_singular_share(draws.theta, theta, n_exog),
+                              diagnostic_meats=sampling.extra)
     messages = [sampling.note] if sampling.note else []
     if not result.reliable:
         messages.append(_unreliable_message(result))
