@@ -160,10 +160,11 @@ def fit(data: Data, route: str, rho: float, seed: int):
         return data.model.fit(rho=rho, method="moments", **kw)
     if route == "paper":
         return data.model.fit(rho=rho, preprocess="data", method="gd", T=20, **kw)
-    # dpivreg 0.1's default, with its shares rho0 = 0.1 (rho1 + rho2), rho_inf = 0.05 (rho1 + rho2)
+    # dpivreg 0.1's default, with its shares rho0 = 0.1 (rho1 + rho2), rho_inf = 0.05 (rho1 + rho2), and no
+    # diagnostics' meats
     stage = rho / 2.3
-    return data.model.fit(rho1=stage, rho2=stage, rho0=0.2 * stage, rho_inf=0.1 * stage, T=20, init="zero",
-                          clip="theorem" if route == "previous" else "rms", **kw)
+    return data.model.fit(rho1=stage, rho2=stage, rho0=0.2 * stage, rho_inf=0.1 * stage, rho_diag=0, T=20,
+                          init="zero", clip="theorem" if route == "previous" else "rms", **kw)
 
 
 def one_run(data: Data, rho: float, seed: int, routes=ROUTES) -> list[dict]:

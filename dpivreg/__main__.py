@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="fit weeks ~ 1 + [kids ~ samesex] on the labour-supply data")
     demo.add_argument("--rho1", type=float, default=1.0,
-                      help="zCDP budget of the first stage (default 1; the fit's total adds 0.3*(rho1 + rho2) for its "
-                           "other releases: 2.6 at the defaults)")
+                      help="zCDP budget of the first stage (default 1; the fit's total adds 0.35*(rho1 + rho2) for its "
+                           "other releases: 2.7 at the defaults)")
     demo.add_argument("--rho2", type=float, default=1.0, help="zCDP budget of the second stage (default 1)")
     demo.add_argument("-T", type=int, default=None, help="iterations (default: chosen by the fit)")
     demo.add_argument("--seed", type=int, default=20261129, help="seed of the privacy noise")

@@ -33,8 +33,10 @@ FIT_METHODS = ("auto", "preconditioned", "gd", "moments")
 INITS = ("moments", "zero")
 
 
-#: Default budgets of the releases besides the two stages, as shares of rho1 + rho2.
-DEFAULT_SHARES = {"rho0": 0.2, "rho_clip": 0.05, "rho_inf": 0.05}
+#: Default budgets of the releases besides the two stages, as shares of rho1 + rho2. ``rho_diag`` (the robust
+#: diagnostics' meats: the first stage's, for the robust first-stage F and the effective F, and the robust endogeneity
+#: test's) is spent by default where it applies (robust or clustered standard errors with the moment release).
+DEFAULT_SHARES = {"rho0": 0.2, "rho_clip": 0.05, "rho_inf": 0.05, "rho_diag": 0.05}
 
 
 def _resolve_grouping(cov_type, privacy_unit, clusters, max_rows_per_unit) -> tuple[str, object, int | None]:
@@ -120,11 +122,11 @@ def default_shares(max_rows: int = 1) -> dict:
 
 
 def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, method: str, adaptive: bool,
-             inference: bool, rho_diag=None, max_rows: int = 1) -> dict:
+             inference: bool, rho_diag=None, max_rows: int = 1, diagnostics: bool = False) -> dict:
     """Every release's budget: the given ones, defaults as shares of rho1 + rho2 (:data:`DEFAULT_SHARES`),
-    or a total ``rho`` split by those shares over the releases the fit makes; and their total. ``rho_diag``
-    (the robust diagnostics' meats, only when given) is taken from ``rho`` first; ``budget["rho_diag"]`` is None
-    when there is none.
+    or a total ``rho`` split by those shares over the releases the fit makes; and their total. ``rho_diag`` (the
+    robust diagnostics' meats) left out takes its default share when ``diagnostics`` (the fit can make them), a given
+    ``rho_diag`` is taken from ``rho`` first, and 0 makes none; ``budget["rho_diag"]`` is None when there is none.
 
     With privacy units of up to ``max_rows`` = m rows the moment release's default share is m times the row-level
     one (:func:`default_shares`).
@@ -135,13 +137,15 @@ def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, metho
     if method == "moments":
         adaptive = True  # the default fit's clip
     shares = default_shares(max_rows)
-    used = {"rho0": preprocess == "private", "rho_clip": adaptive, "rho_inf": inference}
+    given_diag = None if rho_diag is None or _is_zero(rho_diag) else check_rho(rho_diag, "rho_diag")
+    used = {"rho0": preprocess == "private", "rho_clip": adaptive, "rho_inf": inference,
+            "rho_diag": diagnostics and rho_diag is None}
     if rho is not None:
         if any(v is not None for v in (rho1, rho2, rho0, rho_clip, rho_inf)):
             raise ValueError("pass either rho (the total budget, split by the default shares) or the individual "
                              "budgets rho1, rho2 (and optionally rho0, rho_clip, rho_inf), not both.")
         rho = check_rho(rho, "rho")
-        diag = 0.0 if rho_diag is None else check_rho(rho_diag, "rho_diag")
+        diag = 0.0 if given_diag is None else given_diag
         if math.isfinite(rho) and diag >= rho:
             raise ValueError(f"rho_diag ({diag:g}) must be smaller than the total rho ({rho:g}), which also pays "
                              "for the estimate.")
@@ -149,6 +153,8 @@ def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, metho
         stage = (rho - diag) / (2.0 * weight) if math.isfinite(rho) else rho
         budget = {"rho1": stage, "rho2": stage}
         budget.update({name: 2.0 * stage * shares[name] for name in shares})
+        if given_diag is not None or not used["rho_diag"]:
+            budget["rho_diag"] = given_diag
     else:
         if rho1 is None or rho2 is None:
             raise TypeError("fit() needs the budgets rho1 and rho2 (zCDP of the two stages), or rho (the total).")
@@ -156,9 +162,10 @@ def _budgets(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, preprocess: str, metho
         for name, value in (("rho0", rho0), ("rho_clip", rho_clip), ("rho_inf", rho_inf)):
             budget[name] = (shares[name] * (budget["rho1"] + budget["rho2"]) if value is None
                             else check_rho(value, name))
-    budget["rho_diag"] = None if rho_diag is None else check_rho(rho_diag, "rho_diag")
+        budget["rho_diag"] = (shares["rho_diag"] * (budget["rho1"] + budget["rho2"]) if used["rho_diag"]
+                              else given_diag)
     budget["total"] = rho if rho is not None else (
-        budget["rho1"] + budget["rho2"] + sum(budget[name] for name, on in used.items() if on)
+        budget["rho1"] + budget["rho2"] + sum(budget[name] for name, on in used.items() if on and name != "rho_diag")
         + (budget["rho_diag"] or 0.0))
     if math.isfinite(budget["total"]) and budget["total"] > MAX_RHO / 10:
         raise ValueError(f"the total budget ({budget['total']:g}, rho1 + rho2 and the releases' shares) is beyond "
@@ -218,19 +225,26 @@ def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T
     method = "preconditioned" if method == "auto" else method
     init = _resolve_init(init, preprocess, method)
     clip = ("adaptive" if init == "moments" else "theorem") if clip is None else clip
-    if rho_diag is not None and (cov_type == "unadjusted" or preprocess == "bounds"):
-        raise ValueError("rho_diag buys the robust diagnostics' meats: it needs cov_type 'robust' or "
-                         "'clustered' and the moment release (preprocess 'private' or 'data'), got cov_type="
+    diagnostics = cov_type != "unadjusted" and preprocess != "bounds"
+    if rho_diag is not None and not _is_zero(rho_diag) and not diagnostics:
+        raise ValueError("rho_diag buys the robust diagnostics' meats: it needs cov_type 'robust' or 'clustered' "
+                         "and the moment release (preprocess 'private' or 'data'), got cov_type="
                          f"{cov_type!r}, preprocess={preprocess!r}. Leave rho_diag out otherwise.")
     rho = _rho_of_epsilon(epsilon, delta, rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip,
                           rho_inf=rho_inf)
     budget = _budgets(max_rows=1 if privacy_unit is None else max_rows_per_unit,
                       rho=rho, rho1=rho1, rho2=rho2, rho0=rho0, rho_clip=rho_clip, rho_inf=rho_inf,
                       rho_diag=rho_diag, preprocess=preprocess, method=method,
-                      adaptive=isinstance(clip, str) and clip == "adaptive", inference=inference)
+                      adaptive=isinstance(clip, str) and clip == "adaptive", inference=inference,
+                      diagnostics=diagnostics and inference)  # by default only with the fit's inference
     return FitOptions(method=method, select=select, preprocess=preprocess, init=init, clip=clip, inference=inference,
                       delta=delta, tau=tau, cov_type=cov_type, clusters=clusters, max_rows_per_unit=max_rows_per_unit,
                       progress=progress, budget=budget, check_data=check_data, exog_share=exog_share)
+
+
+def _is_zero(value) -> bool:
+    """``rho_diag=0``: no diagnostics' meats (a number equal to 0; booleans are not budgets)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value == 0
 
 
 def _check_exog_share(value) -> float:
@@ -283,8 +297,9 @@ rho1, rho2 : float
     zCDP budgets of the first stage (Θ path) and the second stage (β path), > 0.
     ``numpy.inf`` means no noise in that stage: the fit is then NOT private. Give both, or
     ``rho`` instead. They are not the fit's total: the fit's other releases (``rho0``, ``rho_clip``,
-    ``rho_inf`` below) get their default shares of rho1 + rho2 on top, 0.3·(rho1 + rho2) at row level, so
-    ``rho1=1, rho2=1`` spends ρ = 2.6 in total (``res.privacy.rho``; more with a privacy unit, see ``rho0``).
+    ``rho_inf``, ``rho_diag`` below) get their default shares of rho1 + rho2 on top, 0.35·(rho1 + rho2) at row
+    level with robust standard errors, so ``rho1=1, rho2=1`` spends ρ = 2.7 in total (``res.privacy.rho``; more
+    with a privacy unit, see ``rho0``).
     ``rho=`` or ``epsilon=`` with ``delta=`` set the total instead.
 T : int, optional
     Number of iterations. Default, from the warm start with the adaptive clipping and finite
@@ -304,7 +319,7 @@ T : int, optional
     The condition reads only public inputs, so the warning costs no privacy.
 rho : float, optional
     The total zCDP budget instead of ``rho1``, ``rho2``: split as rho1 = rho2 and the default shares
-    below of the releases that the fit makes (e.g. rho1 = rho2 = rho/2.6 on the default path).
+    below of the releases that the fit makes (e.g. rho1 = rho2 = rho/2.7 on the default path).
     ``method="moments"`` spends all of it on its one release.
 rho0 : float, optional
     Budget of the moment release (``preprocess="private"``). Default ``0.2·(rho1 + rho2)``, times
@@ -316,13 +331,14 @@ rho_inf : float, optional
     Budget of the inference release: the residual variance (``cov_type="unadjusted"``) or the robust
     meat (``"robust"``). Default ``0.05·(rho1 + rho2)``.
 rho_diag : float, optional
-    Budget of the robust diagnostics' meats (``cov_type="robust"`` or ``"clustered"``): when given, the fit
-    also releases the first stage's meat (1/n)Σᵢ(v̂ᵢ ⊗ z̃ᵢ)(v̂ᵢ ⊗ z̃ᵢ)ᵀ at the released first stage (three
-    quarters of ``rho_diag``), so that ``first_stage_diagnostics`` reports the heteroskedasticity-robust
-    first-stage Wald statistic (linearmodels' for ``cov_type="robust"``) instead of the homoskedastic F and
-    ``effective_f`` the effective F; and the p×p meat of the robust endogeneity test's scores (a quarter),
-    for ``wooldridge_score``. Default: no release, no budget. With ``rho`` it is part of the total (the rest
-    is split as usual).
+    Budget of the robust diagnostics' meats (``cov_type="robust"`` or ``"clustered"``): the fit releases the
+    first stage's meat (1/n)Σᵢ(v̂ᵢ ⊗ z̃ᵢ)(v̂ᵢ ⊗ z̃ᵢ)ᵀ at the released first stage (three quarters of
+    ``rho_diag``), so that ``first_stage_diagnostics`` reports the heteroskedasticity-robust first-stage Wald
+    statistic (linearmodels' for ``cov_type="robust"``) instead of the homoskedastic F and ``effective_f`` the
+    effective F; and the p×p meat of the robust endogeneity test's scores (a quarter), for
+    ``wooldridge_score``. Default ``0.05·(rho1 + rho2)`` (with ``rho``, its share of the total) when the fit
+    has robust or clustered standard errors and the moment release (with ``inference=True``); ``0`` makes no
+    such release. A given ``rho_diag`` is taken from ``rho`` first (the rest is split as usual).
 delta : float, default 1e-5
     δ at which ε is reported (the budget is zCDP; δ only affects the conversion), and with ``epsilon`` the δ of
     the (ε, δ) budget.

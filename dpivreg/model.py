@@ -152,7 +152,7 @@ class DPIV2SLS:
     >>> from dpivreg.datasets import load_labsup
     >>> df = load_labsup()
     >>> res = DPIV2SLS.from_formula("weeks ~ 1 + [kids ~ samesex]", df).fit(
-    ...     rho1=1, rho2=1,  # the stages' budgets: with the default shares of the other releases, total rho 2.6
+    ...     rho1=1, rho2=1,  # the stages' budgets: with the default shares of the other releases, total rho 2.7
     ...     bounds={"weeks": (0, 52), "kids": (0, 12), "samesex": (0, 1)}, seed=0)
     >>> print(res.summary())  # doctest: +SKIP
     """

@@ -85,11 +85,14 @@ def test_a_rule_separates_the_settings_from_the_coefficients(four):
     text = table.summary.as_text().splitlines()
     first = next(i for i, line in enumerate(text) if line.startswith("Intercept"))
     assert set(text[first - 1]) == {"-"}
-    # the settings end with the IV tests' rows (these exactly identified fits have the endogeneity test only)
-    assert text[first - 2].startswith("Wu-Hausman p-value") and text[first - 3].startswith("Noise sampler")
+    # the settings end with the IV tests' rows (these exactly identified fits have the endogeneity tests and the
+    # effective F)
+    labels = ["Wu-Hausman p-value", "Robust endog. p-value", "Effective F"]
+    assert all(line.startswith(label) for line, label in zip(text[first - 4:first - 1], labels))
+    assert text[first - 5].startswith("Noise sampler")
     latex = _latex(table.summary).splitlines()
     first = next(i for i, line in enumerate(latex) if line.startswith(r"\textbf{Intercept}"))
-    assert latex[first - 1] == r"\midrule" and latex[first - 2].startswith(r"\textbf{Wu-Hausman p-value}")
+    assert latex[first - 1] == r"\midrule" and latex[first - 2].startswith(r"\textbf{Effective F}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)
         html, csv = table.summary.as_html(), table.summary.as_csv()

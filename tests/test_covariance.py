@@ -340,7 +340,7 @@ def test_robust_fit_spends_exactly_the_budget_and_records_the_meat(method):
     assert res.privacy.rho == pytest.approx(2.0, rel=1e-12)
     names = [r.name for r in res.privacy.releases if r.stage == "rho_inf"]
     assert names == ["score-norm histogram for the robust meat's threshold", "robust meat (clipped instrument scores)"]
-    assert res.privacy.rho_of("rho_inf") == pytest.approx(2.0 * 0.05 / 1.3, rel=1e-12)
+    assert res.privacy.rho_of("rho_inf") == pytest.approx(2.0 * 0.05 / 1.35, rel=1e-12)  # rho_diag's share too
     assert res.cov_type == "robust" and res.inference.cov_type == "robust"
     text = res.summary().as_text()
     assert "Cov. Estimator:" in text and "robust (sandwich)" in text and "independent rows" in text
@@ -377,16 +377,17 @@ def _discrete_frame(n: int = 800, seed: int = 0) -> pd.DataFrame:
 
 def test_default_switch_to_noisy_moments_splits_a_robust_budget_exactly():
     """method="auto" choosing noisy moments: the second moment release gets rho1 + rho2 (not rho_inf, which
-    pays for the meat), and the records sum to the total."""
+    pays for the meat, nor rho_diag, which pays for the diagnostics' meats), and the records sum to the total."""
     res = DPIV2SLS.from_formula("y ~ 1 + [x ~ z]", _discrete_frame()).fit(
         rho=2.0, seed=1, bounds={"y": (0, 8), "x": (0, 4), "z": (0, 1)}, cov_type="robust")
     assert res.estimator == "noisy moments"
-    stage = 2.0 / 2.6
+    stage = 2.0 / 2.7
     spent = {r.name: r.rho for r in res.privacy.releases}
     assert spent["second moments of the bounded columns (box), second release"] == pytest.approx(2 * stage, rel=1e-12)
     assert res.privacy.rho_of("rho_inf") == pytest.approx(0.1 * stage, rel=1e-12)
     assert res.privacy.rho == pytest.approx(2.0, rel=1e-12)
-    assert res.privacy.target["rho0"] + res.privacy.target["rho_clip"] + res.privacy.target["rho_inf"] == \
+    assert res.privacy.rho_of("rho_diag") == pytest.approx(0.1 * stage, rel=1e-12)
+    assert sum(res.privacy.target[name] for name in ("rho0", "rho_clip", "rho_inf", "rho_diag")) == \
         pytest.approx(2.0, rel=1e-12)
 
 

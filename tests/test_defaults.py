@@ -93,33 +93,36 @@ def test_box_moment_sum_clips_entries_and_prepends_the_constant():
 # budgets
 # ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs, releases", [
-    ({}, {"rho0", "rho_clip", "rho1", "rho2", "rho_inf"}),
+    ({}, {"rho0", "rho_clip", "rho1", "rho2", "rho_inf", "rho_diag"}),
+    ({"rho_diag": 0}, {"rho0", "rho_clip", "rho1", "rho2", "rho_inf"}),
     ({"method": "preconditioned", "inference": False}, {"rho0", "rho_clip", "rho1", "rho2"}),
-    ({"method": "moments"}, {"rho0", "rho_inf"}),  # the robust meat
+    ({"method": "moments"}, {"rho0", "rho_inf", "rho_diag"}),  # the robust meat and the diagnostics' meats
     ({"method": "moments", "cov_type": "unadjusted"}, {"rho0"}),  # σ̂² read from the moment release
-    ({"init": "zero"}, {"rho0", "rho1", "rho2", "rho_inf"}),
+    ({"init": "zero"}, {"rho0", "rho1", "rho2", "rho_inf", "rho_diag"}),
     ({"preprocess": "bounds", "inference": False}, {"rho1", "rho2"}),
 ])
 def test_total_budget_is_spent_exactly(frame, kwargs, releases):
     """fit(rho=ρ) spends exactly ρ, split over the releases the fit makes (default shares of rho1 + rho2:
-    rho0 0.2, rho_clip 0.05, rho_inf 0.05), with rho1 = rho2."""
+    rho0 0.2, rho_clip 0.05, rho_inf 0.05, rho_diag 0.05 with robust standard errors), with rho1 = rho2."""
     model = DPIV2SLS.from_formula("y ~ 1 + [x ~ z1 + z2]", frame)
     res = model.fit(rho=1.7, bounds=_bounds(model), seed=1, **kwargs)
     assert res.privacy.rho == pytest.approx(1.7, rel=1e-12)
     assert {r.stage for r in res.privacy.releases} == releases
     if "rho1" in releases:
         assert res.privacy.rho1 == pytest.approx(res.privacy.rho2, rel=1e-12)
-    if releases == {"rho0", "rho_clip", "rho1", "rho2", "rho_inf"} and res.estimator == "DP-2S-GD":
+    if {"rho0", "rho_clip", "rho1", "rho2", "rho_inf"} <= releases and res.estimator == "DP-2S-GD":
         s = res.privacy.rho1 + res.privacy.rho2
         assert res.privacy.rho0 == pytest.approx(0.2 * s) and res.privacy.rho_of("rho_clip") == pytest.approx(0.05 * s)
+        assert res.privacy.rho_of("rho_diag") == pytest.approx(0.05 * s if "rho_diag" in releases else 0.0)
 
 
 def test_moments_with_stage_budgets_spends_what_the_default_would(frame):
-    """method="moments" with rho1/rho2 spends the default fit's total (rho0 + rho_clip + rho1 + rho2 + rho_inf)."""
+    """method="moments" with rho1/rho2 spends the default fit's total (rho0 + rho_clip + rho1 + rho2 + rho_inf +
+    rho_diag)."""
     model = DPIV2SLS.from_formula("y ~ 1 + [x ~ z1 + z2]", frame)
     default = model.fit(rho1=1.0, rho2=0.5, bounds=_bounds(model), seed=2, method="preconditioned")
     moments = model.fit(rho1=1.0, rho2=0.5, bounds=_bounds(model), seed=2, method="moments")
-    assert default.privacy.rho == pytest.approx(1.0 + 0.5 + 0.3 + 0.075 + 0.075, rel=1e-12)
+    assert default.privacy.rho == pytest.approx(1.0 + 0.5 + 0.3 + 0.075 + 0.075 + 0.075, rel=1e-12)
     assert moments.privacy.rho == pytest.approx(default.privacy.rho, rel=1e-12)
 
 
@@ -148,8 +151,8 @@ def test_choice_switches_to_moments_when_the_iteration_is_predicted_worse():
     noisy moments can be the more accurate estimator; ``benchmarks/estimator_comparison.py``), total ρ = 2: the
     pilot releases predict the iteration's error above the moments' (ratio 1.25 at this seed). The default then
     spends the rest of the budget on a second moment release: the records are the pilot, the clipping histograms,
-    the second release and the robust meat's two releases (its score histogram and the meat), adding up to exactly
-    2."""
+    the second release, then the robust meat's and the diagnostics' two meats' records (each a histogram and a meat,
+    released in two shared passes), adding up to exactly 2."""
     frame = load_labsup().sample(3000, random_state=0)
     model = DPIV2SLS.from_formula("weeks ~ 1 + [kids ~ samesex]", frame)
     bounds = {c: LABSUP_BOUNDS[c] for c in ("weeks", "kids", "samesex")}
@@ -157,7 +160,8 @@ def test_choice_switches_to_moments_when_the_iteration_is_predicted_worse():
         warnings.simplefilter("ignore", UserWarning)
         res = model.fit(rho=2.0, bounds=bounds, seed=0)
     assert res.estimator == "noisy moments" and res.settings.selection.error_ratio > 1
-    assert [r.stage for r in res.privacy.releases] == ["rho0", "rho_clip", "rho0", "rho_inf", "rho_inf"]
+    assert [r.stage for r in res.privacy.releases] == ["rho0", "rho_clip", "rho0", "rho_inf", "rho_inf", "rho_diag",
+                                                       "rho_diag", "rho_diag", "rho_diag"]
     assert res.privacy.rho == pytest.approx(2.0, rel=1e-12)
     combined = res.scale.moments.sigma
     first, second = (r.noise_std for r in res.privacy.releases if r.stage == "rho0")

@@ -36,14 +36,18 @@ def _frame(n: int = 1500, seed: int = 2) -> pd.DataFrame:
     "y ~ [x1 ~ z1 + z2]",  # no constant: uncentred R², as linearmodels
     "y ~ w + [x1 + x2 ~ z1 + z2 + z3]",
 ])
-def test_infinite_budget_equals_linearmodels_first_stage_diagnostics(formula):
+@pytest.mark.parametrize("cov_type", ["robust", "unadjusted"])
+def test_infinite_budget_equals_linearmodels_first_stage_diagnostics(formula, cov_type):
+    """Both defaults robust (dpivreg's F from the first stage's meat, rho_diag; linearmodels' robust Wald F), and
+    both unadjusted (the homoskedastic F from the moment release)."""
     from linearmodels import IV2SLS
 
     frame = _frame()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)
-        ours = DPIV2SLS.from_formula(formula, frame).fit(rho=math.inf, seed=0).first_stage_diagnostics
-    theirs = IV2SLS.from_formula(formula, frame).fit(cov_type="unadjusted").first_stage.diagnostics
+        ours = DPIV2SLS.from_formula(formula, frame).fit(rho=math.inf, seed=0, cov_type=cov_type)
+    ours = ours.first_stage_diagnostics
+    theirs = IV2SLS.from_formula(formula, frame).fit(cov_type=cov_type).first_stage.diagnostics
     assert list(ours.index) == list(theirs.index)
     np.testing.assert_allclose(ours[COLUMNS].to_numpy(float), theirs[COLUMNS].to_numpy(float), rtol=1e-9, atol=1e-15)
     assert list(ours["f.dist"]) == [d.replace(" ", "") for d in theirs["f.dist"]]
@@ -81,7 +85,7 @@ def test_noise_interval_contains_the_non_private_f_in_most_fits():
     model = DPIV2SLS.from_formula(formula, frame)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyLeakWarning)
-        truth = model.fit(rho=math.inf, seed=0, bounds=bounds).first_stage_diagnostics["f.stat"]
+        truth = model.fit(rho=math.inf, seed=0, bounds=bounds, rho_diag=0).first_stage_diagnostics["f.stat"]
     inside = []
     widths = []
     for seed in range(100):

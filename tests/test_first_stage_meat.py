@@ -181,7 +181,7 @@ def test_total_budget_includes_rho_diag_and_its_four_records(method):
         warnings.simplefilter("error", PrivacyLeakWarning)
         warnings.simplefilter("ignore", UserWarning)
         res = model.fit(rho=2.0, rho_diag=0.2, seed=4, bounds=bounds, method=method)
-        plain = model.fit(rho=1.8, seed=4, bounds=bounds, method=method)
+        plain = model.fit(rho=1.8, rho_diag=0, seed=4, bounds=bounds, method=method)
     assert res.privacy.rho == pytest.approx(2.0, rel=1e-12)
     assert res.privacy.rho_of("rho_diag") == pytest.approx(0.2, rel=1e-12)
     names = [r.name for r in res.privacy.releases if r.stage == "rho_diag"]
@@ -193,7 +193,7 @@ def test_total_budget_includes_rho_diag_and_its_four_records(method):
     share = covariance.ENDOGENEITY_MEAT_SHARE
     assert sum(spent[:2]) == pytest.approx((1 - share) * 0.2, rel=1e-12)
     assert sum(spent[2:]) == pytest.approx(share * 0.2, rel=1e-12)
-    # the rest of the total is split as fit(rho=1.8) splits it, and the estimate does not see the meat
+    # the rest of the total is split as fit(rho=1.8, rho_diag=0) splits it, and the estimate does not see the meat
     pd.testing.assert_series_equal(res.params, plain.params)
     assert "rho_diag (zCDP, diagnostics' meats):" in res.summary().as_text()
     assert res.first_stage_diagnostics["f.dist"].iloc[0] == "chi2(2)"
@@ -234,3 +234,29 @@ def test_the_diagnostics_meats_cost_no_pass_of_their_own():
 
     assert passes(rho_diag=0.2) == passes()
     assert passes(rho_diag=0.2, inference=False) == passes(inference=False) + 2
+
+
+def test_rho_diag_is_spent_by_default_and_zero_turns_it_off():
+    """With robust errors the default spends 0.05·(rho1 + rho2) on the diagnostics' meats, on top of the stages'
+    budgets, without changing the estimate; rho_diag=0 makes neither meat (and the total is the old 2.6 at
+    rho1 = rho2 = 1); unadjusted errors and inference=False make none by default."""
+    from dpivreg import InferenceUnavailableError
+
+    frame = _frame()
+    model = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame)
+    bounds = {c: b for c, b in BOUNDS.items() if c != "x2"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        default = model.fit(rho1=1, rho2=1, seed=2, bounds=bounds)
+        off = model.fit(rho1=1, rho2=1, seed=2, bounds=bounds, rho_diag=0)
+        unadjusted = model.fit(rho1=1, rho2=1, seed=2, bounds=bounds, cov_type="unadjusted")
+        silent = model.fit(rho1=1, rho2=1, seed=2, bounds=bounds, inference=False)
+    assert default.privacy.rho == pytest.approx(2.7, rel=1e-12)
+    assert default.privacy.rho_of("rho_diag") == pytest.approx(0.1, rel=1e-12)
+    assert off.privacy.rho == pytest.approx(2.6, rel=1e-12) and off.privacy.rho_of("rho_diag") == 0.0
+    pd.testing.assert_series_equal(default.params, off.params)
+    assert default.first_stage_diagnostics["f.dist"].iloc[0] == "chi2(2)" and math.isfinite(default.effective_f.stat)
+    for res in (off, unadjusted, silent):
+        assert not any(r.stage == "rho_diag" for r in res.privacy.releases)
+        with pytest.raises(InferenceUnavailableError, match="rho_diag"):
+            res.effective_f

@@ -61,8 +61,8 @@ def test_inference_objects_and_accountant(sim):
     release = [r for r in res.privacy.releases if r.stage == "rho_inf"]
     # the robust meat (the default): its score histogram and the meat, half of rho_inf each
     assert [r.rho for r in release] == pytest.approx([0.05, 0.05], rel=1e-12)
-    # rho0 = 0.2(rho1 + rho2), rho_clip = rho_inf = 0.05(rho1 + rho2)
-    assert res.privacy.rho == pytest.approx(0.4 + 0.1 + 1.0 + 1.0 + 0.1, rel=1e-12)
+    # rho0 = 0.2(rho1 + rho2), rho_clip = rho_inf = rho_diag = 0.05(rho1 + rho2)
+    assert res.privacy.rho == pytest.approx(0.4 + 0.1 + 1.0 + 1.0 + 0.1 + 0.1, rel=1e-12)
     with pytest.raises(ValueError, match="level must lie in"):
         res.conf_int(1.5)
 

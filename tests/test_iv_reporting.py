@@ -63,7 +63,8 @@ def over(frame):
 
 @pytest.fixture(scope="module")
 def just(frame):
-    return _fit(JUST, frame)
+    """Exactly identified, without the diagnostics' meats (rho_diag=0): the homoskedastic endogeneity tests only."""
+    return _fit(JUST, frame, rho_diag=0)
 
 
 def _cells(line: str) -> list[str]:
@@ -93,6 +94,9 @@ def test_a_row_per_test_that_applies_in_order_with_the_tests_numbers(over):
 
 def test_tests_that_do_not_apply_are_left_out(frame, just):
     assert list(just.iv_tests.index) == ["Wu-Hausman exogeneity", "Durbin exogeneity"]  # exactly identified
+    # by default (robust errors) the diagnostics' meats add the robust endogeneity test and the effective F
+    assert list(_fit(JUST, frame).iv_tests.index) == ["Wooldridge exogeneity (robust)", "Wu-Hausman exogeneity",
+                                                      "Durbin exogeneity", "Effective F (MOP)"]
     text = just.summary(benchmark=False).as_text()
     assert "overid" not in text and "Crit. value" not in text  # no effective F: no column for its critical value
     unadjusted = _fit(OVER, frame, cov_type="unadjusted")  # no robust meat, no first-stage meat
@@ -109,7 +113,7 @@ def test_tests_that_do_not_apply_are_left_out(frame, just):
 
 def test_clustered_errors_give_the_cluster_robust_test(frame):
     clustered = frame.assign(g=np.arange(len(frame)) % 250)  # a public grouping of the rows: 250 clusters of 20
-    res = _fit(OVER, clustered, clusters="g")
+    res = _fit(OVER, clustered, clusters="g", rho_diag=0)
     assert res.cov_type == "clustered" and list(res.iv_tests.index) == ["Wooldridge overid (cluster-robust)",
                                                                         *HOMOSKEDASTIC]
     assert res.iv_tests.iloc[0]["statistic"] == res.wooldridge_overid.stat
@@ -369,7 +373,7 @@ def test_an_effective_f_whose_interval_lies_below_the_critical_value_is_certainl
 
 
 def test_without_the_first_stage_meat_the_rule_of_thumb_stays():
-    res = _weak_fit(0.0, 2.0)
+    res = _weak_fit(0.0, 2.0, rho_diag=0)
     assert "Effective F (MOP)" not in res.iv_tests.index
     note = next(c for c in res.cautions if c.startswith("WEAK INSTRUMENTS"))
     assert "the first-stage F of x is" in note and "10 (Staiger and Stock's rule of thumb)" in note
@@ -389,7 +393,7 @@ def test_a_refused_test_is_left_out_and_the_summary_says_why(frame, monkeypatch)
                                         "cannot tell from 0 here")
 
     monkeypatch.setattr(module, "_require_resolved_variance", refuse)
-    res = _fit("y ~ 1 + w + [x ~ z1 + z2]", frame)
+    res = _fit("y ~ 1 + w + [x ~ z1 + z2]", frame, rho_diag=0)
     assert list(res.iv_tests.index) == ["Wooldridge overid (robust)"]
     assert len(res.iv_tests.attrs["refused"]) == 2
     text = res.summary(benchmark=False).as_text()

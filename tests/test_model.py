@@ -120,12 +120,14 @@ def test_default_fit_with_bounds_has_no_leak(frame):
     with warnings.catch_warnings():
         warnings.simplefilter("error", PrivacyLeakWarning)
         res = model.fit(rho1=0.4, rho2=0.6, rho0=0.25, T=20, bounds={**_wide_bounds(model), "w": (0, 10)}, seed=1)
-    # rho_clip and rho_inf default to 0.05·(rho1 + rho2) = 0.05 (the clipping and the inference releases)
-    assert res.privacy.rho == pytest.approx(0.25 + 0.05 + 0.4 + 0.6 + 0.05, rel=1e-12)
+    # rho_clip, rho_inf and rho_diag default to 0.05·(rho1 + rho2) = 0.05 (the clipping, the inference and the
+    # diagnostics' releases)
+    assert res.privacy.rho == pytest.approx(0.25 + 0.05 + 0.4 + 0.6 + 0.05 + 0.05, rel=1e-12)
     assert (res.privacy.rho0, res.privacy.rho_of("rho_clip"), res.privacy.rho1, res.privacy.rho2,
-            res.privacy.rho_of("rho_inf")) == pytest.approx((0.25, 0.05, 0.4, 0.6, 0.05), rel=1e-12)
+            res.privacy.rho_of("rho_inf"), res.privacy.rho_of("rho_diag")) == pytest.approx(
+        (0.25, 0.05, 0.4, 0.6, 0.05, 0.05), rel=1e-12)
     assert res.privacy.target == pytest.approx({"rho0": 0.25, "rho_clip": 0.05, "rho1": 0.4, "rho2": 0.6,
-                                                "rho_inf": 0.05})
+                                                "rho_inf": 0.05, "rho_diag": 0.05})
     no_inference = model.fit(rho1=0.4, rho2=0.6, rho0=0.25, T=20, bounds={**_wide_bounds(model), "w": (0, 10)},
                              seed=1, inference=False)
     assert no_inference.privacy.rho == pytest.approx(1.30, rel=1e-12)
@@ -139,14 +141,15 @@ def test_private_fit_with_bounds_and_public_steps_has_no_leak(frame):
         res = model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3)
         theorem = model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3, clip="theorem")
     assert res.leaks == () and res.is_private and theorem.leaks == ()
-    # rho0 = 0.2·(rho1 + rho2), rho_clip = rho_inf = 0.05·(rho1 + rho2)
-    assert res.privacy.rho == pytest.approx(2.6) and theorem.privacy.rho == pytest.approx(2.5)
+    # rho0 = 0.2·(rho1 + rho2), rho_clip = rho_inf = rho_diag = 0.05·(rho1 + rho2)
+    assert res.privacy.rho == pytest.approx(2.7) and theorem.privacy.rho == pytest.approx(2.6)
     stages = [r.stage for r in res.privacy.releases]
-    # the robust meat's two releases (score histogram, meat) come last
-    assert stages[:2] == ["rho0", "rho_clip"] and stages[-2:] == ["rho_inf"] * 2
-    assert set(stages[2:-2]) == {"rho1", "rho2"}
-    assert [r.stage for r in theorem.privacy.releases if r.stage != "rho1" and r.stage != "rho2"] == [
-        "rho0", "rho_inf", "rho_inf"]
+    # the three meats' releases come last, each a histogram and a meat (the robust meat's, the first stage's and the
+    # endogeneity test's; released in two shared passes over the rows)
+    meats = ["rho_inf"] * 2 + ["rho_diag"] * 4
+    assert stages[:2] == ["rho0", "rho_clip"] and stages[-6:] == meats
+    assert set(stages[2:-6]) == {"rho1", "rho2"}
+    assert [r.stage for r in theorem.privacy.releases if r.stage != "rho1" and r.stage != "rho2"] == ["rho0", *meats]
     assert theorem.settings.clip1 == pytest.approx(theorem_clip(len(frame), 3, 20))
     assert model.fit(rho1=1, rho2=1, T=20, eta=1.0, alpha=0.5, bounds=bounds, seed=3, clip="rms").settings.clip1 == \
         pytest.approx(3 * math.sqrt(3 * 1))  # q = 3, p_endog = 1
@@ -256,7 +259,7 @@ def test_results_objects(frame):
     pd.testing.assert_series_equal(res.path.iloc[-1], res.params, check_names=False)
     assert list(res.first_stage.columns) == ["x1", "x2"]
     assert res.nobs == 2000 and res.model is model
-    assert res.privacy.rho == pytest.approx(6.5)  # + rho0 = 0.2·5, rho_clip = rho_inf = 0.05·5
+    assert res.privacy.rho == pytest.approx(6.75)  # + rho0 = 0.2·5, rho_clip = rho_inf = rho_diag = 0.05·5
     assert res.epsilon == pytest.approx(res.privacy.epsilon(1e-6))
     assert res.clipped_rows.shape == (7, 2)
     assert "DPIVResults" in repr(res)
@@ -279,7 +282,7 @@ def test_summary_content(frame):
     text = res.summary().as_text()
     for fragment in ["DP-2S-GD", "rho0 (zCDP, preprocessing):", "0.4", "rho1 (zCDP):", "0.5", "rho2 (zCDP):",
                      "1.5", "rho_inf (zCDP, inference):", "0.1", "rho_clip (zCDP, clipping):", "Total rho (spent):",
-                     "2.6", "delta:", "warm (private moments)", "staggered", "adaptive (private)",
+                     "2.7", "delta:", "warm (private moments)", "staggered", "adaptive (private)",
                      "private moments", "preconditioned", "Std. Err.", "P>|z|", "Lower CI",
                      "epsilon (exact Gauss.):", f"{res.privacy.epsilon(1e-6):.4g}",
                      f"{res.privacy.epsilon(1e-6, 'bun-steinke'):.4g}", "IV2SLS*", "NON-PRIVATE",
@@ -330,7 +333,7 @@ def test_labsup_demo_numbers():
     assert res.benchmark.params["kids"] == pytest.approx(-5.5112, abs=1e-4)
     assert res.benchmark.std_errors["kids"] == pytest.approx(3.5790, abs=1e-4)
     assert res.benchmark.params["Intercept"] == pytest.approx(37.842, abs=1e-3)
-    assert res.privacy.rho == pytest.approx(2.6)
+    assert res.privacy.rho == pytest.approx(2.7)
 
 
 def test_labsup_default_pipeline_is_unbiased_and_tight():

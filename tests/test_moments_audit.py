@@ -458,7 +458,9 @@ def test_the_released_moments_have_the_same_shape_and_noise_on_neighbours(backen
     """A constant column that is not declared as the intercept is an ordinary regressor: replacing one row so
     that it stops being constant changes neither D, nor the sensitivity D/n, nor σ of the moment release, nor
     the list of releases (found by an independent review: the intercept used to be detected from the values,
-    which let one row change D and σ, both published)."""
+    which let one row change D and σ, both published). The meats' records may differ in their thresholds, which
+    are released from noisy histograms of the data (post-processing), so only their names and budgets are
+    compared."""
     from dpivreg import DPIV2SLS
 
     records = []
@@ -473,7 +475,8 @@ def test_the_released_moments_have_the_same_shape_and_noise_on_neighbours(backen
                         seed=1, method="moments")
         moments = res.scale.moments
         records.append((moments.matrix.shape, moments.sigma,
-                        [(r.name, r.sensitivity, r.noise_std, r.rho) for r in res.privacy.releases]))
+                        [(r.name, r.rho) + ((r.sensitivity, r.noise_std) if r.stage == "rho0" else ())
+                         for r in res.privacy.releases]))
     assert records[0] == records[1]
 
 

@@ -501,8 +501,8 @@ def test_a_fit_without_cautions_exports_plain_csv(res, frame):
     test either) the CSV is plain."""
     comments = res.to_csv().splitlines()[len(res.params) + 1:]  # after the header and a line per coefficient
     assert res.cautions == () and comments[0] == "# IV tests (post-processing of the releases), as CSV:"
-    assert len(comments) == 2 + len(res.iv_tests) and list(res.iv_tests.index) == ["Wu-Hausman exogeneity",
-                                                                                   "Durbin exogeneity"]
+    assert len(comments) == 2 + len(res.iv_tests) and list(res.iv_tests.index) == [
+        "Wooldridge exogeneity (robust)", "Wu-Hausman exogeneity", "Durbin exogeneity", "Effective F (MOP)"]
     bounds_only = DPIV2SLS.from_formula(F, frame).fit(**FIT, preprocess="bounds", inference=False)
     assert bounds_only.cautions == () and bounds_only.iv_tests.empty and "#" not in bounds_only.to_csv()
 

@@ -673,10 +673,14 @@ def records(res, stage: str, name: str = "") -> list:
 def default_budget(case: str, name: str) -> float:
     """A release's default share of the total rho: rho1 = rho2 = rho/(2w), the others 2·(rho/2w)·share, with
     w = 1 + the shares of the releases the fit makes (no clipping release with a public clip); the moment
-    release's share is 0.2·m with privacy units of m rows (``dpivreg.fit_options.default_shares``)."""
-    shares = {"rho0": 0.2 * FIT_CASES[case][3]["max_rows_per_unit"], "rho_clip": 0.05, "rho_inf": 0.05}
+    release's share is 0.2·m with privacy units of m rows (``dpivreg.fit_options.default_shares``), and the
+    diagnostics' meats take theirs with robust or clustered standard errors."""
+    shares = {"rho0": 0.2 * FIT_CASES[case][3]["max_rows_per_unit"], "rho_clip": 0.05, "rho_inf": 0.05,
+              "rho_diag": 0.05}
     if "clip" in FIT_CASES[case][3]:
         del shares["rho_clip"]
+    if FIT_CASES[case][3].get("cov_type") == "unadjusted":
+        del shares["rho_diag"]
     stage = RHO / (2 * (1 + sum(shares.values())))
     return 2 * stage * shares[name]
 

@@ -17,7 +17,7 @@ are functions of those moments and of n (public), so they are computed from the 
 Invariance makes the working scale usable: each statistic is unchanged by the affine maps from the design to
 the box and working scales (regressions that include the exogenous span, which contains the constant).
 
-With ``fit(cov_type="robust", rho_diag=...)`` the fit also releases the first stage's meat
+With robust or clustered standard errors (``rho_diag``, spent by default) the fit also releases the first stage's meat
 (:func:`dpivreg.inference.covariance.first_stage_meat_release`) and ``f.stat`` is then, as linearmodels reports it for
 ``cov_type="robust"``, the heteroskedasticity-robust Wald statistic of the excluded instruments in each
 endogenous regressor's first stage, γ̂ᵀV̂⁻¹γ̂ with V̂ the excluded block of S⁻¹Ω̂ⱼS⁻¹/n (S = Z̃ᵀZ̃/n and γ̂ from

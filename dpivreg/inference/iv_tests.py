@@ -584,8 +584,8 @@ def endogeneity_tests(moments: ReleasedMoments, endog_names: Sequence[str], q: i
     point, draws = _grams(moments, replications, grams)
     A = at.Z + [at.X2[j] for j in tested]  # the efficient model's instruments: the tested regressors exogenous
     sigma2 = _require_resolved_variance(point, draws, A, at.X, at.y, "The Durbin and Wu-Hausman tests",
-                                        "the heteroskedasticity-robust endogeneity test (res.wooldridge_score, with "
-                                        "fit(rho_diag=...)), which does not divide by it")
+                                        "the heteroskedasticity-robust endogeneity test (res.wooldridge_score, which "
+                                        "the default robust fit makes), which does not divide by it")
     durbin, wu_hausman = (float(v) for v in endogeneity_statistics(point, q, n_exog, p, n, tested))
     again = endogeneity_statistics(draws, q, n_exog, p, n, tested)
     under_null = (None, None)

@@ -433,12 +433,14 @@ class DPIVResults(PrivateTable):
         (linearmodels' ``wooldridge_score``; Stata's robust score χ² of ``estat endogenous`` after ``vce(robust)``;
         cluster-robust with ``cov_type="clustered"``): χ²(number of endogenous regressors), with a 95% interval for
         the privacy noise. From the moment release and the endogeneity test's released meat, which
-        ``fit(rho_diag=...)`` buys beside the first stage's (:mod:`dpivreg.inference.iv_tests`)."""
+        ``rho_diag`` buys beside the first stage's (by default with robust or clustered standard errors;
+        :mod:`dpivreg.inference.iv_tests`)."""
         if self._endogeneity_meat is None:
             raise InferenceUnavailableError(
                 "the robust endogeneity test needs the endogeneity test's released meat, which this fit did not "
-                "make: refit with fit(rho_diag=...) (a share of the budget for the robust diagnostics), or use the "
-                "homoskedastic res.wu_hausman() and res.durbin().")
+                "make (rho_diag=0, cov_type='unadjusted' or inference=False): refit with robust or clustered "
+                "standard errors, where the default rho_diag buys it, or use the homoskedastic res.wu_hausman() and "
+                "res.durbin().")
         q, k, p, n = self._test_layout()
         return iv_tests.robust_endogeneity_test(self._released_moments("The robust endogeneity test"),
                                                 self._endogeneity_meat, q, k, p, n,
@@ -459,8 +461,9 @@ class DPIVResults(PrivateTable):
                 f"({', '.join(d.endog_names)}): res.cragg_donald measures their joint strength.")
         if self._first_stage_meat is None:
             raise InferenceUnavailableError(
-                "the effective F needs the first stage's released meat, which this fit did not make: refit with "
-                "fit(rho_diag=...) (a share of the budget for the robust first-stage statistics).")
+                "the effective F needs the first stage's released meat, which this fit did not make (rho_diag=0, "
+                "cov_type='unadjusted' or inference=False): refit with robust or clustered standard errors, where "
+                "the default rho_diag buys it.")
         q, k, _, n = self._test_layout()
         return iv_tests.effective_f(self._released_moments("The effective F"), self._first_stage_meat,
                                     d.endog_names[0], q, k, n, grams=self._grams_for("The effective F"))

@@ -651,11 +651,16 @@ class SummaryWriter:
             notes.append(
                 f"Anderson-Rubin 95% set for {ar.variable} (robust to weak instruments; homoskedastic errors; "
                 f"{source}): {ar} ({ar.kind}).")
-        if self.results.cov_type == "clustered":
+        if self.results.cov_type == "clustered" and self.results._first_stage_meat is None:
             notes.append(
                 "The first-stage F and the Anderson-Rubin set assume independent rows: with the within-cluster "
-                "correlation that the clustered standard errors allow they overstate the evidence "
-                "(fit(rho_diag=...) releases a clustered first-stage Wald statistic instead of the F).")
+                "correlation that the clustered standard errors allow they overstate the evidence (rho_diag, "
+                "spent by default, releases a clustered first-stage Wald statistic instead of the F).")
+        elif self.results.cov_type == "clustered":
+            notes.append(
+                "The Anderson-Rubin set assumes independent rows: with the within-cluster correlation that the "
+                "clustered standard errors allow it overstates the evidence (the first-stage Wald statistic and the "
+                "effective F above are clustered).")
         return notes
 
     def _resolution_notes(self) -> list[str]:
