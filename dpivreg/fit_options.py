@@ -226,6 +226,8 @@ def resolve_fit_options(*, rho, rho1, rho2, rho0, rho_clip, rho_inf, rho_diag, T
     init = _resolve_init(init, preprocess, method)
     clip = ("adaptive" if init == "moments" else "theorem") if clip is None else clip
     diagnostics = cov_type != "unadjusted" and preprocess != "bounds"
+    if isinstance(rho_diag, bool):
+        raise TypeError(f"rho_diag must be a number (a zCDP budget, or 0 for no diagnostics' meats), got {rho_diag!r}.")
     if rho_diag is not None and not _is_zero(rho_diag) and not diagnostics:
         raise ValueError("rho_diag buys the robust diagnostics' meats: it needs cov_type 'robust' or 'clustered' "
                          "and the moment release (preprocess 'private' or 'data'), got cov_type="

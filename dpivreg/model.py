@@ -509,7 +509,8 @@ class DPIV2SLS:
             target = {"rho0": total, "rho_clip": budget["rho_clip"]}
         if drawn is not None and robust:
             releases += drawn
-            target["rho_inf"] = budget["rho_inf"]
+            if drawn:  # refused before its release (a moment release that resolves nothing): nothing spent
+                target["rho_inf"] = budget["rho_inf"]
             if exact_meat:
                 releases.append(_unnoised_sampling(cov_type)[1])
         diagnostic_meats = _diagnostic_meats(scale, requests, fused, preprocess, rng, cov_type)
@@ -577,7 +578,14 @@ def _warn_t_condition(T: int, *, n: int, p: int, q: int, rho1: float, tau: float
 
 
 def _first_stage_meat_leaks(budget: dict, preprocess: str) -> list[str]:
-    if budget["rho_diag"] is not None and math.isinf(budget["rho_diag"]) and preprocess != "data":
+    """The leaks of the diagnostics' meats computed without noise: an infinite ``rho_diag``, or the data route
+    (which computes them from the exact data whatever ``rho_diag``)."""
+    if budget["rho_diag"] is None:
+        return []
+    if preprocess == "data":
+        return [f"preprocess='data': the {meat} was computed from the exact data, without noise (not private), "
+                "whatever rho_diag." for meat in _DIAGNOSTIC_MEATS]
+    if math.isinf(budget["rho_diag"]):
         return [_unnoised(meat, "rho_diag")[0] for meat in _DIAGNOSTIC_MEATS]
     return []
 

@@ -2,7 +2,7 @@
 
 The README example: the effect of the number of children on the mother's weeks worked, with
 ``samesex`` (first two children of the same sex) as the instrument, fitted with the default private
-pipeline at ρ1 = ρ2 = 1 (plus the moment, clipping and inference budgets, 2.6 in total, reported in
+pipeline at ρ1 = ρ2 = 1 (plus the moment, clipping, inference and diagnostics budgets, 2.7 in total, reported in
 the summary) and the public bounds of ``LABSUP_BOUNDS``: DP-2S-GD from a warm start, or noisy-moment
 2SLS where the pilot releases predict it to be more accurate (``method="auto"``). Then
 ``dpivreg.planning.theorem_plan.plan`` tabulates the Theorem's error bound over T for this problem's size and

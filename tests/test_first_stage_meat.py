@@ -260,3 +260,18 @@ def test_rho_diag_is_spent_by_default_and_zero_turns_it_off():
         assert not any(r.stage == "rho_diag" for r in res.privacy.releases)
         with pytest.raises(InferenceUnavailableError, match="rho_diag"):
             res.effective_f
+
+
+def test_the_data_route_announces_the_diagnostics_meats_and_booleans_are_refused():
+    """preprocess='data' computes the meats from the exact data whatever rho_diag: each is a named leak (review
+    finding); a boolean rho_diag is a TypeError before any other check."""
+    frame = _frame(1000)
+    model = DPIV2SLS.from_formula("y ~ 1 + w + [x ~ z1 + z2]", frame)
+    with pytest.warns(PrivacyLeakWarning) as caught:
+        model.fit(rho1=1, rho2=1, preprocess="data", method="gd", T=5, seed=0)
+    messages = [str(w.message) for w in caught]
+    for meat in ("first stage's meat", "endogeneity test's meat"):
+        assert f"preprocess='data': the {meat} was computed from the exact data, without noise" in " ".join(messages)
+    for value in (True, False):
+        with pytest.raises(TypeError, match="rho_diag must be a number"):
+            model.fit(rho=2.0, rho_diag=value, cov_type="unadjusted", bounds=BOUNDS)

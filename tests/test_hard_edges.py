@@ -274,3 +274,14 @@ def test_random_arguments_and_frames_give_a_result_or_our_own_error(n, holes, mi
         event("fitted")
         assert res.params.notna().all()
     pd.testing.assert_frame_equal(data, snapshot)
+
+
+def test_a_refused_inference_on_noisy_moments_targets_only_what_was_spent():
+    """method='moments' whose moment release resolves nothing: the inference is refused before its meat is released,
+    so rho_inf is neither spent nor targeted (review finding: the target kept it), and the records add up."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = _fit(rho1=1e-7, rho2=1e-7, method="moments")
+    assert "rho_inf" not in [r.stage for r in res.privacy.releases] and "rho_inf" not in res.privacy.target
+    assert res.privacy.rho == pytest.approx(sum(r.rho for r in res.privacy.releases), rel=1e-12)
+    assert res.privacy.rho == pytest.approx(sum(res.privacy.target.values()), rel=1e-12)

@@ -145,6 +145,19 @@ def test_the_robust_endogeneity_row_follows_its_meat(frame):
     assert f"{res.wooldridge_score.pval:.4f} (cluster-robust)" in both.summary.as_text()
 
 
+def test_the_clustered_note_names_the_statistics_that_assume_independent_rows(frame):
+    """With several endogenous regressors the clustered summary qualifies the Cragg-Donald statistic (no
+    Anderson-Rubin set, no effective F: the review found the note naming them); with one, the Anderson-Rubin set."""
+    clustered = frame.assign(g=np.arange(len(frame)) % 250)
+    two = " ".join(_fit("y ~ 1 + [x + x2 ~ z1 + z2 + z3]", clustered, clusters="g").summary(benchmark=False)
+                   .as_text().split())
+    assert "The Cragg-Donald statistic assumes independent, homoskedastic rows" in two
+    assert "Anderson-Rubin set assumes" not in two and "effective F above" not in two
+    one = " ".join(_fit(OVER, clustered, clusters="g").summary(benchmark=False).as_text().split())
+    assert "The Anderson-Rubin set assumes independent rows" in one and "effective F above are clustered" in one
+    assert "robust to heteroskedasticity and within-cluster correlation" in one
+
+
 def test_the_table_and_its_exports_are_post_processing(frame, monkeypatch):
     """With the design's row accessors set to raise, the table, the summary and every export still come, and the
     budget is what it was (the pattern of tests/test_iv_tests.py)."""

@@ -317,8 +317,9 @@ class DPIVResults(PrivateTable):
         moment release, with 95% intervals for the privacy noise (``f.lower``, ``f.upper``,
         ``partial.rsquared.lower``, ``partial.rsquared.upper``). Post-processing: no privacy cost
         (:mod:`dpivreg.inference.diagnostics`). The F is the homoskedastic one (``f.dist`` F(m, n − q)), or, when the
-        fit released the first stage's meat (``fit(rho_diag=...)``), the robust Wald statistic (``f.dist``
-        chi2(m)), as linearmodels reports them for ``cov_type="unadjusted"`` and ``"robust"``."""
+        fit released the first stage's meat (``rho_diag``, by default with robust or clustered errors), the robust
+        Wald statistic (``f.dist`` chi2(m)), as linearmodels reports them for ``cov_type="unadjusted"`` and
+        ``"robust"``."""
 
         d = self.design
         return first_stage_diagnostics(self._released_moments("first-stage diagnostics"), list(d.endog_names),
@@ -438,9 +439,9 @@ class DPIVResults(PrivateTable):
         if self._endogeneity_meat is None:
             raise InferenceUnavailableError(
                 "the robust endogeneity test needs the endogeneity test's released meat, which this fit did not "
-                "make (rho_diag=0, cov_type='unadjusted' or inference=False): refit with robust or clustered "
-                "standard errors, where the default rho_diag buys it, or use the homoskedastic res.wu_hausman() and "
-                "res.durbin().")
+                "make (rho_diag=0, cov_type='unadjusted', inference=False or preprocess='bounds'): refit with robust "
+                "or clustered standard errors, where the default rho_diag buys it, or use the homoskedastic "
+                "res.wu_hausman() and res.durbin().")
         q, k, p, n = self._test_layout()
         return iv_tests.robust_endogeneity_test(self._released_moments("The robust endogeneity test"),
                                                 self._endogeneity_meat, q, k, p, n,
@@ -452,7 +453,8 @@ class DPIVResults(PrivateTable):
         """Montiel Olea and Pflueger's (2013) effective first-stage F (heteroskedasticity-robust instrument
         strength; HC0) of the endogenous regressor, with its simplified critical value for a worst-case bias of 10%
         at 5% (``critical_value``, ``weak``) and a 95% interval for the privacy noise. From the moment release and
-        the first stage's released meat (``fit(rho_diag=...)``; :mod:`dpivreg.inference.iv_tests`). With one
+        the first stage's released meat (``rho_diag``, by default with robust or clustered errors;
+        :mod:`dpivreg.inference.iv_tests`). With one
         instrument it is the robust first-stage Wald statistic."""
         d = self.design
         if len(d.endog_names) != 1:
@@ -462,8 +464,8 @@ class DPIVResults(PrivateTable):
         if self._first_stage_meat is None:
             raise InferenceUnavailableError(
                 "the effective F needs the first stage's released meat, which this fit did not make (rho_diag=0, "
-                "cov_type='unadjusted' or inference=False): refit with robust or clustered standard errors, where "
-                "the default rho_diag buys it.")
+                "cov_type='unadjusted', inference=False or preprocess='bounds'): refit with robust or clustered "
+                "standard errors, where the default rho_diag buys it.")
         q, k, _, n = self._test_layout()
         return iv_tests.effective_f(self._released_moments("The effective F"), self._first_stage_meat,
                                     d.endog_names[0], q, k, n, grams=self._grams_for("The effective F"))
@@ -478,9 +480,9 @@ class DPIVResults(PrivateTable):
         ``(cluster-robust)``; :attr:`wooldridge_overid`) when the fit released the robust standard errors' meat, and
         ``Sargan overid`` (:attr:`sargan`); endogeneity of all the endogenous regressors: ``Wooldridge exogeneity
         (robust)`` (or ``(cluster-robust)``; :attr:`wooldridge_score`) when the fit released the endogeneity test's
-        meat (``fit(rho_diag=...)``), ``Wu-Hausman exogeneity`` and ``Durbin exogeneity`` (:meth:`wu_hausman`,
+        meat (``rho_diag``), ``Wu-Hausman exogeneity`` and ``Durbin exogeneity`` (:meth:`wu_hausman`,
         :meth:`durbin`); instrument strength: ``Effective F (MOP)`` (:attr:`effective_f`) with one endogenous
-        regressor and the first stage's meat (``fit(rho_diag=...)``). No row without the moment release
+        regressor and the first stage's meat (``rho_diag``). No row without the moment release
         (``preprocess="bounds"``).
 
         Columns: ``statistic``; ``pval`` (against the statistic's law under the null simulated with the privacy

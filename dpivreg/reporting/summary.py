@@ -344,7 +344,10 @@ def _iv_tests_note(tests, *, exact: bool) -> str:
     for reason in tests.attrs.get("refused", ()):
         note += f" Not shown: {reason}"
     if EFFECTIVE_F in tests.index:
-        note += (" Effective F (Montiel Olea-Pflueger, robust to heteroskedasticity): it rejects weak instruments (a "
+        # its meat is clustered exactly when the robust tests beside it are (the same fit's meats)
+        clustered = any("cluster-robust" in name for name in tests.index)
+        robust_to = "heteroskedasticity and within-cluster correlation" if clustered else "heteroskedasticity"
+        note += (f" Effective F (Montiel Olea-Pflueger, robust to {robust_to}): it rejects weak instruments (a "
                  "worst-case bias above 10% of the benchmark) at the 5% level when it exceeds its critical value, "
                  f"here {_fmt(tests.loc[EFFECTIVE_F, 'critical_value'])} (simplified procedure).")
     return note
@@ -630,7 +633,9 @@ class SummaryWriter:
         elif self.results._first_stage_meat is not None:  # the effective F: heteroskedasticity-robust, with its own
             # critical value (read directly: the whole IV-tests table is not needed for the note)
             f = self.results.effective_f
-            strength = [("the effective F (Montiel Olea-Pflueger, robust to heteroskedasticity)", f.stat, f.lower,
+            robust_to = ("heteroskedasticity and within-cluster correlation" if self.results._first_stage_meat.clustered
+                         else "heteroskedasticity")
+            strength = [(f"the effective F (Montiel Olea-Pflueger, robust to {robust_to})", f.stat, f.lower,
                          f.upper, f.critical_value,
                          f"MOP's critical value {_fmt(f.critical_value, 3)} for a worst-case bias of 10%")]
         else:  # without the first stage's meat: the homoskedastic F against the rule of thumb
@@ -651,17 +656,23 @@ class SummaryWriter:
             notes.append(
                 f"Anderson-Rubin 95% set for {ar.variable} (robust to weak instruments; homoskedastic errors; "
                 f"{source}): {ar} ({ar.kind}).")
-        if self.results.cov_type == "clustered" and self.results._first_stage_meat is None:
-            notes.append(
-                "The first-stage F and the Anderson-Rubin set assume independent rows: with the within-cluster "
-                "correlation that the clustered standard errors allow they overstate the evidence (rho_diag, "
-                "spent by default, releases a clustered first-stage Wald statistic instead of the F).")
-        elif self.results.cov_type == "clustered":
-            notes.append(
-                "The Anderson-Rubin set assumes independent rows: with the within-cluster correlation that the "
-                "clustered standard errors allow it overstates the evidence (the first-stage Wald statistic and the "
-                "effective F above are clustered).")
+        if self.results.cov_type == "clustered":
+            notes.append(self._clustered_note(several))
         return notes
+
+    def _clustered_note(self, several: bool) -> str:
+        """Which first-stage statistics assume independent rows in a clustered fit: the Cragg–Donald statistic with
+        several endogenous regressors, else the Anderson–Rubin set and, without the first stage's meat, the F."""
+        correlation = "with the within-cluster correlation that the clustered standard errors allow"
+        if several:
+            return (f"The Cragg-Donald statistic assumes independent, homoskedastic rows: {correlation} it overstates "
+                    "the evidence (the first-stage Wald statistics above are clustered).")
+        if self.results._first_stage_meat is None:
+            return (f"The first-stage F and the Anderson-Rubin set assume independent rows: {correlation} they "
+                    "overstate the evidence (rho_diag, spent by default, releases a clustered first-stage Wald "
+                    "statistic instead of the F).")
+        return (f"The Anderson-Rubin set assumes independent rows: {correlation} it overstates the evidence (the "
+                "first-stage Wald statistic and the effective F above are clustered).")
 
     def _resolution_notes(self) -> list[str]:
         """What the moment release cannot resolve (post-processing of the release and its public σ): directions of
