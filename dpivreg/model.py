@@ -431,7 +431,7 @@ class DPIV2SLS:
         exact_inference = inference and (preprocess == "data" or math.isinf(budget["rho_inf"]))
         if exact_inference:
             leaks.append(_unnoised_sampling(cov_type, preprocess)[0])
-        leaks += _first_stage_meat_leaks(budget, preprocess)
+        leaks += _diagnostic_meat_leaks(budget, preprocess)
         _announce_leaks(leaks, stacklevel=4)
 
         requests = _diagnostic_requests(scale, path.theta_final, budget, preprocess)
@@ -444,7 +444,7 @@ class DPIV2SLS:
             releases += drawn
         if drawn is not None and exact_inference:
             releases.append(_unnoised_sampling(cov_type)[1])
-        diagnostic_meats = _diagnostic_meats(scale, requests, fused, preprocess, rng, cov_type)
+        diagnostic_meats = _diagnostic_meats(scale, requests, fused, rng, cov_type)
         releases += [r for meat in diagnostic_meats if meat is not None for r in meat.releases]
         target = {name: budget[name] for name in ("rho0", "rho_clip", "rho1", "rho2", "rho_inf", "rho_diag")
                   if any(r.stage == name for r in releases)}
@@ -497,7 +497,7 @@ class DPIV2SLS:
         exact_meat = robust and math.isinf(rho_meat)
         if exact_meat:
             leaks.append(_unnoised_sampling(cov_type, preprocess)[0])
-        leaks += _first_stage_meat_leaks(budget, preprocess)
+        leaks += _diagnostic_meat_leaks(budget, preprocess)
         _announce_leaks(leaks, stacklevel=5)  # the caller of fit(), through _fit_* and this method
         requests = _diagnostic_requests(scale, theta, budget, preprocess)
         inference_result, inference_note, drawn, fused = _run_inference(
@@ -513,7 +513,7 @@ class DPIV2SLS:
                 target["rho_inf"] = budget["rho_inf"]
             if exact_meat:
                 releases.append(_unnoised_sampling(cov_type)[1])
-        diagnostic_meats = _diagnostic_meats(scale, requests, fused, preprocess, rng, cov_type)
+        diagnostic_meats = _diagnostic_meats(scale, requests, fused, rng, cov_type)
         if diagnostic_meats[0] is not None:
             releases += [r for meat in diagnostic_meats for r in meat.releases]
             target["rho_diag"] = budget["rho_diag"]
@@ -577,7 +577,7 @@ def _warn_t_condition(T: int, *, n: int, p: int, q: int, rho1: float, tau: float
         "warning costs no privacy.", TConditionWarning, stacklevel=4)
 
 
-def _first_stage_meat_leaks(budget: dict, preprocess: str) -> list[str]:
+def _diagnostic_meat_leaks(budget: dict, preprocess: str) -> list[str]:
     """The leaks of the diagnostics' meats computed without noise: an infinite ``rho_diag``, or the data route
     (which computes them from the exact data whatever ``rho_diag``)."""
     if budget["rho_diag"] is None:
@@ -609,7 +609,7 @@ def _diagnostic_requests(scale: WorkingScale, theta: np.ndarray, budget: dict, p
                         f"the {_DIAGNOSTIC_MEATS[1]}")]
 
 
-def _diagnostic_meats(scale: WorkingScale, requests: list, fused: tuple, preprocess: str, rng: np.random.Generator,
+def _diagnostic_meats(scale: WorkingScale, requests: list, fused: tuple, rng: np.random.Generator,
                       cov_type: str = "robust") -> tuple[ReleasedMeat, ReleasedMeat] | tuple[None, None]:
     """The meats of ``requests`` (None, None when there are none): those the inference released in its passes
     (``fused``), or, when it did not run or stopped before its release, released here in two passes of their own
@@ -623,7 +623,7 @@ def _diagnostic_meats(scale: WorkingScale, requests: list, fused: tuple, preproc
             meats = release_meats(rows, requests, rng=rng, clustered=cov_type == "clustered")
         finally:
             rows.close()
-    if preprocess == "data" or math.isinf(requests[0].rho):  # recorded, not private (the leak was announced)
+    if math.isinf(requests[0].rho):  # infinite rho_diag or the data route: recorded, not private (leak announced)
         meats = tuple(dataclasses.replace(meat, releases=(_unnoised(name, "rho_diag")[1],))
                       for meat, name in zip(meats, _DIAGNOSTIC_MEATS))
     return meats

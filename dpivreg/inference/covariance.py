@@ -165,6 +165,11 @@ def meat_clipped_rows(n: int) -> float:
     return min(0.1 * math.sqrt(n), 10.0)
 
 
+def _clipped_gram(S: np.ndarray, bound: float) -> np.ndarray:
+    """Σ clip(s)clip(s)ᵀ of the rows of S clipped to L2 norm ``bound`` (inf: SᵀS, not clipped)."""
+    return S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound)
+
+
 def structural_residuals(Z, X_endog, Y, beta, n_exog: int) -> np.ndarray:
     """ũᵢ = ỹᵢ − x̃ᵢᵀβ̃ with x̃ᵢ = [z̃ᵢ[:n_exog], x̃ᵢ,endog] (the exogenous columns lead Z)."""
     return Y - Z[:, :n_exog] @ beta[:n_exog] - X_endog @ beta[n_exog:]
@@ -195,7 +200,7 @@ def clipped_score_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, b
                             bound: float) -> tuple[np.ndarray]:
     """Σᵢ clip(sᵢ)clip(sᵢ)ᵀ over one block, sᵢ = z̃ᵢũᵢ clipped to L2 norm ``bound`` (inf: not clipped)."""
     S = structural_scores(Z, X_endog, Y, beta, n_exog)
-    return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
+    return (_clipped_gram(S, bound),)
 
 
 def first_stage_scores(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, theta: np.ndarray) -> np.ndarray:
@@ -226,7 +231,7 @@ def cluster_clipped_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray,
     total: list = []
 
     def consume(S: np.ndarray) -> None:
-        part = S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound)
+        part = _clipped_gram(S, bound)
         if total:
             total[0] += part
         else:
@@ -252,7 +257,7 @@ def clipped_first_stage_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndar
                                   bound: float) -> tuple[np.ndarray]:
     """Σᵢ clip(sᵢ)clip(sᵢ)ᵀ over one block for the first-stage scores sᵢ = v̂ᵢ ⊗ z̃ᵢ (inf: not clipped)."""
     S = first_stage_scores(Z, X_endog, Y, theta)
-    return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
+    return (_clipped_gram(S, bound),)
 
 
 def _endogeneity_parts(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndarray, R: np.ndarray, b: np.ndarray
@@ -282,7 +287,7 @@ def clipped_endogeneity_outer_sum(Z: np.ndarray, X_endog: np.ndarray, Y: np.ndar
                                   bound: float) -> tuple[np.ndarray]:
     """Σᵢ clip(sᵢ)clip(sᵢ)ᵀ over one block for the endogeneity scores sᵢ = rᵢeᵢ (inf: not clipped)."""
     S = endogeneity_scores(Z, X_endog, Y, R, b)
-    return (S.T @ S if math.isinf(bound) else ball_moment_sum(S, bound),)
+    return (_clipped_gram(S, bound),)
 
 
 @dataclass(frozen=True)
@@ -379,11 +384,6 @@ _SCORE_KINDS = {
 }
 
 
-def _score_outer_sum(rows, scores, args: tuple, bound: float, clustered: bool) -> np.ndarray:
-    """Σ clip_C(s)clip_C(s)ᵀ over the rows, or over the clusters' summed scores (one pass)."""
-    if clustered:
-        return rows.group_sums(cluster_clipped_outer_sum, "cluster", scores, args, bound)[0]
-    return rows.sums(_SCORE_KINDS[scores].outer_sum, *args, bound)[0]
 
 
 @dataclass(frozen=True)
@@ -432,6 +432,21 @@ def many_cluster_outer_sums(Z, X_endog, Y, starts, jobs: tuple) -> tuple:
                  for job in jobs)
 
 
+def _norm_counts(rows, jobs: tuple, clustered: bool) -> tuple:
+    """The score-norm histograms of ``jobs`` (edges in ``extra``) over the rows or the clusters, in one pass."""
+    if clustered:
+        return rows.group_sums(many_cluster_score_counts, "cluster", jobs)
+    return rows.sums(many_score_counts, jobs, rows.kernel)
+
+
+def _outer_sums(rows, jobs: tuple, clustered: bool) -> tuple:
+    """Σ clip_C(s)clip_C(s)ᵀ of ``jobs`` (thresholds C in ``extra``) over the rows or the clusters' summed scores,
+    in one pass."""
+    if clustered:
+        return rows.group_sums(many_cluster_outer_sums, "cluster", jobs)
+    return rows.sums(many_outer_sums, jobs)
+
+
 def release_meats(rows, requests, *, rng: np.random.Generator, clustered: bool = False) -> tuple[ReleasedMeat, ...]:
     """The histogram-then-meat release of the module docstring for each of ``requests`` (:class:`MeatRequest`), over
     the rows or with ``clustered`` over the clusters' summed scores, the data passes shared: one pass gives every
@@ -452,13 +467,9 @@ def release_meats(rows, requests, *, rng: np.random.Generator, clustered: bool =
     if noisy:
         edges = {i: score_edges(requests[i].dim, n / groups if clustered else 1.0) for i in noisy}
         jobs = tuple(_Job(requests[i].scores, requests[i].args, edges[i]) for i in noisy)
-        counts = (rows.group_sums(many_cluster_score_counts, "cluster", jobs) if clustered
-                  else rows.sums(many_score_counts, jobs, rows.kernel))
-        for i, count in zip(noisy, counts):
+        for i, count in zip(noisy, _norm_counts(rows, jobs, clustered)):
             bounds[i], histograms[i] = _threshold(count, edges[i], requests[i], rng=rng, terms=terms, groups=groups)
-    jobs = tuple(_Job(request.scores, request.args, bound) for request, bound in zip(requests, bounds))
-    totals = (rows.group_sums(many_cluster_outer_sums, "cluster", jobs) if clustered
-              else rows.sums(many_outer_sums, jobs))
+    totals = _outer_sums(rows, tuple(_Job(r.scores, r.args, bound) for r, bound in zip(requests, bounds)), clustered)
     meats = []
     for i, (request, total) in enumerate(zip(requests, totals)):
         if i not in histograms:
@@ -515,7 +526,7 @@ def release_meat(rows, scores, args: tuple, *, bound: float, rho: float, rng: np
     deviation :func:`score_meat_sensitivity`/√(2ρ), recorded under the scores' stage. Returns the released matrix
     (not yet projected), its record and σ."""
     bound = _checked_bound(bound)
-    total = _score_outer_sum(rows, scores, args, bound, clustered)
+    (total,) = _outer_sums(rows, (_Job(scores, args, bound),), clustered)
     return _noised_meat(rows, scores, total, bound=bound, rho=rho, rng=rng, clustered=clustered)
 
 
