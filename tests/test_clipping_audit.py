@@ -36,7 +36,13 @@ from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_boun
 import dpivreg.estimation.clipping as clipping
 from dpivreg.estimation.clipping import target_clipped_rows
 from dpivreg.estimation.engine import row_source
-from dpivreg.privacy.mechanisms import clip_from_histogram, log_grid, release_histogram_counts
+from dpivreg.privacy.mechanisms import (
+    clip_from_histogram,
+    isolated_bin_sigmas,
+    log_grid,
+    release_histogram_counts,
+    seen_bins,
+)
 
 N_ROWS, Q, P, N_EXOG = 50, 3, 2, 1
 G = 4
@@ -214,6 +220,53 @@ def test_threshold_rule_exact_values():
     # a group of d coordinates keeps K up to ρ = d, then K·√(d/ρ)
     assert target_clipped_rows(10_000, 4.0, 4) == 50.0 and target_clipped_rows(10_000, 16.0, 4) == 25.0
     assert target_clipped_rows(10_000, 3.85, 25) == 50.0
+
+
+def test_isolated_bin_level_exact_values():
+    """z with P(N(0,1) > z) = P(N(0,1) > 3)/bins. Reference values: scipy.stats.norm.isf(norm.sf(3) / bins)."""
+    assert isolated_bin_sigmas(3.0, 1) == 3.0
+    assert isolated_bin_sigmas(3.0, 40) == pytest.approx(3.984948010, rel=1e-8)
+    assert isolated_bin_sigmas(3.0, 48) == pytest.approx(4.028031742, rel=1e-8)
+    assert isolated_bin_sigmas(2.0, 10) == pytest.approx(2.837275980, rel=1e-8)
+
+
+def test_seen_bins_need_one_bin_of_their_run_above_the_isolated_level():
+    """Hysteresis: a run of adjacent bins above 3σ is seen when one of its bins passes the isolated level (3.64σ
+    for 10 bins); lone or paired bins between the two levels are noise; σ = 0 sees every non-empty bin."""
+    counts = np.array([100.0, 50.0, 3.5, 0.0, 3.5, 0.0, 3.5, 3.5, 0.0, 5.0])
+    assert isolated_bin_sigmas(3.0, 10) == pytest.approx(3.642522276, rel=1e-8)
+    assert seen_bins(counts, 1.0).tolist() == [True, True, True, False, False, False, False, False, False, True]
+    assert seen_bins(counts, 0.0).tolist() == (counts > 0).tolist()
+    assert seen_bins(counts, 15.0).tolist() == [True, True] + [False] * 8  # 50 > 3σ, joined to 100 > 3.64σ
+    assert seen_bins(counts[1:], 15.0).tolist() == [False] * 9  # 50 alone is under 3.62σ (9 bins)
+
+
+def test_a_lone_noise_bin_far_above_the_data_does_not_move_the_threshold():
+    """Noise alone passes 3σ in 0.13% of bins: a lone 3.5σ count far above the data used to set the threshold
+    there (the rule with one level, written out here, does); now it is ignored, and a count beyond the
+    isolated level is still followed."""
+    edges = log_grid(1.0, below=2, above=8)  # 20 bins
+    counts = np.zeros(20)
+    counts[3:7] = [400.0, 900.0, 300.0, 20.0]
+    lone = counts.copy()
+    lone[15] = 3.5
+    kept = np.where(lone > 3.0, lone, 0.0)
+    one_level = edges[np.nonzero(np.cumsum(kept[::-1])[::-1] <= 2.0)[0][0]]
+    assert one_level == edges[16]
+    assert clip_from_histogram(lone, edges, target=2.0, sigma=1.0) == clip_from_histogram(
+        counts, edges, target=2.0, sigma=1.0) == edges[7]
+    lone[15] = 5.0  # beyond 3.82σ (20 bins): rows seen there
+    assert clip_from_histogram(lone, edges, target=2.0, sigma=1.0) == edges[16]
+
+
+def test_pure_noise_histograms_rarely_show_a_bin():
+    """Over 20,000 released histograms of 40 empty bins (σ = 1) a bin is seen in about 40·P(N > 3.98) = 0.13%
+    of them (the one-level rule: 5.3%); the bounds are that rate ± 5 binomial standard errors."""
+    noise = np.random.default_rng(7).standard_normal((20_000, 40))
+    rate = np.mean([seen_bins(row, 1.0).any() for row in noise])
+    expected, se = 0.00135, math.sqrt(0.00135 / 20_000)
+    assert expected - 5 * se < rate < expected + 5 * se
+    assert np.mean((noise > 3.0).any(axis=1)) > 0.04  # what one level let through
 
 
 def test_each_stage_thresholds_use_that_stages_K():

@@ -223,6 +223,36 @@ def test_threshold_is_read_from_the_released_histogram_not_the_counts():
     assert bound == edges[-1]  # and one bin above
 
 
+def test_a_lone_noise_bin_in_the_score_histogram_does_not_set_the_threshold():
+    """A lone 3.5σ count in a high bin (what noise alone gives in 0.13% of bins, 5% of 40-bin histograms) is not
+    taken for rows: the threshold is the one without it. The rule with one 3σ level (the variant here) follows
+    it to the grid's top, which made the meat's C 2⁹–2¹³ in 1% of first-stage meat releases."""
+    D, _ = neighbours(far=False)
+    real = covariance.release_histogram_counts
+
+    def planted(level):
+        def release(counts, **kwargs):
+            noisy, record, sigma = real(counts, **kwargs)
+            noisy = noisy.copy()
+            noisy[0, -2] = level * sigma
+            return noisy, record, sigma
+        return release
+
+    def bound(level, rule=covariance.seen_bins):
+        with mock.patch("dpivreg.inference.covariance.release_histogram_counts", planted(level)), \
+                mock.patch("dpivreg.inference.covariance.seen_bins", rule), \
+                mock.patch("dpivreg.privacy.mechanisms.seen_bins", rule):
+            return covariance.score_meat_release(rows_of(D), BETA, 0, rho=RHO, rng=np.random.default_rng(4))[2]
+
+    edges = log_grid(math.sqrt(Q))
+    clean = bound(0.0)
+    assert clean < edges[-3]
+    assert bound(3.5) == clean
+    assert bound(6.0) == edges[-1]  # beyond the isolated level (3.98σ for 40 bins): rows seen up there
+    one_level = lambda counts, sigma, threshold=3.0: counts > threshold * sigma  # noqa: E731
+    assert bound(3.5, one_level) == edges[-1]
+
+
 def test_infinite_budget_meat_is_exact_and_unclipped():
     D, _ = neighbours(far=True)
     meat, records, bound = covariance.score_meat_release(rows_of(D), BETA, 0, rho=math.inf,

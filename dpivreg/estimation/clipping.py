@@ -11,10 +11,20 @@ The private adaptive rule (``"adaptive"``, the default with a warm start)
     stage 1's exogenous and instrument rows, stage 2's exogenous and endogenous coordinates), over a public
     log grid of bins a factor √2 wide around each group's unit scale on the working scale. Replacing one row
     moves one count in each of the G histograms: sensitivity √(2G) (:func:`dpivreg.privacy.mechanisms.histograms`).
-    Each group's threshold is then the smallest bin edge above which the noisy counts (bins below 3 noise
-    standard deviations treated as empty) add up to at most K = min(½√n, 50)·min(1, √(d/ρ)) rows, ρ the
-    budget of the stage the threshold is for and d the group's number of coordinates (:func:`target_clipped_rows`,
-    :func:`dpivreg.privacy.mechanisms.clip_from_histogram`): post-processing.
+    Each group's threshold is then the smallest bin edge above which the noisy counts of the bins seen above the
+    noise add up to at most K = min(½√n, 50)·min(1, √(d/ρ)) rows, ρ the budget of the stage the threshold is for
+    and d the group's number of coordinates (:func:`target_clipped_rows`,
+    :func:`dpivreg.privacy.mechanisms.clip_from_histogram`): post-processing. A bin is seen when it belongs to a
+    run of adjacent bins above 3 noise standard deviations of which one passes the histogram's Bonferroni level
+    (3.98σ for 40 bins; :func:`dpivreg.privacy.mechanisms.seen_bins`).
+
+    Why two levels. With 3σ alone, noise passes it in 0.13% of bins, so one of the four histograms' 160 bins shows
+    a lone count far above the data in about 20% of fits; at n ≤ 10⁴ that count often exceeds K and moved the
+    group's threshold up to 2¹² times too high, with the gradients' noise. Paired on the same data and seeds
+    (``benchmarks/threshold_rule.py``, 200 data sets per cell, n = 10³–10⁴, total ρ 0.5–10), the two-level rule
+    changed 1–35% of fits and lowered the 90th percentile of the error in 2SLS standard errors on every design at
+    n = 10³ (weak instrument at ρ = 0.5: 2.48 → 1.60; heavy-tailed at ρ = 2: 1.79 → 1.00; the paper's design at
+    ρ = 0.5: 1.86 → 1.37), with medians equal or lower; at n ≥ 3,000 the cells moved by at most 0.001 in the median.
 
     Why K = min(½√n, 50). Clipping k of n rows moves the clipped mean gradient by at most k·(excess)/n in
     one direction; in units of the 2SLS standard error (∝ 1/√n) that is at most about (k/√n)·(excess/rms):
@@ -81,7 +91,7 @@ __all__ = ["theorem_clip", "standardized_clip", "gradient_norm_counts", "unit_gr
            "REFERENCE_STAGE_RHO"]
 
 CLIP_RULES = ("adaptive", "theorem", "rms")
-#: Noisy counts at most this many noise standard deviations are treated as empty bins.
+#: The lower level (in noise standard deviations) of the bins seen above the noise (mechanisms.seen_bins).
 EMPTY_BIN_SIGMAS = 3.0
 
 
