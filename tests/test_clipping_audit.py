@@ -201,7 +201,8 @@ def _M():
 
 
 def test_threshold_rule_exact_values():
-    """The smallest edge with at most K rows above it, bins at or below 3σ treated as empty."""
+    """The smallest edge with at most K rows above it, bins at or below 3σ treated as empty (every bin above 3σ
+    here is in the largest count's run, so both readings of the bins agree)."""
     edges = log_grid(1.0, below=1, above=2)  # 2^-0.5 … 2^2: 6 bins
     counts = np.array([10.0, 20.0, 5.0, 2.0, 1.0, 0.0])
     assert clip_from_histogram(counts, edges, target=3.0, sigma=0.0) == edges[3]  # 2 + 1 rows above edge 3
@@ -230,21 +231,33 @@ def test_isolated_bin_level_exact_values():
     assert isolated_bin_sigmas(2.0, 10) == pytest.approx(2.837275980, rel=1e-8)
 
 
-def test_seen_bins_need_one_bin_of_their_run_above_the_isolated_level():
-    """Hysteresis: a run of adjacent bins above 3σ is seen when one of its bins passes the isolated level (3.64σ
-    for 10 bins); lone or paired bins between the two levels are noise; σ = 0 sees every non-empty bin."""
+def test_seen_bins_exact_values():
+    """Resolved data (largest count above 6σ): runs above 3σ are seen when they hold the largest count, are two
+    bins long or hold a bin above the isolated level (3.64σ for 10 bins, 3.56σ for 7); a lone bin between the
+    levels away from the largest count is noise. Unresolved (largest count within 6σ): every bin above 3σ.
+    σ = 0: every non-empty bin."""
     counts = np.array([100.0, 50.0, 3.5, 0.0, 3.5, 0.0, 3.5, 3.5, 0.0, 5.0])
-    assert isolated_bin_sigmas(3.0, 10) == pytest.approx(3.642522276, rel=1e-8)
-    assert seen_bins(counts, 1.0).tolist() == [True, True, True, False, False, False, False, False, False, True]
+    assert seen_bins(counts, 1.0).tolist() == [True, True, True, False, False, False, True, True, False, True]
     assert seen_bins(counts, 0.0).tolist() == (counts > 0).tolist()
-    assert seen_bins(counts, 15.0).tolist() == [True, True] + [False] * 8  # 50 > 3σ, joined to 100 > 3.64σ
-    assert seen_bins(counts[1:], 15.0).tolist() == [False] * 9  # 50 alone is under 3.62σ (9 bins)
+    lone = np.array([0.0, 1.0, 60.0, 0.0, 0.0, 50.0, 0.0])  # σ = 15: 3σ = 45, 3.56σ = 53.4, 6σ = 90
+    assert seen_bins(lone, 15.0).tolist() == [False, False, True, False, False, True, False]  # unresolved: both
+    lone[2] = 200.0
+    assert seen_bins(lone, 15.0).tolist() == [False, False, True, False, False, False, False]  # 50 is noise now
+    lone[5] = 54.0
+    assert seen_bins(lone, 15.0).tolist() == [False, False, True, False, False, True, False]  # above 3.56σ
+    lone[5], lone[6] = 50.0, 46.0
+    assert seen_bins(lone, 15.0).tolist() == [False, False, True, False, False, True, True]  # a run of two
+    assert not seen_bins(np.array([0.0, 2.9, 1.0]), 1.0).any()
+    # the level follows the histogram's length: 4.0σ passes for 40 bins (3.98σ), not for 48 (4.03σ)
+    grid = np.zeros(48)
+    grid[5], grid[30] = 100.0, 4.0
+    assert seen_bins(grid[:40], 1.0)[30] and not seen_bins(grid, 1.0)[30]
 
 
 def test_a_lone_noise_bin_far_above_the_data_does_not_move_the_threshold():
     """Noise alone passes 3σ in 0.13% of bins: a lone 3.5σ count far above the data used to set the threshold
     there (the rule with one level, written out here, does); now it is ignored, and a count beyond the
-    isolated level is still followed."""
+    isolated level is still followed. No bin seen: the grid's top edge."""
     edges = log_grid(1.0, below=2, above=8)  # 20 bins
     counts = np.zeros(20)
     counts[3:7] = [400.0, 900.0, 300.0, 20.0]
@@ -257,16 +270,27 @@ def test_a_lone_noise_bin_far_above_the_data_does_not_move_the_threshold():
         counts, edges, target=2.0, sigma=1.0) == edges[7]
     lone[15] = 5.0  # beyond 3.82σ (20 bins): rows seen there
     assert clip_from_histogram(lone, edges, target=2.0, sigma=1.0) == edges[16]
+    # nothing seen: the top edge (clips nothing), not the bottom one (clips every row to almost nothing)
+    assert clip_from_histogram(np.full(20, 2.0), edges, target=2.0, sigma=1.0) == edges[-1]
+    assert clip_from_histogram(np.zeros(20), edges, target=2.0, sigma=0.0) == edges[-1]
 
 
-def test_pure_noise_histograms_rarely_show_a_bin():
-    """Over 20,000 released histograms of 40 empty bins (σ = 1) a bin is seen in about 40·P(N > 3.98) = 0.13%
-    of them (the one-level rule: 5.3%); the bounds are that rate ± 5 binomial standard errors."""
-    noise = np.random.default_rng(7).standard_normal((20_000, 40))
-    rate = np.mean([seen_bins(row, 1.0).any() for row in noise])
-    expected, se = 0.00135, math.sqrt(0.00135 / 20_000)
+def test_noise_beside_resolved_data_rarely_shows_a_bin():
+    """100,000 released histograms of 40 bins (σ = 1), data in bins 5–8 (50–400σ), noise elsewhere: a bin away
+    from the data (bins 0–3 and 10–39; bins 4 and 9 may join the data's run) is seen in about 34·P(N > 3.98) plus
+    the adjacent pairs above 3σ ≈ 0.12% of them; the bounds are that rate ± 5 binomial standard errors (0.07–0.17%).
+    One level: about 4.5%."""
+    noise = np.random.default_rng(7).standard_normal((100_000, 40))
+    noise[:, 5:9] += [50.0, 400.0, 300.0, 60.0]
+    away = np.r_[0:4, 10:40]
+    rate = np.mean([seen_bins(row, 1.0)[away].any() for row in noise])
+    p_lone = 0.5 * math.erfc(isolated_bin_sigmas(3.0, 40) / math.sqrt(2.0))
+    p_3 = 0.5 * math.erfc(3.0 / math.sqrt(2.0))
+    expected = len(away) * p_lone + 32 * p_3**2  # lone bins above 3.98σ; adjacent pairs in bins 0–3 and 10–39
+    se = math.sqrt(expected / 100_000)
+    assert expected == pytest.approx(0.0012, abs=1e-4)
     assert expected - 5 * se < rate < expected + 5 * se
-    assert np.mean((noise > 3.0).any(axis=1)) > 0.04  # what one level let through
+    assert np.mean((noise[:, away] > 3.0).any(axis=1)) > 0.04  # what one level let through
 
 
 def test_each_stage_thresholds_use_that_stages_K():

@@ -34,10 +34,11 @@ The score release (:func:`score_meat_release`, budget ``rho_inf``)
        ``HISTOGRAM_SHARE``·ρ: replacing a row moves one count, sensitivity √2
        (:func:`dpivreg.privacy.mechanisms.release_histogram_counts`); the threshold C is one bin (``MARGIN_BINS``)
        above the smallest bin edge with at most K = :func:`meat_clipped_rows` rows above it, bins not seen above
-       the noise ignored (runs of bins above 3σ holding one above the histogram's Bonferroni level, 3.98σ for 40
-       bins: :func:`dpivreg.privacy.mechanisms.seen_bins`, :func:`dpivreg.privacy.mechanisms.clip_from_histogram`):
-       post-processing. With 3σ alone a lone noise bin far above the data set C 2⁹–2¹³ times too high in 1–4% of
-       releases (the first stage's meat at n = 10⁴: 1% of fits, whose effective F then read about 0);
+       the noise ignored (above 3σ, and a lone bin away from well-resolved data above the histogram's Bonferroni
+       level, 3.98σ for 40 bins: :func:`dpivreg.privacy.mechanisms.seen_bins`); the grid's top edge when no bin is
+       seen (:func:`dpivreg.privacy.mechanisms.clip_from_histogram`): post-processing. With 3σ alone a lone noise
+       bin far above the data set C 2⁹–2¹³ times too high in 1–4% of releases (the first stage's meat at n = 10⁴:
+       1% of fits, whose effective F then read about 0);
     2. (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with symmetric Gaussian noise, the rest of ρ (:func:`release_score_meat`):
        the scores clipped to L2 norm C, so replacing a row changes the upper triangle by at most
        ‖ssᵀ − s′s′ᵀ‖_F ≤ √2·C² (:func:`score_meat_sensitivity`; attained by s = Ce₁, s′ = Ce₂), the bound of
@@ -91,7 +92,6 @@ from dpivreg.privacy.mechanisms import (
     log_grid,
     release_histogram_counts,
     release_moment_sum,
-    seen_bins,
 )
 from dpivreg.privacy.rounding import ball_rounding
 from dpivreg.privacy.units import group_sums
@@ -494,9 +494,8 @@ def _threshold(counts: np.ndarray, edges: np.ndarray, request: MeatRequest, *, r
         counts[None, :], rho=HISTOGRAM_SHARE * request.rho, rng=rng, stage=_SCORE_KINDS[request.scores].stage,
         max_rows=terms, name=f"score-norm histogram for {request.what}'s threshold")
     # nothing seen above the noise (tiny n or budget): the top edge, a wide meat rather than a clipped-away one
-    seen = seen_bins(noisy[0], sigma_h, threshold=_EMPTY_BIN_SIGMAS).any()
-    bound = (clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(groups), sigma=sigma_h,
-                                 threshold=_EMPTY_BIN_SIGMAS) if seen else float(edges[-1]))
+    bound = clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(groups), sigma=sigma_h,
+                                threshold=_EMPTY_BIN_SIGMAS)
     return float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)]), histogram
 
 
