@@ -264,13 +264,13 @@ def seen_bins(noisy_counts: np.ndarray, sigma: float, *, threshold: float = 3.0)
 
     Why. Noise alone passes 3σ in 0.13% of bins: over a grid's 40 bins a 5% chance per histogram of a lone bin far
     above the data, which moved a threshold there (the effective F's first-stage meat at n = 10⁴: 1% of releases,
-    C 2⁹–2¹³ instead of 23 and the statistic near 0; the gradients' four histograms in 10–35% of fits at n = 10³).
+    C 2⁹–2¹³ instead of 23 and the statistic near 0; at n = 10³ the reading changed 4.5–34% of fits' estimates).
     Rows fill adjacent bins around the largest count, so a lone bin away from them must pass the level at which the
     whole histogram shows a false one as rarely as one bin passes 3σ; two adjacent noise bins above 3σ come up in
     about 39·0.00135² = 0.007% of histograms, so runs keep 3σ, and a noise bin next to the data joins it as before.
     Where the largest count is within 6σ (n of a few hundred rows at ρ ≤ 2) the data's own bins hover near 3σ with
     gaps between them and cannot be told from noise: there the one level is kept (measured: reading lone bins as
-    noise there raised the error of the paper's design at n = 300, ρ = 0.5 from 1.5 to 2.7 2SLS s.e. in the
+    noise there raised the error of the paper's design at n = 300, ρ = 0.5 from 1.7 to 3.5 2SLS s.e. in the
     median; ``benchmarks/threshold_rule.py``).
     """
     counts = np.asarray(noisy_counts, dtype=np.float64)
@@ -294,8 +294,8 @@ def clip_from_histogram(noisy_counts: np.ndarray, edges: np.ndarray, *, target: 
     highest bin that is, so at small n (or a small budget) the threshold sits at the top of the visible data rather
     than in it. When no bin is seen it is the grid's top edge: a threshold that clips nothing (wide noise, which
     the standard errors and the choice of estimator then see) rather than the bottom edge, which would clip every
-    row to almost nothing (measured on the paper's design at n = 200, ρ = 0.5: median error 12.4 2SLS s.e. with
-    the bottom edge, 8.8 with the top; ``benchmarks/threshold_rule.py``).
+    row to almost nothing (measured on the paper's design at n = 200, ρ = 0.5: median error 12.2 2SLS s.e. with
+    the bottom edge, 9.2 with the top; ``benchmarks/threshold_rule.py``).
     """
     seen = seen_bins(noisy_counts, sigma, threshold=threshold)
     if not seen.any():
