@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from unittest import mock
 
 import numpy as np
+import pandas as pd
 import pytest
 from test_privacy_audit import CONF, assert_llr_law, assert_tight, mu_lower_bound
 
@@ -233,21 +235,26 @@ def test_isolated_bin_level_exact_values():
 
 def test_seen_bins_exact_values():
     """Resolved data (largest count above 6σ): runs above 3σ are seen when they hold the largest count, are two
-    bins long or hold a bin above the isolated level (3.64σ for 10 bins, 3.56σ for 7); a lone bin between the
+    bins long or hold a bin above the isolated level (3.64σ for 10 bins, 3.55σ for 7); a lone bin between the
     levels away from the largest count is noise. Unresolved (largest count within 6σ): every bin above 3σ.
     σ = 0: every non-empty bin."""
     counts = np.array([100.0, 50.0, 3.5, 0.0, 3.5, 0.0, 3.5, 3.5, 0.0, 5.0])
     assert seen_bins(counts, 1.0).tolist() == [True, True, True, False, False, False, True, True, False, True]
     assert seen_bins(counts, 0.0).tolist() == (counts > 0).tolist()
-    lone = np.array([0.0, 1.0, 60.0, 0.0, 0.0, 50.0, 0.0])  # σ = 15: 3σ = 45, 3.56σ = 53.4, 6σ = 90
+    lone = np.array([0.0, 1.0, 60.0, 0.0, 0.0, 50.0, 0.0])  # σ = 15: 3σ = 45, 3.55σ = 53.3, 6σ = 90
     assert seen_bins(lone, 15.0).tolist() == [False, False, True, False, False, True, False]  # unresolved: both
     lone[2] = 200.0
     assert seen_bins(lone, 15.0).tolist() == [False, False, True, False, False, False, False]  # 50 is noise now
     lone[5] = 54.0
-    assert seen_bins(lone, 15.0).tolist() == [False, False, True, False, False, True, False]  # above 3.56σ
+    assert seen_bins(lone, 15.0).tolist() == [False, False, True, False, False, True, False]  # above 3.55σ
     lone[5], lone[6] = 50.0, 46.0
     assert seen_bins(lone, 15.0).tolist() == [False, False, True, False, False, True, True]  # a run of two
     assert not seen_bins(np.array([0.0, 2.9, 1.0]), 1.0).any()
+    # the switch is at 6σ: a largest count of exactly 6σ is unresolved (one level), just above it resolved
+    peak = np.array([6.0, 0.0, 0.0, 3.2, 0.0])  # the isolated level for 5 bins is 3.46σ
+    assert seen_bins(peak, 1.0).tolist() == [True, False, False, True, False]
+    peak[0] = 6.01
+    assert seen_bins(peak, 1.0).tolist() == [True, False, False, False, False]
     # the level follows the histogram's length: 4.0σ passes for 40 bins (3.98σ), not for 48 (4.03σ)
     grid = np.zeros(48)
     grid[5], grid[30] = 100.0, 4.0
@@ -273,6 +280,46 @@ def test_a_lone_noise_bin_far_above_the_data_does_not_move_the_threshold():
     # nothing seen: the top edge (clips nothing), not the bottom one (clips every row to almost nothing)
     assert clip_from_histogram(np.full(20, 2.0), edges, target=2.0, sigma=1.0) == edges[-1]
     assert clip_from_histogram(np.zeros(20), edges, target=2.0, sigma=0.0) == edges[-1]
+
+
+def test_thresholds_are_the_grids_top_when_no_bin_is_seen():
+    """A budget too small to see any bin (σ ≈ 2·10⁴): every group's threshold is its grid's top edge, not the bottom
+    one (dpivreg 0.1's, which clipped every gradient to almost nothing), and the groups are named for the caution."""
+    data = neighbours()[0]
+    rows, _, _ = row_source(*data, N_EXOG)
+    try:
+        out = clipping.adaptive_clip(rows, THETA0, BETA0, auditor_root(), N_EXOG, rho=1e-8, stage_rho=(1.0, 1.0),
+                                     rng=np.random.default_rng(1))  # (seed 3 draws a 3.3σ noise bin: 5% do)
+    finally:
+        rows.close()
+    assert _thresholds(out) == tuple(float(e[-1]) for e in auditor_edges())
+    assert out.unseen_groups == clipping.GROUP_NAMES
+    assert "no bin above their noise for stage 1's exogenous rows, stage 1's instrument rows" in out.unseen_note()
+
+
+def test_a_fit_whose_gradient_histograms_show_nothing_says_so():
+    """n = 100 at ρ = 0.5: two groups' histograms show no bin, so DP-2S-GD runs with their thresholds at the top
+    edge: a UserWarning at the fit and a CAUTION in ``res.cautions`` (every export carries them); a fit of 5,000 rows
+    has neither."""
+    from dpivreg import DPIV2SLS
+
+    def fit(n):
+        rng = np.random.default_rng(0)
+        z, v, e = rng.standard_normal((3, n))
+        frame = pd.DataFrame({"y": z + 1.5 * v + e, "x": z + v, "z": z})
+        return DPIV2SLS.from_formula("y ~ 1 + [x ~ z]", frame).fit(
+            rho=0.5, bounds={"y": (-8, 8), "x": (-6, 6), "z": (-4, 4)}, seed=1)
+
+    with pytest.warns(UserWarning, match="gradient-norm histograms showed no bin above their noise for stage 1's ex"):
+        small = fit(100)
+    assert small.settings.adaptive_clip.unseen_groups == ("stage 1's exogenous rows", "stage 2's exogenous coordinates")
+    assert small.settings.clip1[0] == small.settings.adaptive_clip.edges[0][-1]
+    assert any(c.startswith("CAUTION: The gradient-norm histograms showed no bin") for c in small.cautions)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        large = fit(5_000)
+    assert not any("gradient-norm histograms" in str(w.message) for w in caught)
+    assert not any("gradient-norm histograms" in c for c in large.cautions)
 
 
 def test_noise_beside_resolved_data_rarely_shows_a_bin():

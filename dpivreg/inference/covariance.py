@@ -37,8 +37,8 @@ The score release (:func:`score_meat_release`, budget ``rho_inf``)
        the noise ignored (above 3σ, and a lone bin away from well-resolved data above the histogram's Bonferroni
        level, 3.98σ for 40 bins: :func:`dpivreg.privacy.mechanisms.seen_bins`); the grid's top edge when no bin is
        seen (:func:`dpivreg.privacy.mechanisms.clip_from_histogram`): post-processing. With 3σ alone a lone noise
-       bin far above the data set C 2⁹–2¹³ times too high in 1–4% of releases (the first stage's meat at n = 10⁴:
-       1% of fits, whose effective F then read about 0);
+       bin far above the data set C far too high in 1–4% of releases (the first stage's meat at n = 10⁴: 1% of
+       fits, C 2⁹–2¹³ instead of about 23, whose effective F then read about 0);
     2. (1/n)Σᵢ clip_C(sᵢ)clip_C(sᵢ)ᵀ with symmetric Gaussian noise, the rest of ρ (:func:`release_score_meat`):
        the scores clipped to L2 norm C, so replacing a row changes the upper triangle by at most
        ‖ssᵀ − s′s′ᵀ‖_F ≤ √2·C² (:func:`score_meat_sensitivity`; attained by s = Ce₁, s′ = Ce₂), the bound of

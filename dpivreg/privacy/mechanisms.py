@@ -264,7 +264,8 @@ def seen_bins(noisy_counts: np.ndarray, sigma: float, *, threshold: float = 3.0)
 
     Why. Noise alone passes 3σ in 0.13% of bins: over a grid's 40 bins a 5% chance per histogram of a lone bin far
     above the data, which moved a threshold there (the effective F's first-stage meat at n = 10⁴: 1% of releases,
-    C 2⁹–2¹³ instead of 23 and the statistic near 0; at n = 10³ the reading changed 4.5–34% of fits' estimates).
+    C 2⁹–2¹³ instead of 23 and the statistic near 0; at n = 10³ the reading changed the estimate or standard error
+    of 4.5–34% of fits).
     Rows fill adjacent bins around the largest count, so a lone bin away from them must pass the level at which the
     whole histogram shows a false one as rarely as one bin passes 3σ; two adjacent noise bins above 3σ come up in
     about 39·0.00135² = 0.007% of histograms, so runs keep 3σ, and a noise bin next to the data joins it as before.

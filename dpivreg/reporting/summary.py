@@ -558,6 +558,10 @@ class SummaryWriter:
         # errors; a simulated bias above 0.2 SE) qualify the standard errors as much
         found += [f"CAUTION: {message[0].upper()}{message[1:]}" for message in (inference.warnings if inference else ())
                   if not message.startswith("the private standard errors may be unreliable")]
+        clip = self.results.settings.adaptive_clip
+        if clip is not None and clip.unseen_groups:  # thresholds at the grid's top: much noise in those gradients
+            note = clip.unseen_note()
+            found.append(f"CAUTION: {note[0].upper()}{note[1:]}")
         if self.results.scale.moments is not None and self.results._inference is not None:
             first_stage = self._first_stage_notes()
             weak = [note for note in first_stage if note.startswith("WEAK INSTRUMENTS")]
