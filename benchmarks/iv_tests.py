@@ -53,7 +53,7 @@ Runs per cell (:func:`runs_for`): R = 300 for the null cells with n ≥ 10⁴ (a
 of 1.3 points), 80 for the null cells with n = 10³ (2.4 points), 50 for the alternatives (at most 7 points). A fit
 with every test costs about 0.3–0.5 s of CPU at every n (the tests' simulated null laws and noise intervals, 2,000
 draws each, cost more than the data pass even at n = 10⁵): the 5,880 fits took 17.7 minutes (1,061 s of wall time)
-with ``--jobs 2`` on a two-core machine, which is what set R.
+with ``--jobs 2`` on a two-core machine when R was set, 14.8 minutes (889 s) in the run the docs show.
 
     python benchmarks/iv_tests.py --jobs 2 --outdir docs/_static     # the docs' tables
     python benchmarks/iv_tests.py --quick                            # a smoke run (n = 10³, ρ = 2.6, R = 5)

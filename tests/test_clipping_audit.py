@@ -315,11 +315,14 @@ def test_a_fit_whose_gradient_histograms_show_nothing_says_so():
     assert small.settings.adaptive_clip.unseen_groups == ("stage 1's exogenous rows", "stage 2's exogenous coordinates")
     assert small.settings.clip1[0] == small.settings.adaptive_clip.edges[0][-1]
     assert any(c.startswith("CAUTION: The gradient-norm histograms showed no bin") for c in small.cautions)
+    text = " ".join(small.summary().as_text().split())
+    assert "CAUTION: The gradient-norm histograms showed no bin above their noise for stage 1's exogenous" in text
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         large = fit(5_000)
     assert not any("gradient-norm histograms" in str(w.message) for w in caught)
     assert not any("gradient-norm histograms" in c for c in large.cautions)
+    assert "gradient-norm histograms" not in large.summary().as_text()
 
 
 def test_noise_beside_resolved_data_rarely_shows_a_bin():

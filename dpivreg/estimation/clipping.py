@@ -249,8 +249,8 @@ class AdaptiveClip:
             return ""
         return (f"the gradient-norm histograms showed no bin above their noise for {', '.join(groups)} (tiny n or "
                 "rho_clip), so those clipping thresholds are their grids' top edge: those gradients are barely clipped "
-                "and carry much noise (the choice of estimator and the standard errors see it). Raise rho_clip, or "
-                "give a public rule (clip='rms').")
+                "and carry much noise, which the standard errors include. Raise rho_clip, or give a public rule "
+                "(clip='rms').")
 
 
 def adaptive_clip(rows, theta0: np.ndarray, beta0: np.ndarray, W0: np.ndarray | None, n_exog: int, *, rho: float,

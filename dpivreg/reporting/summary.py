@@ -558,10 +558,7 @@ class SummaryWriter:
         # errors; a simulated bias above 0.2 SE) qualify the standard errors as much
         found += [f"CAUTION: {message[0].upper()}{message[1:]}" for message in (inference.warnings if inference else ())
                   if not message.startswith("the private standard errors may be unreliable")]
-        clip = self.results.settings.adaptive_clip
-        if clip is not None and clip.unseen_groups:  # thresholds at the grid's top: much noise in those gradients
-            note = clip.unseen_note()
-            found.append(f"CAUTION: {note[0].upper()}{note[1:]}")
+        found.append(self._gradient_histogram_caution())
         if self.results.scale.moments is not None and self.results._inference is not None:
             first_stage = self._first_stage_notes()
             weak = [note for note in first_stage if note.startswith("WEAK INSTRUMENTS")]
@@ -577,6 +574,13 @@ class SummaryWriter:
         return ("CAUTION: private std. errors flagged unreliable (first-stage noise ratio "
                 f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); their coverage is "
                 "not known and may be far below nominal.")
+
+    def _gradient_histogram_caution(self) -> str:
+        """A CAUTION when DP-2S-GD ran with a clipping threshold at its grid's top edge (a gradient histogram that
+        showed no bin above its noise: much noise in those gradients), else ""."""
+        clip = self.results.settings.adaptive_clip
+        note = clip.unseen_note() if clip is not None else ""
+        return f"CAUTION: {note[0].upper()}{note[1:]}" if note else ""
 
     def _inference_text(self, benchmark: bool = True) -> str:
         if self.results._inference is None:
@@ -776,6 +780,8 @@ class SummaryWriter:
                 f"start; each allows at most {_rows_allowed(clip.targets)} {counted} above it"
                 + (" (exogenous rows and coordinates clipped as a group of their own, "
                    f"{self.results.settings.exog_share:.0%} of each stage's budget)." if clip.grouped else "."))
+            if clip.unseen_groups:
+                notes.append(self._gradient_histogram_caution())
         notes += [
             f"Endogenous: {', '.join(d.endog_names)}. Instruments: {', '.join(d.instrument_names)}."
             + (f" Exogenous: {', '.join(d.exog_names)}." if d.exog_names else " No exogenous regressors."),
