@@ -465,6 +465,7 @@ def test_a_meat_budget_too_small_to_see_any_bin_warns_and_the_caution_travels():
     caution = [c for c in res.cautions if c.startswith("CAUTION: The robust meat's histogram showed no bin")]
     assert len(caution) == 1
     assert caution[0] in res.to_markdown() and caution[0] in res.release().to_json()
+    assert caution[0] in " ".join(res.summary().as_text().split())  # the summary's notes carry it too
 
 
 @pytest.mark.parametrize("n_exog, p_endog", [(0, 1), (2, 1), (1, 3)])

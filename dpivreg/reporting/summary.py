@@ -554,10 +554,7 @@ class SummaryWriter:
         cannot resolve."""
         inference = self.results._inference
         found = [self._unreliable_caution()] if inference is not None else []
-        # the inference's other warnings (a meat whose histogram saw nothing above its noise: very wide standard
-        # errors; a simulated bias above 0.2 SE) qualify the standard errors as much
-        found += [f"CAUTION: {message[0].upper()}{message[1:]}" for message in (inference.warnings if inference else ())
-                  if not message.startswith("the private standard errors may be unreliable")]
+        found += self._inference_warning_cautions()
         found.append(self._gradient_histogram_caution())
         if self.results.scale.moments is not None and self.results._inference is not None:
             first_stage = self._first_stage_notes()
@@ -574,6 +571,14 @@ class SummaryWriter:
         return ("CAUTION: private std. errors flagged unreliable (first-stage noise ratio "
                 f"{inf.first_stage_noise_ratio:.2g}, whitening error {inf.whitening_error:.2g}); their coverage is "
                 "not known and may be far below nominal.")
+
+    def _inference_warning_cautions(self) -> list[str]:
+        """The inference's warnings other than the unreliable flag (a meat whose histogram saw nothing above its
+        noise: very wide standard errors; a simulated bias above 0.2 SE), as CAUTIONs: they qualify the standard
+        errors as much."""
+        inference = self.results._inference
+        return [f"CAUTION: {message[0].upper()}{message[1:]}" for message in (inference.warnings if inference else ())
+                if not message.startswith("the private standard errors may be unreliable")]
 
     def _gradient_histogram_caution(self) -> str:
         """A CAUTION when DP-2S-GD ran with a clipping threshold at its grid's top edge (a gradient histogram that
@@ -782,6 +787,7 @@ class SummaryWriter:
                    f"{self.results.settings.exog_share:.0%} of each stage's budget)." if clip.grouped else "."))
             if clip.unseen_groups:
                 notes.append(self._gradient_histogram_caution())
+        notes += self._inference_warning_cautions()  # the unreliable flag is in the inference line above
         notes += [
             f"Endogenous: {', '.join(d.endog_names)}. Instruments: {', '.join(d.instrument_names)}."
             + (f" Exogenous: {', '.join(d.exog_names)}." if d.exog_names else " No exogenous regressors."),
