@@ -405,8 +405,9 @@ class DPIV2SLS:
                                                  inference=inference, delta=delta, tau=tau, rng=rng,
                                                  selection=selection, total=rho0 + rest, cov_type=cov_type,
                                                  units=units)
-            if clip_choice is not None and clip_choice.unseen_groups:  # DP-2S-GD runs with a top-edge threshold
-                warnings.warn(clip_choice.unseen_note(), UserWarning, stacklevel=3)
+            unseen = clip_choice.unseen_note() if clip_choice is not None else ""
+            if unseen:  # DP-2S-GD runs with a top-edge threshold
+                warnings.warn(unseen, UserWarning, stacklevel=3)
             if (method == "gd" or init == "zero") and not scale.unit_level:  # the Theorem is for row-level privacy
                 _warn_t_condition(T_checked, n=n, p=p, q=q, rho1=rho1 if calibration == "exact" else rho1 / 2.0,
                                   tau=tau)

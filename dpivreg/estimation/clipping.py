@@ -101,8 +101,6 @@ __all__ = ["theorem_clip", "standardized_clip", "gradient_norm_counts", "unit_gr
            "REFERENCE_STAGE_RHO"]
 
 CLIP_RULES = ("adaptive", "theorem", "rms")
-#: The lower level (in noise standard deviations) of the bins seen above the noise (mechanisms.seen_bins).
-EMPTY_BIN_SIGMAS = 3.0
 #: The clipping groups, in the order of the histograms (stage 1's first), grouped and not.
 GROUP_NAMES = ("stage 1's exogenous rows", "stage 1's instrument rows", "stage 2's exogenous coordinates",
                "stage 2's endogenous coordinates")
@@ -240,10 +238,11 @@ class AdaptiveClip:
         names = GROUP_NAMES if self.grouped else STAGE_NAMES
         sigma = self.release.noise_std
         return tuple(name for name, counts in zip(names, self.noisy_counts)
-                     if not seen_bins(counts, sigma, threshold=EMPTY_BIN_SIGMAS).any())
+                     if not seen_bins(counts, sigma).any())
 
     def unseen_note(self) -> str:
-        """A caution when some group's threshold is the grid's top edge (:attr:`unseen_groups`), else ""."""
+        """A caution when some group's threshold is the grid's top edge (:attr:`unseen_groups`), else "" (the test
+        to use: it reads the groups once)."""
         groups = self.unseen_groups
         if not groups:
             return ""
@@ -292,8 +291,7 @@ def adaptive_clip(rows, theta0: np.ndarray, beta0: np.ndarray, W0: np.ndarray | 
     noisy, release, sigma = release_histogram_counts(counts, rho=rho, rng=rng, stage="rho_clip", name=name)
     stages = [stage_rho[0]] * (len(dims) // 2) + [stage_rho[1]] * (len(dims) // 2)  # stage 1's groups first
     targets = tuple(target_clipped_rows(rows.n_units, r, d) for r, d in zip(stages, dims))
-    thresholds = [clip_from_histogram(c, e, target=K, sigma=sigma, threshold=EMPTY_BIN_SIGMAS)
-                  for c, e, K in zip(noisy, edges, targets)]
+    thresholds = [clip_from_histogram(c, e, target=K, sigma=sigma) for c, e, K in zip(noisy, edges, targets)]
     if grouped:
         clip1, clip2 = (thresholds[0], thresholds[1]), (thresholds[2], thresholds[3])
     else:

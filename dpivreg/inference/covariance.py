@@ -111,8 +111,6 @@ COV_TYPES = ("robust", "unadjusted", "clustered")
 _SYNONYMS = {"heteroskedastic": "robust", "homoskedastic": "unadjusted"}
 #: Share of the score release's budget spent on the histogram that sets its clipping threshold.
 HISTOGRAM_SHARE = 0.5
-#: The lower level (in noise standard deviations) of the bins seen above the noise (mechanisms.seen_bins).
-_EMPTY_BIN_SIGMAS = 3.0
 #: Bins (each a factor √2) added above the histogram rule's threshold, for the tail hidden under the noise.
 MARGIN_BINS = 1
 #: Share of ``rho_diag`` spent on the robust endogeneity test's meat (p coordinates); the rest buys the first stage's
@@ -494,8 +492,7 @@ def _threshold(counts: np.ndarray, edges: np.ndarray, request: MeatRequest, *, r
         counts[None, :], rho=HISTOGRAM_SHARE * request.rho, rng=rng, stage=_SCORE_KINDS[request.scores].stage,
         max_rows=terms, name=f"score-norm histogram for {request.what}'s threshold")
     # nothing seen above the noise (tiny n or budget): the top edge, a wide meat rather than a clipped-away one
-    bound = clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(groups), sigma=sigma_h,
-                                threshold=_EMPTY_BIN_SIGMAS)
+    bound = clip_from_histogram(noisy[0], edges, target=meat_clipped_rows(groups), sigma=sigma_h)
     return float(edges[min(int(np.searchsorted(edges, bound)) + MARGIN_BINS, len(edges) - 1)]), histogram
 
 

@@ -404,6 +404,11 @@ def release_summary(record) -> DPIVSummary:
     return smry
 
 
+def _caution(message: str) -> str:
+    """A warning's message as a CAUTION note (capitalised)."""
+    return f"CAUTION: {message[0].upper()}{message[1:]}"
+
+
 class SummaryWriter:
     """Writes the summary of one fit (:meth:`summary`), block by block, from its results (read only)."""
 
@@ -577,7 +582,7 @@ class SummaryWriter:
         noise: very wide standard errors; a simulated bias above 0.2 SE), as CAUTIONs: they qualify the standard
         errors as much."""
         inference = self.results._inference
-        return [f"CAUTION: {message[0].upper()}{message[1:]}" for message in (inference.warnings if inference else ())
+        return [_caution(message) for message in (inference.warnings if inference else ())
                 if not message.startswith("the private standard errors may be unreliable")]
 
     def _gradient_histogram_caution(self) -> str:
@@ -585,7 +590,7 @@ class SummaryWriter:
         showed no bin above its noise: much noise in those gradients), else ""."""
         clip = self.results.settings.adaptive_clip
         note = clip.unseen_note() if clip is not None else ""
-        return f"CAUTION: {note[0].upper()}{note[1:]}" if note else ""
+        return _caution(note) if note else ""
 
     def _inference_text(self, benchmark: bool = True) -> str:
         if self.results._inference is None:
@@ -785,8 +790,9 @@ class SummaryWriter:
                 f"start; each allows at most {_rows_allowed(clip.targets)} {counted} above it"
                 + (" (exogenous rows and coordinates clipped as a group of their own, "
                    f"{self.results.settings.exog_share:.0%} of each stage's budget)." if clip.grouped else "."))
-            if clip.unseen_groups:
-                notes.append(self._gradient_histogram_caution())
+            caution = self._gradient_histogram_caution()
+            if caution:
+                notes.append(caution)
         notes += self._inference_warning_cautions()  # the unreliable flag is in the inference line above
         notes += [
             f"Endogenous: {', '.join(d.endog_names)}. Instruments: {', '.join(d.instrument_names)}."
